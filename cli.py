@@ -1,0 +1,300 @@
+"""proxytune: tune, diagnose and benchmark web-proxy hosts.
+
+This file only parses options and calls into the packages (tune/, reports/,
+...). Exit codes everywhere: 0 all good, 1 drift or findings, 2 usage or
+runtime error.
+"""
+
+import json
+import platform
+import sys
+from pathlib import Path
+
+import click
+
+from tune import apply as apply_mod, export as export_mod, journal, observe, plan as plan_mod
+from tune import profile as profile_mod, render
+from tune.errors import ProxytuneError
+from tune.host import Host
+
+__version__ = "0.1.0"
+DEFAULT_PROFILE = {"linux": "linux/proxy", "freebsd": "freebsd/proxy"}.get(platform.system().lower(), "linux/proxy")
+
+
+class Main(click.Group):
+    """Turns ProxytuneError into one line and a hint on stderr, exit 2."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except ProxytuneError as e:
+            click.echo(f"proxytune: error: {e.message}", err=True)
+            if e.hint:
+                click.echo(f"hint: {e.hint}", err=True)
+            sys.exit(2)
+
+
+def emit_json(doc) -> None:
+    click.echo(json.dumps(doc, indent=2, default=str))
+
+
+@click.group(cls=Main, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="proxytune")
+@click.option("--root", envvar="PROXYTUNE_ROOT", default="/", show_default=True, metavar="DIR",
+              help="Read and write configuration files (/etc/...) under DIR, e.g. an image being built.")
+@click.option("--state-dir", envvar="PROXYTUNE_STATE_DIR", default="/var/lib/proxytune", show_default=True,
+              metavar="DIR", help="Where the apply journal lives (rollback reads it).")
+@click.pass_context
+def main(ctx, root, state_dir):
+    """Tune, diagnose and benchmark hosts that run web proxies.
+
+    \b
+    Start here:
+      proxytune report                       audit this host, write the report
+      proxytune tune check                   audit against the default profile
+      proxytune tune plan --persist          what apply would change, changing nothing
+      proxytune tune apply --persist --yes   change it (journaled; `tune rollback` undoes)
+    """
+    ctx.obj = Host.from_env(root, state_dir)
+
+
+# ---------------------------------------------------------------- tune
+
+def profile_options(f):
+    """--profile, --only and the parameters, shared by every tune command."""
+    options = [
+        click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True,
+                     metavar="NAME|PATH", help="A shipped profile (see `profiles list`) or a TOML file."),
+        click.option("--only", multiple=True, metavar="GLOB",
+                     help="Only settings whose backend:key matches, e.g. 'sysctl:net.*' (repeatable)."),
+        click.option("--service", metavar="NAME", help="Proxy service/process name [auto-detected]."),
+        click.option("--user", metavar="USER", help="User the proxy runs as [auto-detected]."),
+        click.option("--cache-dir", "cache_dirs", multiple=True, metavar="DIR",
+                     help="A cache directory (repeatable) [from squid.conf / nginx config]."),
+    ]
+    for opt in reversed(options):
+        f = opt(f)
+    return f
+
+
+def cli_params(service, user, cache_dirs) -> dict:
+    return {"service": service, "user": user, "cache_dirs": list(cache_dirs)}
+
+
+@main.group()
+def tune():
+    """Audit, apply and roll back a host profile; export it for other tools."""
+
+
+@tune.command()
+@profile_options
+@click.option("--json", "as_json", is_flag=True, help="Print the audit as result JSON.")
+@click.pass_obj
+def check(host, profile_ref, only, service, user, cache_dirs, as_json):
+    """Audit this host against a profile: current, wanted, status, reason.
+
+    Also inspects the running proxy: its real fd limit and use, its listen
+    backlogs, and the atime mode of its cache directories. Changes nothing.
+    Exit 0 when everything is met, 1 on drift or warnings, 2 on error.
+    """
+    plan = plan_mod.build(profile_ref, host, cli_params(service, user, cache_dirs), only)
+    obs = audit_observations(plan)
+    code = max(plan.exit_code(), 1 if observe.warnings(obs) else 0)
+    if as_json:
+        from reports.schema import envelope
+        emit_json(envelope("audit", {**plan.to_json(), "observations": obs}, plan.params["values"]["cache_dirs"]))
+    else:
+        render.print_plan(plan, f"tune check: {profile_ref}")
+        render.print_observations(obs)
+    sys.exit(code)
+
+
+def audit_observations(plan) -> dict:
+    somaxconn = next((c.current for c in plan.changes if c.setting.address == "sysctl:net.core.somaxconn"), None)
+    values = plan.params["values"]
+    return observe.observe(values["service"], values["cache_dirs"], somaxconn if isinstance(somaxconn, int) else None)
+
+
+@tune.command("plan")
+@profile_options
+@click.option("--persist", is_flag=True, help="Include the files that make the changes permanent.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as result JSON.")
+@click.pass_obj
+def plan_cmd(host, profile_ref, only, service, user, cache_dirs, persist, as_json):
+    """Show exactly what `tune apply` would do. Changes nothing."""
+    plan = plan_mod.build(profile_ref, host, cli_params(service, user, cache_dirs), only)
+    steps, notes = apply_mod.steps_for(plan, host, persist)
+    if as_json:
+        from reports.schema import envelope
+        emit_json(envelope("plan", {**plan.to_json(), "steps": steps, "persist": persist, "step_notes": notes}))
+    else:
+        render.print_plan(plan, f"tune plan: {profile_ref}", show_target=True)
+        click.echo(f"apply{' --persist' if persist else ''} would run {len(steps)} step(s):")
+        render.print_steps(steps, "-")
+        for n in notes:
+            click.echo(f"note: {n}")
+    sys.exit(plan.exit_code())
+
+
+@tune.command("apply")
+@profile_options
+@click.option("--persist", is_flag=True,
+              help="Also write sysctl.d, fstab, limits.d so the change survives a reboot.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask; needed when there is no terminal.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as result JSON.")
+@click.pass_obj
+def apply_cmd(host, profile_ref, only, service, user, cache_dirs, persist, yes, as_json):
+    """Apply a profile: journal the old values, change, verify.
+
+    Every old value is written to the journal before the first change, so
+    `tune rollback` restores exactly, even after a crash half-way. A failure
+    mid-apply undoes what was done. Running it twice changes nothing.
+    """
+    params = cli_params(service, user, cache_dirs)
+    plan = plan_mod.build(profile_ref, host, params, only)
+    steps, _ = apply_mod.steps_for(plan, host, persist)
+    if steps and not yes:
+        if not sys.stdin.isatty():
+            raise ProxytuneError("refusing to change the host without --yes (no terminal to ask)",
+                                 "review `proxytune tune plan` first")
+        render.print_plan(plan, f"tune apply: {profile_ref}", show_target=True)
+        render.print_steps(steps, "-")
+        click.confirm(f"Apply these {len(steps)} step(s)?", abort=True)
+    outcome = apply_mod.apply_plan(plan, host, persist)
+    after = plan_mod.build(profile_ref, host, params, only)
+    if as_json:
+        from reports.schema import envelope
+        emit_json(envelope("apply", {"journal": outcome.entry and outcome.entry["id"], "steps": outcome.steps,
+                                     "notes": outcome.notes, "verify": after.to_json()}))
+    else:
+        render.print_outcome(outcome, "applied")
+        render.print_plan(after, "verify")
+    sys.exit(after.exit_code())
+
+
+@tune.command()
+@click.option("--id", "entry_id", metavar="ID", help="Journal entry to undo [the latest open one].")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask; needed when there is no terminal.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as result JSON.")
+@click.pass_obj
+def rollback(host, entry_id, yes, as_json):
+    """Restore exactly what the last apply (or an interrupted one) changed."""
+    entry = journal.find(host.state_dir, entry_id)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise ProxytuneError("refusing to change the host without --yes (no terminal to ask)")
+        click.echo(f"journal {entry['id']} ({entry['state']}, profile {entry['profile']}) will restore:")
+        render.print_steps(entry["steps"], "- undo")
+        click.confirm("Roll back?", abort=True)
+    outcome = apply_mod.rollback(host, entry["id"])
+    if as_json:
+        from reports.schema import envelope
+        emit_json(envelope("rollback", {"journal": entry["id"], "state": outcome.entry["state"],
+                                        "steps": outcome.steps, "failures": outcome.failures}))
+    else:
+        render.print_outcome(outcome, "rolled back")
+    sys.exit(2 if outcome.failures else 0)
+
+
+@tune.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def history(host, as_json):
+    """List the apply journal: id, state, profile, number of steps."""
+    rows = [{"id": e["id"], "state": e["state"], "profile": e["profile"], "steps": len(e["steps"]),
+             "done": e["done"]} for e in journal.entries(host.state_dir)]
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo(f"journal is empty ({journal.directory(host.state_dir)})")
+    for r in rows:
+        click.echo(f"{r['id']}  {r['state']:<20} {r['profile']}  {r['done']}/{r['steps']} steps")
+
+
+@tune.command()
+@profile_options
+@click.option("--format", "fmt", type=click.Choice(export_mod.FORMATS), required=True,
+              help="Target format.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE [stdout].")
+@click.pass_obj
+def export(host, profile_ref, only, service, user, cache_dirs, fmt, output):
+    """Render a profile for sysctl.d, limits.d, systemd, tuned, Ansible or FreeBSD.
+
+    \b
+    Fleet use:  proxytune tune export --format ansible -o proxytune.yml
+                ansible-playbook -i hosts proxytune.yml
+    """
+    prof = profile_mod.load(profile_ref)
+    from tune import params as params_mod
+    values, _ = params_mod.resolve(host, cli_params(service, user, cache_dirs), prof.params)
+    settings, _ = profile_mod.expand(prof, values, host)
+    text = export_mod.export(fmt, plan_mod.select(settings, only), profile_ref, prof.os)
+    if output:
+        output.write_text(text)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+# ---------------------------------------------------------------- profiles
+
+@main.group()
+def profiles():
+    """List and show the shipped profiles."""
+
+
+@profiles.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def profiles_list(as_json):
+    """Shipped profiles with their description."""
+    rows = []
+    for name in profile_mod.available():
+        p = profile_mod.load(name)
+        rows.append({"name": name, "os": p.os, "settings": len(p.raw), "description": p.description})
+    if as_json:
+        emit_json(rows)
+        return
+    for r in rows:
+        click.echo(f"{r['name']:<20} {r['os']:<8} {r['settings']:>2} settings  {r['description']}")
+
+
+@profiles.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+def profiles_show(name, as_json):
+    """Every setting of a profile (with includes resolved): mode, value, reason, source."""
+    p = profile_mod.load(name)
+    rows = [{"setting": f"{r.backend}:{r.key}", "mode": r.mode, "wanted": r.wanted, "reason": r.reason,
+             "source": r.source} for r in p.raw]
+    if as_json:
+        emit_json({"name": name, "os": p.os, "description": p.description, "params": p.params, "settings": rows})
+        return
+    click.echo(f"{name} ({p.os}): {p.description}\nfile: {p.path}")
+    for r in p.raw:
+        from tune.modes import describe
+        click.echo(f"  {r.backend}:{r.key}  {describe(r.mode, r.wanted)}\n      {r.reason}  [{r.source}]")
+
+
+# ---------------------------------------------------------------- report
+
+@main.command()
+@click.option("--output", "-o", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("proxytune-report"), show_default=True, help="Directory for report.{html,md,json}.")
+@click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, metavar="NAME|PATH")
+@click.pass_obj
+def report(host, out_dir, profile_ref):
+    """Audit this host and write the report (HTML, Markdown, JSON).
+
+    The main job: the host audit against the profile, with the running
+    proxy's limits and cache-directory mounts. Benchmark sections join as
+    those capabilities land.
+    """
+    from reports import build
+    paths = build.write_report(host, profile_ref, out_dir)
+    for p in paths:
+        click.echo(f"wrote {p}")
+
+
+if __name__ == "__main__":
+    main(prog_name="proxytune")

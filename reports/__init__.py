@@ -1,0 +1,1 @@
+"""Result JSON (one schema for audits, benchmarks and probes) -> Markdown / HTML."""

@@ -1,0 +1,1 @@
+"""Profiles -> plan -> apply -> verify -> rollback, and exporters, for proxy hosts."""

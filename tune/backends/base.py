@@ -1,0 +1,61 @@
+"""The contract every backend fulfils: one kind of knob on one OS.
+
+Adding a knob kind means adding one module with one Backend subclass and
+registering it in backends/__init__.py; plan, apply, journal and rollback
+do not change. (The shape follows tuned's plugins: read, write, verify and
+undo per knob, assignment modifiers kept elsewhere, in tune/modes.py.)
+"""
+
+from pathlib import Path
+
+from ..host import Host
+from ..model import Change, Setting
+from ..values import Value, parse, render
+
+
+class Backend:
+    kind = ""           # the part before the first ':' of a setting address
+    os = "linux"
+    runtime = True      # False: the knob lives only in a config file
+    modes = ("value", "at_least", "at_most", "covers")
+
+    def __init__(self, host: Host):
+        self.host = host
+
+    # -- validation (profile load time; raise ValueError with the problem)
+    def validate(self, setting: Setting) -> None:
+        if setting.mode not in self.modes:
+            raise ValueError(f"{self.kind} settings take {' or '.join(self.modes)}, not {setting.mode}")
+
+    # -- the live value
+    def read(self, key: str) -> Value | None:
+        """Current value; None when unset; raise NotApplicable when the knob is absent."""
+        raise NotImplementedError(f"{type(self).__name__}.read")
+
+    def write(self, key: str, value: Value) -> None:
+        raise NotImplementedError(f"{type(self).__name__}.write")
+
+    def snapshot(self, key: str):
+        """JSON-able old state, precise enough for restore() to put back exactly."""
+        current = self.read(key)
+        return None if current is None else render(current)
+
+    def restore(self, key: str, snap) -> None:
+        self.write(key, parse(snap))
+
+    def obstacle(self, change: Change) -> str | None:
+        """Why applying this change will fail here, if we can tell in advance."""
+        return None
+
+    # -- files: persistence for runtime knobs, the knob itself for file-only ones
+    def file_edits(self, changes: list[Change]) -> list[tuple[Path, str]]:
+        """New contents for the files that make these changes permanent."""
+        return []
+
+    def persist_notes(self, changes: list[Change]) -> list[str]:
+        """What --persist cannot make permanent for these changes, said out loud."""
+        return []
+
+    def after_files(self) -> list[str]:
+        """Notes after the files changed (commands run, restarts needed)."""
+        return []

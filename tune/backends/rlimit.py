@@ -1,0 +1,94 @@
+"""Resource limits of running processes (`rlimit:SERVICE:nofile`).
+
+Reads and sets limits of every process named SERVICE with prlimit(2)
+(Python's resource.prlimit): a running proxy gets its higher fd limit now,
+without a restart. The value reported is the lowest soft limit among those
+processes, since the soft limit is what accept() and open() run into.
+Raising a hard limit needs CAP_SYS_RESOURCE; the plan says so up front.
+"""
+
+import resource
+
+from ..errors import BackendError, NotApplicable
+from ..procs import CAP_SYS_RESOURCE, RLIMITS, has_capability, pids_of
+from .base import Backend
+
+UNLIMITED = resource.RLIM_INFINITY
+
+
+def split_key(key: str) -> tuple[str, str]:
+    service, _, name = key.rpartition(":")
+    return service, name
+
+
+class RlimitBackend(Backend):
+    kind = "rlimit"
+    modes = ("at_least",)
+
+    def validate(self, setting):
+        super().validate(setting)
+        service, name = split_key(setting.key)
+        if not service:
+            raise ValueError("expected SERVICE:LIMIT, e.g. squid:nofile")
+        if name not in RLIMITS:
+            raise ValueError(f"unknown limit {name!r}; known: {', '.join(RLIMITS)}")
+        check_limit_value(setting.wanted)
+
+    def _limits(self, key):
+        service, name = split_key(key)
+        pids = pids_of(service)
+        if not pids:
+            raise NotApplicable(f"no running {service} process")
+        out = {}
+        for pid in pids:
+            try:
+                out[pid] = resource.prlimit(pid, RLIMITS[name])
+            except ProcessLookupError:
+                continue
+            except PermissionError:
+                raise BackendError(f"cannot read limits of pid {pid}: permission denied", "run as root")
+        if not out:
+            raise NotApplicable(f"no running {service} process")
+        return out
+
+    def read(self, key):
+        return min(soft for soft, _ in self._limits(key).values())
+
+    def snapshot(self, key):
+        return {str(pid): list(lim) for pid, lim in self._limits(key).items()}
+
+    def write(self, key, value):
+        _, name = split_key(key)
+        for pid, (soft, hard) in self._limits(key).items():
+            self._set(pid, name, (max(soft, value), max(hard, value)))
+
+    def restore(self, key, snap):
+        _, name = split_key(key)
+        for pid, lim in snap.items():
+            try:
+                self._set(int(pid), name, tuple(lim))
+            except ProcessLookupError:
+                continue   # the process is gone; nothing left to restore
+
+    def _set(self, pid, name, limits):
+        try:
+            resource.prlimit(pid, RLIMITS[name], limits)
+        except PermissionError:
+            raise BackendError(f"prlimit pid {pid} {name}={limits[0]}:{limits[1]}: permission denied",
+                               "raising a hard limit needs CAP_SYS_RESOURCE")
+        except ValueError as e:
+            raise BackendError(f"prlimit pid {pid} {name}={limits[0]}:{limits[1]}: {e}",
+                               "the limit may exceed fs.nr_open")
+
+    def obstacle(self, change):
+        hard = min(h for _, h in self._limits(change.setting.key).values())
+        if change.target > hard and hard != UNLIMITED and not has_capability(CAP_SYS_RESOURCE):
+            return f"raising the hard limit above {hard} needs CAP_SYS_RESOURCE, which this process lacks"
+        return None
+
+
+def check_limit_value(value):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected an integer, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{value} is out of range (must be at least 1)")

@@ -1,0 +1,32 @@
+"""Errors a user can act on: one line, an optional hint, exit code 2.
+
+Everything the CLI catches is a ProxytuneError; anything else is a bug and
+keeps its traceback.
+"""
+
+
+class ProxytuneError(Exception):
+    """A user-facing error: `message` is one line, `hint` says what to do."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class ProfileError(ProxytuneError):
+    """A malformed profile, located as `file:line: key: problem`."""
+
+    def __init__(self, path, line: int | None, key: str | None, problem: str):
+        where = f"{path}:{line}" if line else str(path)
+        what = f"{key}: {problem}" if key else problem
+        super().__init__(f"{where}: {what}", "fix the profile; nothing was changed")
+        self.path, self.line, self.key, self.problem = path, line, key, problem
+
+
+class NotApplicable(Exception):
+    """The knob does not exist here (other kernel, network namespace, no process)."""
+
+
+class BackendError(ProxytuneError):
+    """Reading or writing a knob failed on this host."""

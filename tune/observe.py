@@ -1,0 +1,88 @@
+"""What the running proxy itself shows: its real fd limit and use, its
+listen backlogs, and the atime mode of its cache directories.
+
+A profile says what the host should be; this says what the proxy actually
+got (a service started before a limit was raised keeps its old limit).
+"""
+
+import re
+import subprocess
+from pathlib import Path
+
+from .backends.mount import atime_mode, mount_of
+from .errors import NotApplicable
+from .procs import fd_count, pids_of
+
+FD_USE_WARN = 0.8          # fds open / soft limit above this: fd-exhaustion is near
+LOW_NOFILE = 4096          # a busy proxy needs more than Debian's soft default of 1024
+
+
+def proc_limits(pid: int) -> tuple[int | str, int | str] | None:
+    try:
+        text = Path(f"/proc/{pid}/limits").read_text()
+    except OSError:
+        return None
+    m = re.search(r"^Max open files\s+(\S+)\s+(\S+)", text, re.M)
+    conv = lambda v: v if v == "unlimited" else int(v)
+    return (conv(m.group(1)), conv(m.group(2))) if m else None
+
+
+def listeners() -> list[dict]:
+    """Listening TCP sockets with their owning pids (ss -ltnpH)."""
+    try:
+        out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=10).stdout
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return []
+    rows = []
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) < 5:
+            continue
+        pids = [int(p) for p in re.findall(r"pid=(\d+)", line)]
+        rows.append({"local": f[3], "queued": int(f[1]), "backlog": int(f[2]), "pids": pids})
+    return rows
+
+
+def observe(service: str, cache_dirs: list[str], somaxconn: int | None) -> dict:
+    """Observations with a status each: ok or warn (warn makes `tune check` exit 1)."""
+    pids = pids_of(service)
+    procs, sockets, dirs = [], [], []
+    for pid in pids:
+        lim = proc_limits(pid)
+        fds = fd_count(pid)
+        if lim is None:
+            continue
+        soft = lim[0]
+        use = fds / soft if isinstance(soft, int) and fds is not None else 0.0
+        status, note = "ok", ""
+        if use >= FD_USE_WARN:
+            status, note = "warn", f"{fds} of {soft} fds in use: close to fd exhaustion"
+        elif isinstance(soft, int) and soft < LOW_NOFILE:
+            status, note = "warn", f"soft nofile limit {soft} is low for a busy proxy"
+        procs.append({"pid": pid, "nofile_soft": soft, "nofile_hard": lim[1], "fds_open": fds,
+                      "status": status, "note": note})
+    for sock in listeners():
+        if set(sock["pids"]) & set(pids):
+            status, note = "ok", ""
+            if sock["queued"] >= sock["backlog"] > 0:
+                status, note = "warn", "accept queue full right now"
+            elif somaxconn and sock["backlog"] >= somaxconn:
+                note = f"backlog capped by net.core.somaxconn ({somaxconn})"
+            sockets.append({**sock, "status": status, "note": note})
+    for d in cache_dirs:
+        try:
+            mp, opts = mount_of(d)
+        except (NotApplicable, OSError):
+            dirs.append({"path": d, "status": "warn", "note": "not found"})
+            continue
+        mode = atime_mode(opts)
+        dirs.append({"path": d, "mountpoint": mp, "atime": mode, "options": ",".join(opts),
+                     "status": "ok" if mode == "noatime" else "warn",
+                     "note": "" if mode == "noatime" else f"{mode}: every cache hit may write atime"})
+    return {"service": service, "running": bool(pids), "processes": procs,
+            "listeners": sockets, "cache_dirs": dirs}
+
+
+def warnings(obs: dict) -> int:
+    return sum(1 for group in ("processes", "listeners", "cache_dirs")
+               for item in obs[group] if item["status"] == "warn")

@@ -1,0 +1,74 @@
+"""Profile parameters: the proxy service, its user and its cache directories.
+
+Precedence: the command line, then the profile's [params], then what this
+host shows (a running proxy, an installed unit, the proxy's own config),
+then a default. Every value says where it came from, so the audit can show it.
+"""
+
+import glob
+import pwd
+import re
+
+from .files import read_text
+from .host import Host
+from .procs import KNOWN_PROXIES, pids_of
+
+DEFAULT_USERS = {"squid": "proxy", "nginx": "www-data", "haproxy": "haproxy",
+                 "varnishd": "varnish", "traffic_server": "trafficserver"}
+PARAMS = {"service": str, "user": str, "cache_dirs": list}
+
+
+def resolve(host: Host, cli: dict, profile: dict) -> tuple[dict, dict]:
+    """(values, sources) for every parameter."""
+    values, sources = {}, {}
+
+    def pick(name, detect):
+        if cli.get(name):
+            values[name], sources[name] = cli[name], "command line"
+        elif profile.get(name):
+            values[name], sources[name] = profile[name], "profile"
+        else:
+            values[name], sources[name] = detect()
+
+    pick("service", lambda: detect_service(host))
+    pick("user", lambda: detect_user(values["service"]))
+    pick("cache_dirs", lambda: detect_cache_dirs(host, values["service"]))
+    values["cache_dirs"] = list(values["cache_dirs"])
+    return values, sources
+
+
+def detect_service(host: Host) -> tuple[str, str]:
+    for name in KNOWN_PROXIES:
+        if host.live and pids_of(name):
+            return name, "running process"
+    for name in KNOWN_PROXIES:
+        for d in ("/lib/systemd/system", "/usr/lib/systemd/system", "/etc/systemd/system"):
+            if host.path(f"{d}/{name}.service").exists():
+                return name, "installed unit"
+    return "squid", "default"
+
+
+def detect_user(service: str) -> tuple[str, str]:
+    for pid in pids_of(service):
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                uid = int(next(l for l in fh if l.startswith("Uid:")).split()[1])
+            if uid != 0:
+                return pwd.getpwuid(uid).pw_name, "running process"
+        except (OSError, StopIteration, KeyError):
+            continue
+    return DEFAULT_USERS.get(service, service), "default"
+
+
+def detect_cache_dirs(host: Host, service: str) -> tuple[list[str], str]:
+    if service == "squid":
+        text = "".join(read_text(host.path(p)) or "" for p in ("/etc/squid/squid.conf", "/usr/local/etc/squid/squid.conf"))
+        dirs = re.findall(r"^\s*cache_dir\s+\S+\s+(\S+)", text, re.M)
+        return dirs, "/etc/squid/squid.conf" if dirs else "none configured"
+    if service == "nginx":
+        dirs = []
+        for pattern in ("/etc/nginx/nginx.conf", "/etc/nginx/conf.d/*.conf", "/etc/nginx/sites-enabled/*"):
+            for f in sorted(glob.glob(str(host.path(pattern)))):
+                dirs += re.findall(r"^\s*proxy_cache_path\s+([^\s;]+)", read_text(f) or "", re.M)
+        return dirs, "nginx config" if dirs else "none configured"
+    return [], "not detected for this service"

@@ -1,0 +1,55 @@
+"""plan(host): read every selected setting and decide what apply would do.
+
+Pure reading: nothing here changes the host, so `tune check` and
+`tune plan` are always safe to run.
+"""
+
+from fnmatch import fnmatchcase
+
+from . import backends, modes, params as params_mod, profile as profile_mod
+from .errors import BackendError, NotApplicable, ProxytuneError
+from .host import Host
+from .model import DRIFT, ERROR, MET, NOT_APPLICABLE, Change, Plan, Setting
+
+
+def select(settings: list[Setting], only: tuple[str, ...]) -> list[Setting]:
+    if not only:
+        return settings
+    chosen = [s for s in settings if any(fnmatchcase(s.address, g) for g in only)]
+    if not chosen:
+        raise ProxytuneError(f"--only {' '.join(only)} matches no setting of this profile",
+                             "see `proxytune profiles show NAME` for the addresses")
+    return chosen
+
+
+def build(ref: str, host: Host, cli_params: dict, only: tuple[str, ...] = ()) -> Plan:
+    """Load the profile, fill in parameters, read the host, decide each change."""
+    prof = profile_mod.load(ref)
+    values, sources = params_mod.resolve(host, cli_params, prof.params)
+    settings, notes = profile_mod.expand(prof, values, host)
+    plan = Plan(profile=ref, os=prof.os, params={"values": values, "sources": sources}, notes=notes)
+    if prof.os != host.os:
+        plan.notes.append(f"profile is for {prof.os}, this host runs {host.os}: "
+                          "check and apply will not find its knobs here; use `tune export`")
+    for s in select(settings, only):
+        plan.changes.append(evaluate(s, prof.os, host))
+    return plan
+
+
+def evaluate(s: Setting, os_name: str, host: Host) -> Change:
+    backend = backends.get(os_name, s.backend, host)
+    try:
+        current = backend.read(s.key)
+    except NotApplicable as e:
+        return Change(s, status=NOT_APPLICABLE, note=str(e))
+    except (BackendError, OSError) as e:
+        return Change(s, status=ERROR, note=getattr(e, "message", str(e)))
+    try:
+        ok = current is not None and modes.satisfied(s.mode, current, s.wanted)
+        target = None if ok else modes.target(s.mode, current, s.wanted)
+    except ValueError as e:
+        return Change(s, current=current, status=ERROR, note=str(e))
+    change = Change(s, current=current, target=target, status=MET if ok else DRIFT)
+    if change.needed:
+        change.note = backend.obstacle(change) or ""
+    return change

@@ -1,0 +1,230 @@
+"""Profiles: TOML files in profiles/, loaded, included, validated, expanded.
+
+A profile looks like
+
+    [profile]
+    description = "A busy proxy host"
+    os = "linux"
+    include = ["linux/base"]          # optional; later files override
+
+    [params]                          # optional; the command line overrides
+    service = "squid"
+
+    [sysctl."net.core.somaxconn"]
+    at_least = 4096                   # or value / at_most / covers
+    reason = "accept queue for bursts of new connections"
+    source = "Documentation/networking/ip-sysctl.rst"
+
+Keys may use {service}, {user} and {cache_dir} (one setting per cache
+directory). Every problem is reported as `file:line: key: problem`, before
+anything on the host is looked at or changed.
+"""
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import backends, tomlpos
+from .errors import ProfileError
+from .model import Setting
+from .modes import MODES
+from .params import PARAMS
+from .values import parse
+
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
+PROFILE_KEYS = {"description": str, "os": str, "include": list}
+SETTING_TEXT = ("reason", "source")
+PLACEHOLDERS = ("{service}", "{user}", "{cache_dir}")
+
+
+@dataclass
+class RawSetting:
+    """A setting as written, before parameters are filled in."""
+    backend: str
+    key: str
+    mode: str
+    wanted: object
+    reason: str
+    source: str
+    path: Path
+    line: int | None
+
+
+@dataclass
+class Profile:
+    name: str
+    path: Path
+    os: str
+    description: str
+    params: dict
+    raw: list[RawSetting] = field(default_factory=list)
+
+
+def available() -> list[str]:
+    return sorted(str(p.relative_to(PROFILES_DIR).with_suffix("")) for p in PROFILES_DIR.rglob("*.toml"))
+
+
+def locate(ref: str, relative_to: Path | None = None) -> Path:
+    """A shipped profile name (linux/proxy) or a path to a TOML file."""
+    candidates = []
+    if ref.endswith(".toml") or "/" in ref and Path(ref).exists():
+        candidates.append(Path(ref) if relative_to is None or Path(ref).is_absolute()
+                          else relative_to / ref)
+        candidates.append(Path(ref))
+    candidates.append(PROFILES_DIR / f"{ref}.toml")
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
+    raise ProfileError(ref, None, None, f"no such profile (shipped: {', '.join(available())})")
+
+
+def load(ref: str, _stack: tuple = ()) -> Profile:
+    path = locate(ref, _stack[-1].parent if _stack else None)
+    if path in _stack:
+        chain = " -> ".join(p.name for p in _stack + (path,))
+        raise ProfileError(_stack[-1], None, "include", f"include loop: {chain}")
+    try:
+        text = path.read_text()
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        line = getattr(e, "lineno", None) or _line_from_message(str(e))
+        raise ProfileError(path, line, None, f"TOML syntax error: {str(e).split(' (at')[0]}")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProfileError(path, None, None, f"cannot read: {e}")
+    where = tomlpos.index(text)
+
+    def fail(keypath: tuple, problem: str, label: str | None = None):
+        raise ProfileError(path, tomlpos.line_of(where, keypath), label or ".".join(keypath), problem)
+
+    head = doc.get("profile")
+    if not isinstance(head, dict):
+        fail(("profile",), "missing [profile] table (with os = \"linux\" or \"freebsd\")")
+    for k, v in head.items():
+        if k not in PROFILE_KEYS:
+            fail(("profile", k), f"unknown key (known: {', '.join(PROFILE_KEYS)})")
+        if not isinstance(v, PROFILE_KEYS[k]):
+            fail(("profile", k), f"expected {PROFILE_KEYS[k].__name__}, got {type(v).__name__}")
+    os_name = head.get("os")
+    if os_name not in backends.OSES:
+        fail(("profile", "os"), f"os must be one of {', '.join(backends.OSES)}, got {os_name!r}")
+
+    params = doc.get("params", {})
+    if not isinstance(params, dict):
+        fail(("params",), "expected a table")
+    for k, v in params.items():
+        if k not in PARAMS:
+            fail(("params", k), f"unknown parameter (known: {', '.join(PARAMS)})")
+        if not isinstance(v, PARAMS[k]):
+            fail(("params", k), f"expected {PARAMS[k].__name__}, got {type(v).__name__}")
+
+    merged_params: dict = {}
+    settings: dict[str, RawSetting] = {}
+    for inc in head.get("include", []):
+        if not isinstance(inc, str):
+            fail(("profile", "include"), "include takes a list of profile names")
+        parent = load(inc, _stack + (path,))
+        if parent.os != os_name:
+            fail(("profile", "include"), f"includes {inc} for {parent.os}, but this profile is for {os_name}")
+        merged_params.update(parent.params)
+        settings.update({f"{r.backend}:{r.key}": r for r in parent.raw})
+    merged_params.update(params)
+
+    kinds = backends.kinds(os_name)
+    for kind, table in doc.items():
+        if kind in ("profile", "params"):
+            continue
+        if kind not in kinds:
+            fail((kind,), f"unknown backend for {os_name} (known: {', '.join(kinds)})")
+        if not isinstance(table, dict):
+            fail((kind,), "expected a table of settings")
+        for key, spec in table.items():
+            address = f"{kind}:{key}"
+            if not isinstance(spec, dict):
+                fail((kind, key), "expected a table with a mode, reason and source", address)
+            raw = _raw_setting(kind, key, spec, path, where, fail)
+            settings[address] = raw
+    return Profile(name=ref, path=path, os=os_name, description=head.get("description", ""),
+                   params=merged_params, raw=list(settings.values()))
+
+
+def _raw_setting(kind, key, spec, path, where, fail) -> RawSetting:
+    address = f"{kind}:{key}"
+    given = [m for m in MODES if m in spec]
+    for k in spec:
+        if k not in MODES and k not in SETTING_TEXT:
+            fail((kind, key, k), f"unknown field {k!r} (known: {', '.join(MODES + SETTING_TEXT)})", address)
+    if len(given) != 1:
+        fail((kind, key), f"needs exactly one of {', '.join(MODES)}, got {len(given)}", address)
+    for k in SETTING_TEXT:
+        if not isinstance(spec.get(k), str) or not spec[k].strip():
+            fail((kind, key, k) if k in spec else (kind, key), f"needs a non-empty text field {k!r}", address)
+    mode = given[0]
+    try:
+        wanted = parse(spec[mode])
+    except ValueError as e:
+        fail((kind, key, mode), str(e), address)
+    if mode == "covers" and not (isinstance(wanted, tuple) and len(wanted) == 2):
+        fail((kind, key, mode), "covers takes a range of two numbers", address)
+    for ph in ("{", "}"):
+        stripped = key
+        for known in PLACEHOLDERS:
+            stripped = stripped.replace(known, "")
+        if ph in stripped:
+            fail((kind, key), f"unknown placeholder (known: {', '.join(PLACEHOLDERS)})", address)
+    return RawSetting(kind, key, mode, wanted, spec["reason"], spec["source"], path,
+                      tomlpos.line_of(where, (kind, key, mode)))
+
+
+def _line_from_message(msg: str) -> int | None:
+    import re
+    m = re.search(r"line (\d+)", msg)
+    return int(m.group(1)) if m else None
+
+
+def expand(profile: Profile, params: dict, host) -> tuple[list[Setting], list[str]]:
+    """Fill in parameters and validate every setting against its backend."""
+    out, notes = [], []
+    for raw in profile.raw:
+        keys = [raw.key]
+        if "{cache_dir}" in raw.key:
+            keys = [raw.key.replace("{cache_dir}", d) for d in params["cache_dirs"]]
+            if not keys:
+                notes.append(f"{raw.backend}:{raw.key} skipped: no cache directories "
+                             f"(none found for {params['service']}; pass --cache-dir)")
+        for key in keys:
+            key = key.replace("{service}", params["service"]).replace("{user}", params["user"])
+            s = Setting(raw.backend, key, raw.mode, raw.wanted, raw.reason, raw.source,
+                        str(raw.path), raw.line)
+            try:
+                backends.get(profile.os, raw.backend, host).validate(s)
+            except ValueError as e:
+                raise ProfileError(raw.path, raw.line, s.address, str(e))
+            out.append(s)
+    _check_across(profile, out)
+    return out, notes
+
+
+def _check_across(profile: Profile, settings: list[Setting]) -> None:
+    """Rules that involve two settings or the host: fd limits vs fs.nr_open, port ranges."""
+    by_address = {s.address: s for s in settings}
+    if profile.os == "linux":
+        nr_open = by_address.get("sysctl:fs.nr_open")
+        ceiling = nr_open.wanted if nr_open else _host_nr_open()
+        for s in settings:
+            if s.key.endswith(("nofile", "LimitNOFILE")) and isinstance(s.wanted, int) and ceiling and s.wanted > ceiling:
+                raise ProfileError(s.file, s.line, s.address,
+                                   f"{s.wanted} exceeds fs.nr_open ({ceiling}); "
+                                   "the kernel refuses fd limits above it: raise sysctl fs.nr_open too")
+    if profile.os == "freebsd":
+        first = by_address.get("sysctl:net.inet.ip.portrange.first")
+        last = by_address.get("sysctl:net.inet.ip.portrange.last")
+        if first and last and first.wanted > last.wanted:
+            raise ProfileError(first.file, first.line, first.address,
+                               f"inverted port range: first {first.wanted} > last {last.wanted}")
+
+
+def _host_nr_open() -> int | None:
+    try:
+        return int(Path("/proc/sys/fs/nr_open").read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,104 @@
+"""Terminal rendering of plans, audits and apply/rollback outcomes (rich).
+
+The same data goes to --json untouched; this module only decides how a
+person sees it.
+"""
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .apply import Outcome, describe
+from .model import DRIFT, ERROR, MET, NOT_APPLICABLE, Plan
+from .values import render
+
+STYLE = {MET: "green", DRIFT: "yellow", NOT_APPLICABLE: "dim", ERROR: "red", "ok": "green", "warn": "yellow"}
+
+
+def console() -> Console:
+    """No emoji (':squid:' is a setting, not a squid), wide when piped."""
+    probe = Console()
+    return Console(highlight=False, emoji=False, width=None if probe.is_terminal else 160)
+
+
+def plan_table(plan: Plan, title: str, show_target: bool = False) -> Table:
+    t = Table(title=title, title_justify="left", show_lines=False, expand=False)
+    t.add_column("setting", overflow="fold")
+    t.add_column("current")
+    t.add_column("wanted")
+    if show_target:
+        t.add_column("will set")
+    t.add_column("status")
+    t.add_column("reason / note", overflow="fold", max_width=60)
+    for c in plan.changes:
+        row = [escape(c.setting.address), escape(c.current_text()), escape(c.setting.wanted_text)]
+        if show_target:
+            row.append(render(c.target) if c.needed else "")
+        status = f"[{STYLE[c.status]}]{c.status}[/]"
+        note = escape(c.note or c.setting.reason)
+        if c.status == DRIFT and c.note:
+            note = f"[red]{note}[/]"
+        row += [status, note]
+        t.add_row(*row)
+    return t
+
+
+def print_plan(plan: Plan, title: str, show_target: bool = False) -> None:
+    out = console()
+    out.print(plan_table(plan, title, show_target))
+    vals, srcs = plan.params["values"], plan.params["sources"]
+    out.print("[dim]parameters: " + "; ".join(
+        f"{k}={','.join(v) if isinstance(v, list) else v or '-'} ({srcs[k]})" for k, v in vals.items()) + "[/]")
+    for n in plan.notes:
+        out.print(f"[dim]note: {escape(n)}[/]")
+    s = {st: plan.count(st) for st in (MET, DRIFT, NOT_APPLICABLE, ERROR)}
+    out.print(f"{s[MET]} met, {s[DRIFT]} drift, {s[NOT_APPLICABLE]} not applicable, {s[ERROR]} error")
+
+
+def print_observations(obs: dict) -> None:
+    out = console()
+    if not obs["running"]:
+        out.print(f"[dim]no running {obs['service']} process to inspect[/]")
+    if obs["processes"]:
+        t = Table(title=f"running {obs['service']} processes", title_justify="left")
+        for col in ("pid", "nofile soft", "nofile hard", "fds open", "status", "note"):
+            t.add_column(col)
+        for p in obs["processes"]:
+            t.add_row(str(p["pid"]), str(p["nofile_soft"]), str(p["nofile_hard"]), str(p["fds_open"]),
+                      f"[{STYLE[p['status']]}]{p['status']}[/]", p["note"])
+        out.print(t)
+    if obs["listeners"]:
+        t = Table(title="listen sockets (ss -ltn)", title_justify="left")
+        for col in ("address", "queued", "backlog", "status", "note"):
+            t.add_column(col)
+        for s in obs["listeners"]:
+            t.add_row(s["local"], str(s["queued"]), str(s["backlog"]), f"[{STYLE[s['status']]}]{s['status']}[/]", s["note"])
+        out.print(t)
+    if obs["cache_dirs"]:
+        t = Table(title="cache directories", title_justify="left")
+        for col in ("path", "mount", "atime", "status", "note"):
+            t.add_column(col)
+        for d in obs["cache_dirs"]:
+            t.add_row(d["path"], d.get("mountpoint", "-"), d.get("atime", "-"),
+                      f"[{STYLE[d['status']]}]{d['status']}[/]", d["note"])
+        out.print(t)
+
+
+def print_steps(steps: list[dict], verb: str) -> None:
+    out = console()
+    for s in steps:
+        out.print(f"  {verb} {describe(s)}")
+
+
+def print_outcome(outcome: Outcome, verb: str) -> None:
+    out = console()
+    if outcome.entry is None:
+        for n in outcome.notes:
+            out.print(n)
+        return
+    out.print(f"{verb} {len(outcome.steps)} step(s); journal {outcome.entry['id']} ({outcome.entry['state']})")
+    print_steps(outcome.steps, "-")
+    for n in outcome.notes:
+        out.print(f"[dim]note: {n}[/]")
+    for f in outcome.failures:
+        out.print(f"[red]failed: {f}[/]")
