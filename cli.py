@@ -67,6 +67,8 @@ def profile_options(f):
                      metavar="NAME|PATH", help="A shipped profile (see `profiles list`) or a TOML file."),
         click.option("--only", multiple=True, metavar="GLOB",
                      help="Only settings whose backend:key matches, e.g. 'sysctl:net.*' (repeatable)."),
+        click.option("--skip", multiple=True, metavar="GLOB",
+                     help="Leave out settings whose backend:key matches (repeatable)."),
         click.option("--service", metavar="NAME", help="Proxy service/process name [auto-detected]."),
         click.option("--user", metavar="USER", help="User the proxy runs as [auto-detected]."),
         click.option("--cache-dir", "cache_dirs", multiple=True, metavar="DIR",
@@ -90,14 +92,14 @@ def tune():
 @profile_options
 @click.option("--json", "as_json", is_flag=True, help="Print the audit as result JSON.")
 @click.pass_obj
-def check(host, profile_ref, only, service, user, cache_dirs, as_json):
+def check(host, profile_ref, only, skip, service, user, cache_dirs, as_json):
     """Audit this host against a profile: current, wanted, status, reason.
 
     Also inspects the running proxy: its real fd limit and use, its listen
     backlogs, and the atime mode of its cache directories. Changes nothing.
     Exit 0 when everything is met, 1 on drift or warnings, 2 on error.
     """
-    plan = plan_mod.build(profile_ref, host, cli_params(service, user, cache_dirs), only)
+    plan = plan_mod.build(profile_ref, host, cli_params(service, user, cache_dirs), only, skip)
     obs = audit_observations(plan)
     code = max(plan.exit_code(), 1 if observe.warnings(obs) else 0)
     if as_json:
@@ -120,9 +122,9 @@ def audit_observations(plan) -> dict:
 @click.option("--persist", is_flag=True, help="Include the files that make the changes permanent.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as result JSON.")
 @click.pass_obj
-def plan_cmd(host, profile_ref, only, service, user, cache_dirs, persist, as_json):
+def plan_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist, as_json):
     """Show exactly what `tune apply` would do. Changes nothing."""
-    plan = plan_mod.build(profile_ref, host, cli_params(service, user, cache_dirs), only)
+    plan = plan_mod.build(profile_ref, host, cli_params(service, user, cache_dirs), only, skip)
     steps, notes = apply_mod.steps_for(plan, host, persist)
     if as_json:
         from reports.schema import envelope
@@ -143,7 +145,7 @@ def plan_cmd(host, profile_ref, only, service, user, cache_dirs, persist, as_jso
 @click.option("--yes", "-y", is_flag=True, help="Do not ask; needed when there is no terminal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as result JSON.")
 @click.pass_obj
-def apply_cmd(host, profile_ref, only, service, user, cache_dirs, persist, yes, as_json):
+def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist, yes, as_json):
     """Apply a profile: journal the old values, change, verify.
 
     Every old value is written to the journal before the first change, so
@@ -151,7 +153,11 @@ def apply_cmd(host, profile_ref, only, service, user, cache_dirs, persist, yes, 
     mid-apply undoes what was done. Running it twice changes nothing.
     """
     params = cli_params(service, user, cache_dirs)
-    plan = plan_mod.build(profile_ref, host, params, only)
+    plan = plan_mod.build(profile_ref, host, params, only, skip)
+    blocked = [c for c in plan.todo if c.note]
+    if blocked:
+        raise ProxytuneError(f"{blocked[0].setting.address} cannot be applied here: {blocked[0].note}",
+                             f"leave it out with --skip '{blocked[0].setting.address}'; nothing was changed")
     steps, _ = apply_mod.steps_for(plan, host, persist)
     if steps and not yes:
         if not sys.stdin.isatty():
@@ -161,7 +167,7 @@ def apply_cmd(host, profile_ref, only, service, user, cache_dirs, persist, yes, 
         render.print_steps(steps, "-")
         click.confirm(f"Apply these {len(steps)} step(s)?", abort=True)
     outcome = apply_mod.apply_plan(plan, host, persist)
-    after = plan_mod.build(profile_ref, host, params, only)
+    after = plan_mod.build(profile_ref, host, params, only, skip)
     if as_json:
         from reports.schema import envelope
         emit_json(envelope("apply", {"journal": outcome.entry and outcome.entry["id"], "steps": outcome.steps,
@@ -184,7 +190,7 @@ def rollback(host, entry_id, yes, as_json):
         if not sys.stdin.isatty():
             raise ProxytuneError("refusing to change the host without --yes (no terminal to ask)")
         click.echo(f"journal {entry['id']} ({entry['state']}, profile {entry['profile']}) will restore:")
-        render.print_steps(entry["steps"], "- undo")
+        render.print_steps(entry["steps"], "-", undo=True)
         click.confirm("Roll back?", abort=True)
     outcome = apply_mod.rollback(host, entry["id"])
     if as_json:
@@ -218,7 +224,7 @@ def history(host, as_json):
               help="Target format.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE [stdout].")
 @click.pass_obj
-def export(host, profile_ref, only, service, user, cache_dirs, fmt, output):
+def export(host, profile_ref, only, skip, service, user, cache_dirs, fmt, output):
     """Render a profile for sysctl.d, limits.d, systemd, tuned, Ansible or FreeBSD.
 
     \b
@@ -229,7 +235,7 @@ def export(host, profile_ref, only, service, user, cache_dirs, fmt, output):
     from tune import params as params_mod
     values, _ = params_mod.resolve(host, cli_params(service, user, cache_dirs), prof.params)
     settings, _ = profile_mod.expand(prof, values, host)
-    text = export_mod.export(fmt, plan_mod.select(settings, only), profile_ref, prof.os)
+    text = export_mod.export(fmt, plan_mod.select(settings, only, skip), profile_ref, prof.os)
     if output:
         output.write_text(text)
         click.echo(f"wrote {output}", err=True)

@@ -135,14 +135,19 @@ def _label(step) -> str:
     return step.get("address") or step["path"]
 
 
-def describe(step) -> str:
-    """One line for a step: what changes, from what, to what."""
+def describe(step, undo: bool = False) -> str:
+    """One line for a step: what changes, from what, to what (reversed for undo)."""
     if step["kind"] == "file":
-        verb = "create" if step["old"] is None else "rewrite"
-        return f"{verb} {step['path']}"
+        if undo:
+            return f"{'remove' if step['old'] is None else 'restore'} {step['path']}"
+        return f"{'create' if step['old'] is None else 'rewrite'} {step['path']}"
     old = step["old"]
-    old_text = render(old) if not isinstance(old, dict) else ", ".join(f"{k}={v}" for k, v in old.items())
-    return f"{step['address']}: {old_text} -> {render(tuple(step['new']) if isinstance(step['new'], list) else step['new'])}"
+    if isinstance(old, dict):
+        old_text = ", ".join(f"{k}={render(tuple(v)) if isinstance(v, list) else v}" for k, v in old.items())
+    else:
+        old_text = " ".join(str(old).split())
+    new_text = render(parse(step["new"]))
+    return f"{step['address']}: {new_text} -> {old_text}" if undo else f"{step['address']}: {old_text} -> {new_text}"
 
 
 def _fault_point(n: int) -> None:

@@ -12,17 +12,18 @@ from .host import Host
 from .model import DRIFT, ERROR, MET, NOT_APPLICABLE, Change, Plan, Setting
 
 
-def select(settings: list[Setting], only: tuple[str, ...]) -> list[Setting]:
-    if not only:
-        return settings
-    chosen = [s for s in settings if any(fnmatchcase(s.address, g) for g in only)]
+def select(settings: list[Setting], only: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> list[Setting]:
+    """Settings matching any --only glob (all when none) and no --skip glob."""
+    chosen = [s for s in settings if not only or any(fnmatchcase(s.address, g) for g in only)]
+    chosen = [s for s in chosen if not any(fnmatchcase(s.address, g) for g in skip)]
     if not chosen:
-        raise ProxytuneError(f"--only {' '.join(only)} matches no setting of this profile",
+        raise ProxytuneError(f"--only/--skip {' '.join(only + skip)} leave no setting of this profile",
                              "see `proxytune profiles show NAME` for the addresses")
     return chosen
 
 
-def build(ref: str, host: Host, cli_params: dict, only: tuple[str, ...] = ()) -> Plan:
+def build(ref: str, host: Host, cli_params: dict, only: tuple[str, ...] = (),
+          skip: tuple[str, ...] = ()) -> Plan:
     """Load the profile, fill in parameters, read the host, decide each change."""
     prof = profile_mod.load(ref)
     values, sources = params_mod.resolve(host, cli_params, prof.params)
@@ -31,7 +32,7 @@ def build(ref: str, host: Host, cli_params: dict, only: tuple[str, ...] = ()) ->
     if prof.os != host.os:
         plan.notes.append(f"profile is for {prof.os}, this host runs {host.os}: "
                           "check and apply will not find its knobs here; use `tune export`")
-    for s in select(settings, only):
+    for s in select(settings, only, skip):
         plan.changes.append(evaluate(s, prof.os, host))
     return plan
 

@@ -84,10 +84,10 @@ def print_observations(obs: dict) -> None:
         out.print(t)
 
 
-def print_steps(steps: list[dict], verb: str) -> None:
+def print_steps(steps: list[dict], verb: str, undo: bool = False) -> None:
     out = console()
-    for s in steps:
-        out.print(f"  {verb} {describe(s)}")
+    for s in (reversed(steps) if undo else steps):
+        out.print(f"  {verb} {escape(describe(s, undo))}")
 
 
 def print_outcome(outcome: Outcome, verb: str) -> None:
@@ -97,7 +97,7 @@ def print_outcome(outcome: Outcome, verb: str) -> None:
             out.print(n)
         return
     out.print(f"{verb} {len(outcome.steps)} step(s); journal {outcome.entry['id']} ({outcome.entry['state']})")
-    print_steps(outcome.steps, "-")
+    print_steps(outcome.steps, "-", undo=verb.startswith("rolled"))
     for n in outcome.notes:
         out.print(f"[dim]note: {n}[/]")
     for f in outcome.failures:
