@@ -13,7 +13,7 @@ def read_text(path: Path) -> str | None:
     """File content, or None when the file does not exist."""
     try:
         return Path(path).read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
 
 
@@ -41,8 +41,8 @@ def restore(path: Path, old: str | None) -> None:
         try:
             Path(path).unlink()
             _fsync_dir(Path(path).parent)
-        except FileNotFoundError:
-            pass
+        except (FileNotFoundError, NotADirectoryError):
+            pass        # already absent: there is nothing to take back
     else:
         atomic_write(path, old)
 

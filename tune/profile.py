@@ -65,13 +65,9 @@ def available() -> list[str]:
 
 
 def locate(ref: str, relative_to: Path | None = None) -> Path:
-    """A shipped profile name (linux/proxy) or a path to a TOML file."""
-    candidates = []
-    if ref.endswith(".toml") or "/" in ref and Path(ref).exists():
-        candidates.append(Path(ref) if relative_to is None or Path(ref).is_absolute()
-                          else relative_to / ref)
-        candidates.append(Path(ref))
-    candidates.append(PROFILES_DIR / f"{ref}.toml")
+    """A shipped profile name (linux/proxy) or a TOML file (relative to an including file)."""
+    candidates = [relative_to / ref] if relative_to is not None else []
+    candidates += [Path(ref), PROFILES_DIR / f"{ref}.toml"]
     for c in candidates:
         if c.is_file():
             return c.resolve()
@@ -80,21 +76,19 @@ def locate(ref: str, relative_to: Path | None = None) -> Path:
 
 def load(ref: str, _stack: tuple = ()) -> Profile:
     path = locate(ref, _stack[-1].parent if _stack else None)
-    if path in _stack:
-        chain = " -> ".join(p.name for p in _stack + (path,))
-        raise ProfileError(_stack[-1], None, "include", f"include loop: {chain}")
     try:
         text = path.read_text()
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        line = getattr(e, "lineno", None) or _line_from_message(str(e))
+        line = getattr(e, "lineno", None) or _line_from_message(str(e)) or 1
         raise ProfileError(path, line, None, f"TOML syntax error: {str(e).split(' (at')[0]}")
     except (OSError, UnicodeDecodeError) as e:
         raise ProfileError(path, None, None, f"cannot read: {e}")
     where = tomlpos.index(text)
 
     def fail(keypath: tuple, problem: str, label: str | None = None):
-        raise ProfileError(path, tomlpos.line_of(where, keypath), label or ".".join(keypath), problem)
+        line = tomlpos.line_of(where, keypath) or 1
+        raise ProfileError(path, line, label or ".".join(keypath), problem)
 
     head = doc.get("profile")
     if not isinstance(head, dict):
@@ -122,7 +116,14 @@ def load(ref: str, _stack: tuple = ()) -> Profile:
     for inc in head.get("include", []):
         if not isinstance(inc, str):
             fail(("profile", "include"), "include takes a list of profile names")
-        parent = load(inc, _stack + (path,))
+        try:
+            child = locate(inc, path.parent)
+        except ProfileError as e:
+            fail(("profile", "include"), f"{inc}: {e.problem}")
+        if child in _stack + (path,):
+            chain = " -> ".join(p.name for p in _stack + (path, child))
+            fail(("profile", "include"), f"include loop: {chain}")
+        parent = load(str(child), _stack + (path,))
         if parent.os != os_name:
             fail(("profile", "include"), f"includes {inc} for {parent.os}, but this profile is for {os_name}")
         merged_params.update(parent.params)

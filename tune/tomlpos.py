@@ -43,8 +43,13 @@ def index(text: str) -> dict[tuple, int]:
 
 
 def line_of(where: dict[tuple, int], path: tuple) -> int | None:
-    """Line of the deepest known prefix of `path`."""
-    for end in range(len(path), 0, -1):
+    """Line of `path`, else of the first thing inside it, else of its deepest known prefix."""
+    if path in where:
+        return where[path]
+    inside = [line for p, line in where.items() if p[:len(path)] == path]
+    if inside:
+        return min(inside)
+    for end in range(len(path) - 1, 0, -1):
         if path[:end] in where:
             return where[path[:end]]
     return None

@@ -1,4 +1,4 @@
-"""FreeBSD login classes (`login:CLASS:openfiles`) in /etc/login.conf.
+r"""FreeBSD login classes (`login:CLASS:openfiles`) in /etc/login.conf.
 
 login.conf is a termcap-style database: an entry `class:\` continues while
 lines end in a backslash, capabilities sit between colons. We set

@@ -1,0 +1,72 @@
+"""Shared fixtures: a sandboxed Host (temp root and journal), a CLI runner,
+and helpers for the sandboxes the tests make (network namespaces, loop mounts).
+Nothing here touches the real /etc or /var/lib/proxytune."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tune.host import Host  # noqa: E402
+
+IS_ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (network namespaces, loop devices, prlimit)")
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    """A temp root for /etc files and a temp journal, also for subprocesses via env."""
+    root = tmp_path / "root"
+    state = tmp_path / "state"
+    (root / "etc").mkdir(parents=True)
+    monkeypatch.setenv("PROXYTUNE_ROOT", str(root))
+    monkeypatch.setenv("PROXYTUNE_STATE_DIR", str(state))
+    return Host(root=root, state_dir=state)
+
+
+@pytest.fixture
+def cli():
+    from cli import main
+
+    def run(*args, input=None):
+        return CliRunner().invoke(main, list(args), input=input, catch_exceptions=False)
+    return run
+
+
+def proxytune(*args, env=None, netns=False, check=False, timeout=120):
+    """Run ./proxytune as a real process, optionally in a fresh network namespace."""
+    argv = [str(REPO / ".venv/bin/python"), str(REPO / "cli.py"), *args]
+    if netns:
+        argv = ["unshare", "-n", *argv]
+    return subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          timeout=timeout, check=check)
+
+
+def in_netns(script: str, env=None) -> subprocess.CompletedProcess:
+    """Run a bash script in a new network namespace (net.* sysctls are private there)."""
+    return subprocess.run(["unshare", "-n", "bash", "-euo", "pipefail", "-c", script], capture_output=True,
+                          text=True, env={**os.environ, "PT": f"{REPO}/.venv/bin/python {REPO}/cli.py", **(env or {})},
+                          timeout=300)
+
+
+@pytest.fixture
+def loop_ext4(tmp_path):
+    """A loop-mounted ext4 image mounted relatime; unmounted (and the loop freed) afterwards."""
+    if not IS_ROOT or not shutil.which("mkfs.ext4"):
+        pytest.skip("needs root and mkfs.ext4")
+    img, mnt = tmp_path / "cache.img", tmp_path / "mnt"
+    mnt.mkdir()
+    subprocess.run(["truncate", "-s", "32M", str(img)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], check=True)
+    subprocess.run(["mount", "-o", "loop,relatime", str(img), str(mnt)], check=True)
+    try:
+        yield img, mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
