@@ -2,7 +2,7 @@
 #   - the .venv with the test dependencies (through ./proxytune's bootstrap)
 #   - Debian packages the tests drive, when run as root (else: a message naming them)
 SHELL := /bin/bash
-DEBIAN_TEST_PACKAGES := ansible e2fsprogs iproute2 util-linux
+DEBIAN_TEST_PACKAGES := ansible e2fsprogs iproute2 procps util-linux
 PYTEST_ARGS ?=
 
 .PHONY: test deps venv clean

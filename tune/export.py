@@ -189,7 +189,7 @@ def freebsd(settings, profile):
     for key, value in pick("login").items():
         klass, _, cap = key.rpartition(":")
         login = set_cap(login, klass, cap, value)
-    out += ["", "# ---- /etc/login.conf (then: cap_mkdb /etc/login.conf)", login.rstrip()]
+    out += ["", "# ---- /etc/login.conf: merge into these class entries, then: cap_mkdb /etc/login.conf", login.rstrip()]
     mounts = [s.key.rpartition(":")[0] for s in settings if s.backend == "mount"]
     out += ["", "# ---- /etc/fstab: add noatime to the options of the mounts holding"]
     out += [f"#   {m}   (live now: mount -u -o noatime MOUNTPOINT)" for m in mounts] or ["#   (no cache directories)"]
