@@ -1,5 +1,7 @@
 """Result JSON -> Markdown (for pull requests, tickets, docs)."""
 
+from .tables import Table, audit_notes, audit_summary, audit_tables, host_table
+
 
 def _cell(v) -> str:
     if isinstance(v, list):
@@ -7,52 +9,19 @@ def _cell(v) -> str:
     return str("-" if v is None else v).replace("|", "\\|")
 
 
-def table(headers: list[str], rows: list[list]) -> str:
-    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
+def table(t: Table, level: str = "###") -> str:
+    out = [f"{level} {t.title}\n", "| " + " | ".join(t.headers) + " |", "|" + "---|" * len(t.headers)]
+    out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in t.rows]
     return "\n".join(out) + "\n"
-
-
-def host_table(host: dict) -> str:
-    rows = [[k, host[k]] for k in ("hostname", "os", "kernel", "cpu_model", "cores", "memory_kib", "virtualised")
-            if k in host]
-    rows += [[f"fs {f['path']}", f"{f.get('fstype')} on {f.get('mountpoint', '?')} ({f.get('options', '')})"]
-             for f in host.get("filesystems", [])]
-    return table(["host", "value"], rows)
-
-
-def audit_md(a: dict) -> str:
-    s = a["summary"]
-    out = [f"## Host audit: profile `{a['profile']}`\n",
-           f"{s['met']} met, {s['drift']} drift, {s['n/a']} not applicable, {s['error']} error.\n"]
-    out.append(table(["setting", "current", "wanted", "status", "reason"],
-                     [[r["setting"], r["current_text"], r["wanted_text"],
-                       r["status"], r["note"] or r["reason"]] for r in a["settings"]]))
-    for n in a.get("notes", []):
-        out.append(f"- note: {n}\n")
-    obs = a["observations"]
-    if obs["processes"]:
-        out.append(f"\n### Running {obs['service']} processes\n")
-        out.append(table(["pid", "nofile soft", "nofile hard", "fds open", "status", "note"],
-                         [[p["pid"], p["nofile_soft"], p["nofile_hard"], p["fds_open"], p["status"], p["note"]]
-                          for p in obs["processes"]]))
-    else:
-        out.append(f"\nNo running {obs['service']} process to inspect.\n")
-    if obs["listeners"]:
-        out.append("\n### Listen sockets\n")
-        out.append(table(["address", "queued", "backlog", "status", "note"],
-                         [[l["local"], l["queued"], l["backlog"], l["status"], l["note"]] for l in obs["listeners"]]))
-    if obs["cache_dirs"]:
-        out.append("\n### Cache directories\n")
-        out.append(table(["path", "mount", "atime", "status", "note"],
-                         [[d["path"], d.get("mountpoint"), d.get("atime"), d["status"], d["note"]]
-                          for d in obs["cache_dirs"]]))
-    return "\n".join(out)
 
 
 def render(doc: dict) -> str:
     d = doc["data"]
-    out = [f"# {d['title']}\n", f"Created {doc['created']}.\n", host_table(doc["host"])]
+    out = [f"# {d['title']}\n", f"Created {doc['created']}.\n", table(host_table(doc["host"]), "##")]
     if "audit" in d["sections"]:
-        out.append(audit_md(d["sections"]["audit"]))
+        a = d["sections"]["audit"]
+        tables = audit_tables(a)
+        out += [table(tables[0], "##"), audit_summary(a) + "\n"]
+        out += [f"- note: {n}" for n in audit_notes(a)] + [""]
+        out += [table(t) for t in tables[1:]]
     return "\n".join(out)

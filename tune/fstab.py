@@ -4,6 +4,8 @@ Linux and FreeBSD share the format (device, mount point, type, options, ...),
 so both mount backends use this.
 """
 
+from pathlib import Path
+
 ATIME_OPTIONS = ("noatime", "relatime", "strictatime", "atime", "norelatime")
 
 
@@ -56,3 +58,17 @@ def _field_start(line: str, n: int) -> int:
 def unescape(field: str) -> str:
     """fstab and mountinfo write spaces in paths as octal \\040."""
     return field.replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
+
+
+def persist_edits(host, flags: dict[str, str]) -> list[tuple[Path, str]]:
+    """File edits setting each mount point's atime flag in the host's fstab,
+    with a backup of the old fstab beside it; none when nothing changes."""
+    from .files import read_text
+    path = host.path("/etc/fstab")
+    text = read_text(path)
+    if text is None:
+        return []
+    new = text
+    for mountpoint, flag in flags.items():
+        new = set_atime(new, mountpoint, flag) or new
+    return [] if new == text else [(host.path("/etc/fstab.proxytune.bak"), text), (path, new)]

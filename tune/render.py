@@ -55,33 +55,34 @@ def print_plan(plan: Plan, title: str, show_target: bool = False) -> None:
     out.print(f"{s[MET]} met, {s[DRIFT]} drift, {s[NOT_APPLICABLE]} not applicable, {s[ERROR]} error")
 
 
+def _status_table(title: str, headers: list[str], rows: list[list], status_col: int) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in headers:
+        t.add_column(col)
+    for r in rows:
+        cells = [escape(str(c)) for c in r]
+        cells[status_col] = f"[{STYLE[r[status_col]]}]{r[status_col]}[/]"
+        t.add_row(*cells)
+    return t
+
+
 def print_observations(obs: dict) -> None:
     out = console()
     if not obs["running"]:
         out.print(f"[dim]no running {obs['service']} process to inspect[/]")
     if obs["processes"]:
-        t = Table(title=f"running {obs['service']} processes", title_justify="left")
-        for col in ("pid", "nofile soft", "nofile hard", "fds open", "status", "note"):
-            t.add_column(col)
-        for p in obs["processes"]:
-            t.add_row(str(p["pid"]), str(p["nofile_soft"]), str(p["nofile_hard"]), str(p["fds_open"]),
-                      f"[{STYLE[p['status']]}]{p['status']}[/]", p["note"])
-        out.print(t)
+        out.print(_status_table(f"running {obs['service']} processes",
+                                ["pid", "nofile soft", "nofile hard", "fds open", "status", "note"],
+                                [[p["pid"], p["nofile_soft"], p["nofile_hard"], p["fds_open"], p["status"], p["note"]]
+                                 for p in obs["processes"]], 4))
     if obs["listeners"]:
-        t = Table(title="listen sockets (ss -ltn)", title_justify="left")
-        for col in ("address", "queued", "backlog", "status", "note"):
-            t.add_column(col)
-        for s in obs["listeners"]:
-            t.add_row(s["local"], str(s["queued"]), str(s["backlog"]), f"[{STYLE[s['status']]}]{s['status']}[/]", s["note"])
-        out.print(t)
+        out.print(_status_table("listen sockets (ss -ltn)", ["address", "queued", "backlog", "status", "note"],
+                                [[s["local"], s["queued"], s["backlog"], s["status"], s["note"]]
+                                 for s in obs["listeners"]], 3))
     if obs["cache_dirs"]:
-        t = Table(title="cache directories", title_justify="left")
-        for col in ("path", "mount", "atime", "status", "note"):
-            t.add_column(col)
-        for d in obs["cache_dirs"]:
-            t.add_row(d["path"], d.get("mountpoint", "-"), d.get("atime", "-"),
-                      f"[{STYLE[d['status']]}]{d['status']}[/]", d["note"])
-        out.print(t)
+        out.print(_status_table("cache directories", ["path", "mount", "atime", "status", "note"],
+                                [[d["path"], d.get("mountpoint", "-"), d.get("atime", "-"), d["status"], d["note"]]
+                                 for d in obs["cache_dirs"]], 3))
 
 
 def print_steps(steps: list[dict], verb: str, undo: bool = False) -> None:

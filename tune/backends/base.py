@@ -6,14 +6,16 @@ do not change. (The shape follows tuned's plugins: read, write, verify and
 undo per knob, assignment modifiers kept elsewhere, in tune/modes.py.)
 """
 
+from abc import ABC, abstractmethod
 from pathlib import Path
 
+from ..errors import BackendError
 from ..host import Host
 from ..model import Change, Setting
 from ..values import Value, parse, render
 
 
-class Backend:
+class Backend(ABC):
     kind = ""           # the part before the first ':' of a setting address
     os = "linux"
     runtime = True      # False: the knob lives only in a config file
@@ -28,12 +30,13 @@ class Backend:
             raise ValueError(f"{self.kind} settings take {' or '.join(self.modes)}, not {setting.mode}")
 
     # -- the live value
+    @abstractmethod
     def read(self, key: str) -> Value | None:
         """Current value; None when unset; raise NotApplicable when the knob is absent."""
-        raise NotImplementedError(f"{type(self).__name__}.read")
 
     def write(self, key: str, value: Value) -> None:
-        raise NotImplementedError(f"{type(self).__name__}.write")
+        """Change the live value. File-only backends have none: their change is file_edits()."""
+        raise BackendError(f"{self.kind}:{key} has no live value; it changes through its config file")
 
     def snapshot(self, key: str):
         """JSON-able old state, precise enough for restore() to put back exactly."""
@@ -59,3 +62,16 @@ class Backend:
     def after_files(self) -> list[str]:
         """Notes after the files changed (commands run, restarts needed)."""
         return []
+
+
+def split_pair(key: str, form: str, known) -> tuple[str, str]:
+    """Validate and split an `OWNER:NAME` key (squid:nofile, squid:LimitNOFILE, daemon:openfiles).
+
+    `form` is how the key is written, e.g. "SERVICE:LIMIT, e.g. squid:nofile".
+    """
+    owner, _, name = key.rpartition(":")
+    if not owner or any(ch.isspace() for ch in owner):
+        raise ValueError(f"expected {form}")
+    if name not in known:
+        raise ValueError(f"unknown {form.split(':')[1].split(',')[0].lower()} {name!r}; known: {', '.join(known)}")
+    return owner, name

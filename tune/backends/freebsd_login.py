@@ -9,7 +9,7 @@ database with cap_mkdb, as login.conf(5) requires.
 import re
 
 from ..files import read_text
-from .base import Backend
+from .base import Backend, split_pair
 from .rlimit import check_limit_value
 
 FILE = "/etc/login.conf"
@@ -66,11 +66,7 @@ class FreeBSDLoginBackend(Backend):
 
     def validate(self, setting):
         super().validate(setting)
-        klass, _, cap = setting.key.rpartition(":")
-        if not klass:
-            raise ValueError("expected CLASS:CAPABILITY, e.g. default:openfiles")
-        if cap not in CAPS:
-            raise ValueError(f"unknown capability {cap!r}; known: {', '.join(CAPS)}")
+        split_pair(setting.key, "CLASS:CAPABILITY, e.g. daemon:openfiles", CAPS)
         check_limit_value(setting.wanted)
 
     def read(self, key):

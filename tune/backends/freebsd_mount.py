@@ -5,10 +5,9 @@ FreeBSD has no relatime: a mount either updates atime or has noatime.
 """
 
 from ..errors import NotApplicable
-from ..files import read_text
 from .. import fstab
 from .base import Backend
-from .mount import OPTIONS, split_key
+from .mount import check_setting, split_key
 
 
 class FreeBSDMountBackend(Backend):
@@ -18,13 +17,7 @@ class FreeBSDMountBackend(Backend):
 
     def validate(self, setting):
         super().validate(setting)
-        path, option = split_key(setting.key)
-        if not path.startswith("/"):
-            raise ValueError(f"expected an absolute path before ':{option}'")
-        if option not in OPTIONS:
-            raise ValueError(f"unknown mount option {option!r}; known: {', '.join(OPTIONS)}")
-        if not isinstance(setting.wanted, bool):
-            raise ValueError(f"expected true or false, got {setting.wanted!r}")
+        check_setting(setting)
 
     def _mount(self, key):
         path, _ = split_key(key)
@@ -56,12 +49,5 @@ class FreeBSDMountBackend(Backend):
         self.host.runner.run(["mount", "-u", "-o", snap["atime"], snap["mountpoint"]])
 
     def file_edits(self, changes):
-        path = self.host.path("/etc/fstab")
-        text = read_text(path)
-        if text is None:
-            return []
-        new = text
-        for c in changes:
-            mp, _ = self._mount(c.setting.key)
-            new = fstab.set_atime(new, mp, "noatime" if c.target else "atime") or new
-        return [] if new == text else [(self.host.path("/etc/fstab.proxytune.bak"), text), (path, new)]
+        flags = {self._mount(c.setting.key)[0]: "noatime" if c.target else "atime" for c in changes}
+        return fstab.persist_edits(self.host, flags)

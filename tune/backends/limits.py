@@ -9,7 +9,7 @@ import re
 
 from ..files import read_text
 from ..procs import RLIMITS
-from .base import Backend
+from .base import Backend, split_pair
 from .rlimit import check_limit_value
 
 PERSIST_FILE = "/etc/security/limits.d/90-proxytune.conf"
@@ -23,11 +23,7 @@ class LimitsBackend(Backend):
 
     def validate(self, setting):
         super().validate(setting)
-        domain, _, item = setting.key.rpartition(":")
-        if not domain or " " in domain:
-            raise ValueError("expected DOMAIN:ITEM, e.g. proxy:nofile")
-        if item not in RLIMITS:
-            raise ValueError(f"unknown limit {item!r}; known: {', '.join(RLIMITS)}")
+        split_pair(setting.key, "DOMAIN:LIMIT, e.g. proxy:nofile", RLIMITS)
         check_limit_value(setting.wanted)
 
     def _entries(self):

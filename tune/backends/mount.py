@@ -47,19 +47,24 @@ def atime_mode(options: list[str]) -> str:
     return "relatime" if "relatime" in options else "strictatime"
 
 
+def check_setting(setting) -> None:
+    """Validation shared by the Linux and FreeBSD mount backends."""
+    path, option = split_key(setting.key)
+    if not path.startswith("/"):
+        raise ValueError(f"expected an absolute path before ':{option}'")
+    if option not in OPTIONS:
+        raise ValueError(f"unknown mount option {option!r}; known: {', '.join(OPTIONS)}")
+    if not isinstance(setting.wanted, bool):
+        raise ValueError(f"expected true or false, got {setting.wanted!r}")
+
+
 class MountBackend(Backend):
     kind = "mount"
     modes = ("value",)
 
     def validate(self, setting):
         super().validate(setting)
-        path, option = split_key(setting.key)
-        if not path.startswith("/"):
-            raise ValueError(f"expected an absolute path before ':{option}'")
-        if option not in OPTIONS:
-            raise ValueError(f"unknown mount option {option!r}; known: {', '.join(OPTIONS)}")
-        if not isinstance(setting.wanted, bool):
-            raise ValueError(f"expected true or false, got {setting.wanted!r}")
+        check_setting(setting)
 
     def _mount(self, key):
         path, _ = split_key(key)
@@ -87,19 +92,8 @@ class MountBackend(Backend):
         self.host.runner.run(["mount", "-o", f"remount,{REMOUNT_WORDS[mode]}", mountpoint])
 
     def file_edits(self, changes):
-        path = self.host.path("/etc/fstab")
-        text = read_text(path)
-        if text is None:
-            return []
-        new = text
-        for c in changes:
-            mp, _ = self._mount(c.setting.key)
-            edited = fstab.set_atime(new, mp, "noatime" if c.target else "relatime")
-            if edited is not None:
-                new = edited
-        if new == text:
-            return []
-        return [(self.host.path("/etc/fstab.proxytune.bak"), text), (path, new)]
+        flags = {self._mount(c.setting.key)[0]: "noatime" if c.target else "relatime" for c in changes}
+        return fstab.persist_edits(self.host, flags)
 
     def persist_notes(self, changes):
         """Mount points with no fstab entry: runtime only, said out loud."""

@@ -11,7 +11,7 @@ import resource
 
 from ..errors import BackendError, NotApplicable
 from ..procs import CAP_SYS_RESOURCE, RLIMITS, has_capability, pids_of
-from .base import Backend
+from .base import Backend, split_pair
 
 UNLIMITED = resource.RLIM_INFINITY
 
@@ -27,11 +27,7 @@ class RlimitBackend(Backend):
 
     def validate(self, setting):
         super().validate(setting)
-        service, name = split_key(setting.key)
-        if not service:
-            raise ValueError("expected SERVICE:LIMIT, e.g. squid:nofile")
-        if name not in RLIMITS:
-            raise ValueError(f"unknown limit {name!r}; known: {', '.join(RLIMITS)}")
+        split_pair(setting.key, "SERVICE:LIMIT, e.g. squid:nofile", RLIMITS)
         check_limit_value(setting.wanted)
 
     def _limits(self, key):

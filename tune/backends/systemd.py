@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from ..files import read_text
-from .base import Backend
+from .base import Backend, split_pair
 
 DIRECTIVES = ("LimitNOFILE", "LimitNPROC", "LimitMEMLOCK", "LimitCORE")
 UNIT_DIRS = ("/lib/systemd/system", "/usr/lib/systemd/system", "/etc/systemd/system", "/run/systemd/system")
@@ -27,11 +27,9 @@ class SystemdBackend(Backend):
 
     def validate(self, setting):
         super().validate(setting)
-        unit, _, directive = setting.key.rpartition(":")
-        if not unit or not UNIT.match(unit):
-            raise ValueError("expected UNIT:DIRECTIVE, e.g. squid:LimitNOFILE")
-        if directive not in DIRECTIVES:
-            raise ValueError(f"unknown directive {directive!r}; known: {', '.join(DIRECTIVES)}")
+        unit, _ = split_pair(setting.key, "UNIT:DIRECTIVE, e.g. squid:LimitNOFILE", DIRECTIVES)
+        if not UNIT.match(unit):
+            raise ValueError(f"not a systemd unit name: {unit!r}")
         if isinstance(setting.wanted, bool) or not isinstance(setting.wanted, int) or setting.wanted < 1:
             raise ValueError(f"expected a positive integer, got {setting.wanted!r}")
 
