@@ -243,6 +243,75 @@ def export(host, profile_ref, only, skip, service, user, cache_dirs, fmt, output
         click.echo(text, nl=False)
 
 
+# ---------------------------------------------------------------- bench
+
+def save_result(doc: dict, output: Path | None, name: str) -> Path:
+    """Write result JSON (to --output, else proxytune-results/NAME-STAMP.json)."""
+    import time
+    path = output or Path("proxytune-results") / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path
+
+
+@main.group()
+def bench():
+    """Microbenchmarks that reproduce the classic proxy results on this kernel."""
+
+
+@bench.command("events")
+@click.option("--quick", is_flag=True, help="A small grid (about 15 s); the full sweep is what docs/BENCHMARKS.md quotes.")
+@click.option("--backend", "backends", multiple=True, metavar="NAME",
+              help="Only these mechanisms (select, poll, epoll, io_uring, io_uring-multishot, kqueue).")
+@click.option("--pin", type=int, metavar="CPU", help="Pin the harness to one CPU.")
+@click.option("--tcp", is_flag=True, help="TCP loopback connections instead of socketpairs.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
+def bench_events(quick, backends, pin, tcp, output, as_json):
+    """select / poll / epoll / io_uring / kqueue: cost per wait against idle descriptors.
+
+    \b
+    Sweeps N idle descriptors (1..10,000) with K ready (hot: the same K;
+    cold: rotating), then registration churn, events per call as load rises
+    (Mogul's batching), libevent's bench workload, and perf's epoll
+    benchmark as an outside reference. Each point: warm-up, >= 5 repetitions,
+    median and spread; points taken while the machine was busy are flagged.
+    """
+    from microbench import events, render as mrender
+    from reports.schema import envelope
+    doc = envelope("bench", events.run(quick=quick, backends=list(backends), pin=pin, tcp=tcp, quiet=as_json))
+    path = save_result(doc, output, "events")
+    if as_json:
+        emit_json(doc)
+    else:
+        mrender.events_table(doc["data"])
+        click.echo(f"result: {path}")
+
+
+@bench.command("fdscan")
+@click.option("--quick", is_flag=True, help="Three table sizes (a few seconds).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
+def bench_fdscan(quick, output, as_json):
+    """Mogul's comm_select study: five ways to build select()'s interest sets.
+
+    \b
+    1 fd table of Squid-like entries, the 3 fields on 3 cache lines
+    2 the 3 fields adjacent   3 a separate compact array of the 3 fields
+    4 long-lived bitmaps      5 bitmaps + word-at-a-time result scan
+    D1 misses per call from hardware counters, else cachegrind (D1 32K/8/64).
+    """
+    from microbench import fdscan, render as mrender
+    from reports.schema import envelope
+    doc = envelope("bench", fdscan.run(quick=quick, quiet=as_json))
+    path = save_result(doc, output, "fdscan")
+    if as_json:
+        emit_json(doc)
+    else:
+        mrender.fdscan_table(doc["data"])
+        click.echo(f"result: {path}")
+
+
 # ---------------------------------------------------------------- profiles
 
 @main.group()

@@ -1,0 +1,100 @@
+"""`bench fdscan`: Mogul's five comm_select variants, cost per call against N
+and D1 misses per call.
+
+D1 misses come from hardware counters when the machine has them (perf
+stat), otherwise from valgrind's cachegrind with an explicit geometry: left
+on auto it models the host's own, and a huge L3 hides nothing we care
+about, but the point is to fix D1 so results compare across hosts. Misses
+per call = (misses at 2C calls - misses at C calls) / C, so set-up is
+subtracted.
+"""
+
+import re
+import shutil
+import subprocess
+
+from . import stats
+from .build import build
+from .runner import progress, run_json
+
+VARIANTS = {1: "array of structs, fields on 3 cache lines", 2: "array of structs, fields adjacent",
+            3: "separate compact array of the 3 fields", 4: "long-lived bitmaps, copied per call",
+            5: "bitmaps + word-at-a-time result scan"}
+FULL = {"ns": [100, 300, 1000, 3000, 10000, 30000], "reps": 7, "miss_n": 10000}
+QUICK = {"ns": [100, 1000, 10000], "reps": 5, "miss_n": 10000}
+D1 = "32768,8,64"            # 32 KiB, 8-way, 64-byte lines: today's common L1D
+LL = "8388608,16,64"
+
+
+def calls_for(variant: int, n: int) -> int:
+    per_fd_ns = {1: 4.0, 2: 2.5, 3: 2.5, 4: 0.7, 5: 0.02}[variant]
+    return max(20, min(200000, int(2e7 / (per_fd_ns * n + 50))))
+
+
+def hardware_counters() -> str | None:
+    """None when perf can count L1D load misses here, else why not."""
+    if not shutil.which("perf"):
+        return "perf is not installed"
+    p = subprocess.run(["perf", "stat", "-x,", "-e", "L1-dcache-load-misses", "true"], capture_output=True, text=True)
+    if p.returncode != 0 or "not supported" in p.stderr or "<not counted>" in p.stderr:
+        return "perf cannot count L1-dcache-load-misses here (no hardware counters, e.g. in a VM)"
+    return None
+
+
+def _cachegrind_misses(exe, variant, n, calls) -> int:
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=yes", f"--D1={D1}", f"--LL={LL}",
+           "--cachegrind-out-file=/dev/null", str(exe), "--variant", str(variant), "--n", str(n),
+           "--calls", str(calls), "--reps", "1"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    m = re.search(r"D1\s+misses:\s+([\d,]+)", p.stderr)
+    if not m:
+        raise RuntimeError(f"cachegrind printed no D1 misses: {p.stderr[-200:]}")
+    return int(m.group(1).replace(",", ""))
+
+
+def _perf_misses(exe, variant, n, calls) -> int:
+    cmd = ["perf", "stat", "-x,", "-e", "L1-dcache-load-misses", str(exe), "--variant", str(variant),
+           "--n", str(n), "--calls", str(calls), "--reps", "1"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    return int(p.stderr.strip().splitlines()[-1].split(",")[0])
+
+
+def misses_per_call(exe, variant, n, source) -> float:
+    calls = 20
+    count = _perf_misses if source == "perf" else _cachegrind_misses
+    return (count(exe, variant, n, 2 * calls) - count(exe, variant, n, calls)) / calls
+
+
+def run(quick: bool = False, quiet: bool = False) -> dict:
+    plan = QUICK if quick else FULL
+    exe = build("fdscan")
+    hw = hardware_counters()
+    source = "perf" if hw is None else ("cachegrind" if shutil.which("valgrind") else None)
+    jobs = [("time", v, n) for v in VARIANTS for n in plan["ns"]] + [("misses", v, plan["miss_n"]) for v in VARIANTS]
+    result = {"bench": "fdscan", "quick": quick, "variants": {str(k): v for k, v in VARIANTS.items()},
+              "points": [], "misses": [],
+              "miss_source": source or "unavailable",
+              "miss_source_note": hw if hw else "hardware counters (perf stat)",
+              "cachegrind_geometry": {"D1": D1, "LL": LL} if source == "cachegrind" else None}
+    if source is None:
+        result["miss_source_note"] = f"{hw}; valgrind is not installed either (Debian: valgrind)"
+    with progress(quiet) as bar:
+        task = bar.add_task("bench fdscan", total=len(jobs))
+        for kind, v, n in jobs:
+            bar.update(task, description=f"fdscan {kind} variant {v} N={n}")
+            if kind == "time":
+                doc = run_json([exe, "--variant", v, "--n", n, "--calls", calls_for(v, n), "--reps", plan["reps"]])
+                result["points"].append({"variant": v, "n": n,
+                                         "ns_per_call": stats.summary([r["ns_per_call"] for r in doc["reps"]]),
+                                         "handlers_per_call": doc["reps"][0]["handlers_per_call"],
+                                         "command": doc["command"]})
+            elif source:
+                result["misses"].append({"variant": v, "n": n, "d1_misses_per_call": misses_per_call(exe, v, n, source)})
+            bar.advance(task)
+    m = {x["variant"]: x["d1_misses_per_call"] for x in result["misses"]}
+    if 1 in m and 3 in m and m[3] > 0:
+        result["miss_ratio_1_over_3"] = m[1] / m[3]
+    largest = max(plan["ns"])
+    at = {p["variant"]: p["ns_per_call"]["median"] for p in result["points"] if p["n"] == largest}
+    result["fastest_at_largest_n"] = min(at, key=at.get) if at else None
+    return result

@@ -1,0 +1,75 @@
+"""Terminal tables for bench results (rich); --json prints the data instead."""
+
+from rich.table import Table
+
+from tune.render import console
+
+
+def events_table(r: dict) -> None:
+    out = console()
+    unavailable = [b for b in r["backends"] if not b["available"]]
+    for b in unavailable:
+        out.print(f"[dim]{b['name']}: unavailable: {b['reason']}[/]")
+    idle = [p for p in r["idle"] if p["available"]]
+    for ready in ("hot", "cold"):
+        pts = [p for p in idle if p["ready"] == ready]
+        if not pts:
+            continue
+        ns = sorted({p["n"] for p in pts})
+        t = Table(title=f"ns per wait call, {ready} ({'same K ready each call' if ready == 'hot' else 'ready K rotate over N'}); "
+                        "median of reps", title_justify="left")
+        t.add_column("backend")
+        t.add_column("K")
+        for n in ns:
+            t.add_column(f"N={n}", justify="right")
+        for be, k in sorted({(p["backend"], p["k"]) for p in pts}):
+            row = [be, str(k)]
+            for n in ns:
+                p = next((x for x in pts if x["backend"] == be and x["k"] == k and x["n"] == n), None)
+                row.append("" if p is None else f"{p['ns_per_call']['median']:,.0f}"
+                           + (" [yellow]noisy[/]" if p["noisy"] else ""))
+            t.add_row(*row)
+        out.print(t)
+    if r.get("scaling"):
+        out.print("scaling N=100 -> N=max: " + ", ".join(
+            f"{be} x{s['ratio']:.1f}" for be, s in sorted(r["scaling"].items())))
+    if r.get("crossover_poll_epoll"):
+        out.print(f"poll vs epoll: poll {r['crossover_poll_epoll']['note']}")
+    for be, f in sorted(r.get("fits", {}).items()):
+        if f["b_ns_per_fd"] is not None:
+            c = f" + {f['c_ns_per_ready']:.1f}*K" if f["c_ns_per_ready"] is not None else ""
+            out.print(f"fit {be}: t = {f['a_ns']:.0f} + {f['b_ns_per_fd']:.2f}*N{c} ns")
+    if r["churn"]:
+        out.print("churn (register + deregister per request, N=1000): " + ", ".join(
+            f"{c['backend']} {c['ns_per_request']['median']:,.0f} ns ({c['ns_per_request_with_wait']['median']:,.0f} with a wait)"
+            for c in r["churn"]))
+    if r["load"]:
+        out.print("events per call as load rises (20 us of work per event): " + "; ".join(
+            f"{l['backend']} {l['offered_per_s']}/s: {l['events_per_call']:.2f}" for l in r["load"]))
+    pb = r.get("perf_bench_epoll", {})
+    out.print(f"perf bench epoll wait: {pb['ops_per_s']:,} ops/s ({pb['ns_per_op']:.0f} ns/op)" if pb.get("available")
+              else f"[dim]perf bench epoll wait: {pb.get('reason')}[/]")
+    if r.get("noisy_points"):
+        out.print(f"[yellow]{r['noisy_points']} point(s) ran while the machine was busy (cpu share < 0.9): repeat them[/]")
+
+
+def fdscan_table(r: dict) -> None:
+    out = console()
+    ns = sorted({p["n"] for p in r["points"]})
+    t = Table(title="comm_select variants: ns per call (build interest sets + scan result)", title_justify="left")
+    t.add_column("variant")
+    for n in ns:
+        t.add_column(f"N={n}", justify="right")
+    t.add_column("D1 misses/call", justify="right")
+    misses = {m["variant"]: m["d1_misses_per_call"] for m in r["misses"]}
+    for v, name in r["variants"].items():
+        row = [f"{v} {name}"]
+        for n in ns:
+            p = next(x for x in r["points"] if x["variant"] == int(v) and x["n"] == n)
+            row.append(f"{p['ns_per_call']['median']:,.0f}")
+        row.append(f"{misses[int(v)]:,.0f}" if int(v) in misses else "-")
+        t.add_row(*row)
+    out.print(t)
+    out.print(f"D1 misses from {r['miss_source']} ({r['miss_source_note']})")
+    if "miss_ratio_1_over_3" in r:
+        out.print(f"variant 1 / variant 3 D1 misses: x{r['miss_ratio_1_over_3']:.1f}; fastest: variant {r['fastest_at_largest_n']}")
