@@ -357,16 +357,20 @@ def profiles_show(name, as_json):
 @click.option("--output", "-o", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("proxytune-report"), show_default=True, help="Directory for report.{html,md,json}.")
 @click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, metavar="NAME|PATH")
+@click.option("--no-bench", is_flag=True, help="Only the host audit, no benchmarks.")
 @click.pass_obj
-def report(host, out_dir, profile_ref):
-    """Audit this host and write the report (HTML, Markdown, JSON).
+def report(host, out_dir, profile_ref, no_bench):
+    """Audit this host, run the quick benchmarks, write the report.
 
-    The main job: the host audit against the profile, with the running
-    proxy's limits and cache-directory mounts. Benchmark sections join as
-    those capabilities land.
+    \b
+    The main job. Sections: the host audit against the profile (with the
+    running proxy's limits, backlogs and cache-directory mounts), the event
+    mechanisms (bench events --quick) and Mogul's comm_select study (bench
+    fdscan --quick). Writes report.html (self-contained), report.md with its
+    PNG figures, and report.json (the result schema).
     """
     from reports import build
-    paths = build.write_report(host, profile_ref, out_dir)
+    paths = build.write_report(host, profile_ref, out_dir, benches=not no_bench)
     for p in paths:
         click.echo(f"wrote {p}")
 

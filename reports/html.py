@@ -1,15 +1,17 @@
-"""Result JSON -> one self-contained HTML page: inline CSS, no scripts,
-nothing fetched from a network, so it opens anywhere (and in CI's Chromium)."""
+"""Result JSON -> one self-contained HTML page: inline CSS, figures embedded
+as data: URIs, no scripts, nothing fetched from a network."""
 
+import base64
 import html as h
 
-from .tables import Table, audit_notes, audit_summary, audit_tables, host_table
+from .tables import Section, Table, host_table, sections
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:.6em 0 1.4em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}.met,.ok{color:#17802c}.drift,.warn{color:#a66300;font-weight:600}.error{color:#b00020;font-weight:600}
 .na{color:#888}code{background:#f5f5f5;padding:0 3px}h1{margin-bottom:0}.sub{color:#666}
+figure{margin:1em 0}figure img{max-width:100%;border:1px solid #ddd}figcaption{color:#555}
 """
 
 
@@ -31,15 +33,22 @@ def table(t: Table, level: str = "h3") -> str:
     return "\n".join(out) + "</table>"
 
 
+def section(s: Section) -> str:
+    out = [f"<section><h2>{_e(s.title)}</h2>"]
+    if s.intro:
+        out.append(f"<p>{_e(s.intro)}</p>")
+    out += [table(t) for t in s.tables]
+    for f in s.figures:
+        data = base64.b64encode(f.png).decode()
+        out.append(f'<figure><img alt="{_e(f.caption)}" src="data:image/png;base64,{data}">'
+                   f"<figcaption>{_e(f.caption)}</figcaption></figure>")
+    out += [f"<p class=sub>{_e(n)}</p>" for n in s.notes]
+    return "\n".join(out) + "</section>"
+
+
 def render(doc: dict) -> str:
     d = doc["data"]
     body = [f"<h1>{_e(d['title'])}</h1>", f"<p class=sub>created {_e(doc['created'])}</p>",
-            table(host_table(doc["host"]), "h2")]
-    if "audit" in d["sections"]:
-        a = d["sections"]["audit"]
-        tables = audit_tables(a)
-        body += [table(tables[0], "h2"), f"<p>{_e(audit_summary(a))}</p>"]
-        body += [f"<p class=sub>note: {_e(n)}</p>" for n in audit_notes(a)]
-        body += [table(t) for t in tables[1:]]
+            table(host_table(doc["host"]), "h2")] + [section(s) for s in sections(doc)]
     return ("<!doctype html><html lang=en><head><meta charset=utf-8><title>proxytune report</title>"
             f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

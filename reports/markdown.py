@@ -1,6 +1,6 @@
-"""Result JSON -> Markdown (for pull requests, tickets, docs)."""
+"""Result JSON -> Markdown (for pull requests, tickets, docs); figures are PNG files beside it."""
 
-from .tables import Table, audit_notes, audit_summary, audit_tables, host_table
+from .tables import Section, Table, host_table, sections
 
 
 def _cell(v) -> str:
@@ -15,13 +15,18 @@ def table(t: Table, level: str = "###") -> str:
     return "\n".join(out) + "\n"
 
 
+def section(s: Section) -> str:
+    out = [f"## {s.title}\n"]
+    if s.intro:
+        out.append(s.intro + "\n")
+    out += [table(t) for t in s.tables]
+    out += [f"![{f.caption}]({f.name})\n" for f in s.figures]
+    out += [f"- {n}" for n in s.notes]
+    return "\n".join(out) + "\n"
+
+
 def render(doc: dict) -> str:
     d = doc["data"]
     out = [f"# {d['title']}\n", f"Created {doc['created']}.\n", table(host_table(doc["host"]), "##")]
-    if "audit" in d["sections"]:
-        a = d["sections"]["audit"]
-        tables = audit_tables(a)
-        out += [table(tables[0], "##"), audit_summary(a) + "\n"]
-        out += [f"- note: {n}" for n in audit_notes(a)] + [""]
-        out += [table(t) for t in tables[1:]]
+    out += [section(s) for s in sections(doc)]
     return "\n".join(out)

@@ -36,6 +36,35 @@ AUDIT_DATA = {
     },
 }
 
+STAT = {"type": "object", "required": ["median", "min", "max", "n", "iqr_rel", "ci95"],
+        "properties": {"median": {"type": "number"}, "n": {"type": "integer", "minimum": 1}}}
+
+EVENTS_DATA = {
+    "type": "object",
+    "required": ["bench", "quick", "backends", "idle", "churn", "load", "libevent", "scaling"],
+    "properties": {
+        "bench": {"const": "events"},
+        "backends": {"type": "array", "items": {"type": "object", "required": ["name", "available", "reason"]}},
+        "idle": {"type": "array", "items": {
+            "type": "object", "required": ["backend", "n", "k", "ready", "available"],
+            "if": {"properties": {"available": {"const": True}}},
+            "then": {"required": ["ns_per_call", "events_per_call", "noisy", "command"],
+                     "properties": {"ns_per_call": STAT}},
+            "else": {"required": ["reason"]}}},
+    },
+}
+
+FDSCAN_DATA = {
+    "type": "object",
+    "required": ["bench", "points", "misses", "miss_source"],
+    "properties": {
+        "bench": {"const": "fdscan"},
+        "points": {"type": "array", "items": {"type": "object", "required": ["variant", "n", "ns_per_call"],
+                                                 "properties": {"variant": {"enum": [1, 2, 3, 4, 5]},
+                                                                "ns_per_call": STAT}}},
+    },
+}
+
 RESULT = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
@@ -48,7 +77,11 @@ RESULT = {
         "data": {"type": "object"},
     },
     "allOf": [{"if": {"properties": {"kind": {"const": "audit"}}},
-               "then": {"properties": {"data": AUDIT_DATA}}}],
+               "then": {"properties": {"data": AUDIT_DATA}}},
+              {"if": {"properties": {"kind": {"const": "bench"}, "data": {"properties": {"bench": {"const": "events"}}}}},
+               "then": {"properties": {"data": EVENTS_DATA}}},
+              {"if": {"properties": {"kind": {"const": "bench"}, "data": {"properties": {"bench": {"const": "fdscan"}}}}},
+               "then": {"properties": {"data": FDSCAN_DATA}}}],
 }
 
 

@@ -103,3 +103,17 @@ def test_report_writes_html_markdown_and_valid_json(sandbox, cli, tmp_path):
     assert "<table>" in html and "http://" not in html.replace("http://www.w3.org", "") and "<script" not in html
     md = (out / "report.md").read_text()
     assert "sysctl:net.core.somaxconn" in md and doc["host"]["kernel"] in md
+
+
+def test_report_with_benchmarks_has_every_section_and_figure(sandbox, cli, tmp_path):
+    out = tmp_path / "full"
+    r = cli("report", "-o", str(out))
+    assert r.exit_code == 0, r.output
+    doc = json.loads((out / "report.json").read_text())
+    validate(doc)
+    assert set(doc["data"]["sections"]) == {"audit", "events", "fdscan"}, doc["data"].get("skipped")
+    html = (out / "report.html").read_text()
+    assert html.count('src="data:image/png;base64,') == 3
+    md = (out / "report.md").read_text()
+    for png in ("events-cost.png", "events-batching.png", "fdscan.png"):
+        assert f"({png})" in md and (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
