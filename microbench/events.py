@@ -23,11 +23,13 @@ NOISY_CPU_SHARE = 0.9
 LOAD_BACKENDS = ("poll", "epoll")
 
 
-def calls_for(backend: str, n: int) -> int:
-    """Enough calls for ~10-30 ms per repetition without a calibration run."""
-    if backend in ("select", "poll"):
-        return max(20, min(5000, 4_000_000 // max(n, 1)))
-    return 5000
+def calls_for(backend: str, n: int, k: int = 1, ready: str = "hot") -> int:
+    """Enough calls for ~10-30 ms per repetition without a calibration run.
+    Cold calls also drain and refill K descriptors untimed: fewer when K is large."""
+    calls = max(20, min(5000, 4_000_000 // max(n, 1))) if backend in ("select", "poll") else 5000
+    if ready == "cold":
+        calls = max(20, min(calls, 100_000 // k))
+    return calls
 
 
 def available(exe) -> list[dict]:
@@ -35,8 +37,9 @@ def available(exe) -> list[dict]:
 
 
 def point(exe, backend, n, k, ready, reps, pin, tcp) -> dict:
+    calls = calls_for(backend, n, k, ready)
     argv = [exe, "--mode", "idle", "--backend", backend, "--n", n, "--k", k, "--ready", ready,
-            "--calls", calls_for(backend, n), "--reps", reps, "--warmup", max(5, calls_for(backend, n) // 10)]
+            "--calls", calls, "--reps", reps, "--warmup", max(5, calls // 10)]
     argv += ["--pin", pin] if pin is not None else []
     argv += ["--tcp"] if tcp else []
     doc = run_json(argv)
