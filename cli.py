@@ -245,13 +245,20 @@ def export(host, profile_ref, only, skip, service, user, cache_dirs, fmt, output
 
 # ---------------------------------------------------------------- bench
 
-def save_result(doc: dict, output: Path | None, name: str) -> Path:
-    """Write result JSON (to --output, else proxytune-results/NAME-STAMP.json)."""
+def finish_bench(data: dict, name: str, output: Path | None, as_json: bool, show) -> None:
+    """Wrap a bench result in the result schema, store it, print it (table or JSON).
+    Stored at --output, else proxytune-results/NAME-STAMP.json."""
     import time
+    from reports.schema import envelope
+    doc = envelope("bench", data)
     path = output or Path("proxytune-results") / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1) + "\n")
-    return path
+    if as_json:
+        emit_json(doc)
+    else:
+        show(data)
+        click.echo(f"result: {path}")
 
 
 @main.group()
@@ -278,14 +285,8 @@ def bench_events(quick, backends, pin, tcp, output, as_json):
     median and spread; points taken while the machine was busy are flagged.
     """
     from microbench import events, render as mrender
-    from reports.schema import envelope
-    doc = envelope("bench", events.run(quick=quick, backends=list(backends), pin=pin, tcp=tcp, quiet=as_json))
-    path = save_result(doc, output, "events")
-    if as_json:
-        emit_json(doc)
-    else:
-        mrender.events_table(doc["data"])
-        click.echo(f"result: {path}")
+    data = events.run(quick=quick, backends=list(backends), pin=pin, tcp=tcp, quiet=as_json)
+    finish_bench(data, "events", output, as_json, mrender.events_table)
 
 
 @bench.command("fdscan")
@@ -302,14 +303,7 @@ def bench_fdscan(quick, output, as_json):
     D1 misses per call from hardware counters, else cachegrind (D1 32K/8/64).
     """
     from microbench import fdscan, render as mrender
-    from reports.schema import envelope
-    doc = envelope("bench", fdscan.run(quick=quick, quiet=as_json))
-    path = save_result(doc, output, "fdscan")
-    if as_json:
-        emit_json(doc)
-    else:
-        mrender.fdscan_table(doc["data"])
-        click.echo(f"result: {path}")
+    finish_bench(fdscan.run(quick=quick, quiet=as_json), "fdscan", output, as_json, mrender.fdscan_table)
 
 
 # ---------------------------------------------------------------- profiles
