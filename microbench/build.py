@@ -17,14 +17,17 @@ HARNESSES = {
     # name: (source directory, extra flags when available, libraries)
     "evbench": ("evbench", ["-pthread"]),
     "fdscan": ("fdscan", []),
+    "objbench": ("objbench", ["-pthread"]),
 }
 
 
 def _flags(name: str) -> tuple[list[str], list[str]]:
     extra, libs = list(HARNESSES[name][1]), []
-    if name == "evbench" and LIBURING_HEADER.exists():
+    if name in ("evbench", "objbench") and LIBURING_HEADER.exists():
         extra.append("-DHAVE_LIBURING")
         libs.append("-luring")
+    if name == "objbench":
+        libs.append("-lm")
     return extra, libs
 
 

@@ -1,0 +1,266 @@
+"""`bench storage`: ufs vs largefile vs rawdev, with sync / threads / POSIX
+AIO / io_uring, on filesystems the bench makes itself, against fio's limit.
+
+Per (filesystem, atime mode, store, engine): a fill phase (twice the cache
+capacity written, final sync timed), then the filesystem is unmounted and
+mounted again (its page cache dropped, nothing else on the host), then a
+steady phase of Zipf-popular hits and misses. Each phase runs under
+`perf stat -e raw_syscalls:sys_enter`, so syscalls per object are counted.
+rawdev runs on a loop device over a sparse file unless --device is given
+(which must pass devices.check_device).
+"""
+
+import json
+import math
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+from . import devices, stats
+from .build import build
+from .runner import progress
+
+ENGINES = ["sync", "threads", "posix-aio", "io_uring"]
+FS_STORES = ["ufs", "largefile"]
+QUICK = {"fs": ["ext4"], "capacity_mb": 64, "requests": 20000, "reps": 1, "fio_runtime": 3}
+FULL = {"fs": ["ext2", "ext4", "xfs", "btrfs"], "capacity_mb": 256, "requests": 60000, "reps": 3, "fio_runtime": 10}
+UNIVERSE_ZIPF = 0.8
+
+
+def perf_counts_syscalls() -> str | None:
+    """None when `perf stat -e raw_syscalls:sys_enter` works here, else why not."""
+    if not shutil.which("perf"):
+        return "perf is not installed (Debian: linux-perf)"
+    p = subprocess.run(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "true"], capture_output=True, text=True)
+    if p.returncode != 0 or "<not" in p.stderr:
+        return f"perf cannot count the raw_syscalls tracepoint here: {p.stderr.strip()[-120:]}"
+    return None
+
+
+def disk_stat(dev: str) -> dict:
+    """Completed read/write I/Os and sectors of a block device, from /sys/block/NAME/stat."""
+    f = (Path("/sys/block") / Path(dev).name / "stat").read_text().split()
+    return {"read_ios": int(f[0]), "read_sectors": int(f[2]), "write_ios": int(f[4]), "write_sectors": int(f[6])}
+
+
+def run_phase(exe, store, engine, phase, path, state, cap, requests, count: bool, dev: str | None = None) -> dict:
+    before = disk_stat(dev) if dev else None
+    doc = _run_phase(exe, store, engine, phase, path, state, cap, requests, count)
+    if before and doc.get("available"):
+        after = disk_stat(dev)
+        doc["device_io"] = {k: after[k] - before[k] for k in after}
+    return doc
+
+
+def _run_phase(exe, store, engine, phase, path, state, cap, requests, count: bool) -> dict:
+    argv = [str(exe), "--store", store, "--engine", engine, "--phase", phase, "--path", str(path),
+            "--capacity-mb", str(cap), "--requests", str(requests), "--verify"]
+    if state:
+        argv += ["--state", str(state)]
+    cmd = (["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter"] if count else []) + argv
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    try:
+        doc = json.loads(p.stdout)
+    except json.JSONDecodeError:
+        return {"available": False, "reason": f"objbench printed no JSON: {(p.stderr or p.stdout)[-200:]}"}
+    if "error" in doc:
+        return {"available": False, "reason": doc["error"], "command": " ".join(argv)}
+    doc["command"] = " ".join(argv[1:])
+    if count and doc.get("available"):
+        line = next((l for l in p.stderr.splitlines() if "raw_syscalls:sys_enter" in l), "")
+        doc["syscalls"] = int(line.split(",")[0]) if line and line.split(",")[0].isdigit() else None
+        doc["syscalls_per_object"] = doc["syscalls"] / doc["requests"] if doc["syscalls"] else None
+    return doc
+
+
+def mix_bssplit(samples: int = 20000, seed: int = 7) -> str:
+    """fio bssplit for the PolyMix-3 sizes, rounded up to powers of two from 4 KiB to 1 MiB."""
+    rng = random.Random(seed)
+    counts: dict[int, int] = {}
+    for _ in range(samples):
+        pick = rng.random()
+        if pick < 0.65:
+            kb = rng.expovariate(1 / 4.5)
+        elif pick < 0.80:
+            kb = rng.expovariate(1 / 8.5)
+        else:
+            mean, sd = (300, 300) if pick < 0.805 else (25, 10)
+            s2 = math.log(1 + sd * sd / (mean * mean))
+            kb = rng.lognormvariate(math.log(mean) - s2 / 2, math.sqrt(s2))
+        bs = 4
+        while bs < kb and bs < 1024:
+            bs *= 2
+        counts[bs] = counts.get(bs, 0) + 1
+    parts = [(bs, round(100 * n / samples)) for bs, n in sorted(counts.items())]
+    parts = [(bs, pct) for bs, pct in parts if pct > 0]
+    drift = 100 - sum(p for _, p in parts)
+    parts[0] = (parts[0][0], parts[0][1] + drift)
+    return ":".join(f"{bs}k/{pct}" for bs, pct in parts)
+
+
+def fio_jobs(target: str, size_mb: int, read_mb: int, runtime: int, direct: int, bssplit: str) -> dict[str, str]:
+    """The stores' two patterns at the mix's sizes: writing the cache once
+    (then fsync), and Zipf-popular reads over it, as many bytes as a steady
+    phase reads, so repeats hit the page cache just as the stores' do."""
+    common = (f"[global]\nfilename={target}\nsize={size_mb}M\nioengine=psync\ndirect={direct}\n"
+              f"runtime={runtime}\ninvalidate=1\nrandrepeat=1\n")
+    mode = "direct" if direct else "buffered"
+    return {
+        f"randwrite-mix-{mode}": common + f"[randwrite-mix]\nrw=randwrite\nbssplit={bssplit}\nend_fsync=1\n",
+        f"randread-mix-{mode}": common + (f"[randread-mix]\nrw=randread\nbssplit={bssplit}\n"
+                                          f"random_distribution=zipf:{UNIVERSE_ZIPF}\nio_size={read_mb}M\n"),
+    }
+
+
+def run_fio(name: str, job: str, workdir: Path) -> dict:
+    if not shutil.which("fio"):
+        return {"name": name, "available": False, "reason": "fio is not installed (Debian: fio)"}
+    path = workdir / f"{name}.fio"
+    path.write_text(job)
+    p = subprocess.run(["fio", "--output-format=json", str(path)], capture_output=True, text=True, timeout=600)
+    try:
+        j = json.loads(p.stdout[p.stdout.index("{"):])["jobs"][0]
+    except (ValueError, KeyError, IndexError):
+        return {"name": name, "available": False, "reason": (p.stderr or p.stdout)[-200:], "job": job}
+    side = j["write"] if "write" in name else j["read"]
+    return {"name": name, "available": True, "mb_per_s": side["bw_bytes"] / 1048576, "iops": side["iops"],
+            "job": job, "command": f"fio --output-format=json {path.name}"}
+
+
+def run(quick: bool = False, fss: list[str] | None = None, device: str | None = None, force: bool = False,
+        engines: list[str] | None = None, quiet: bool = False) -> dict:
+    plan = dict(QUICK if quick else FULL)
+    fss = fss or plan["fs"]
+    engines = engines or ENGINES
+    exe = build("objbench")
+    nosys = perf_counts_syscalls()
+    cap, reps = plan["capacity_mb"], plan["reps"]
+    image_mb = cap * 3 + 64
+    read_mb = max(cap, int(plan["requests"] * 10.6 / 1024))     # steady phase: ~10.6 KB per request
+    result = {"bench": "storage", "quick": quick, "capacity_mb": cap, "requests": plan["requests"], "reps": reps,
+              "syscall_counting": "perf stat -e raw_syscalls:sys_enter" if not nosys else f"unavailable: {nosys}",
+              "fs_skipped": {}, "runs": [], "fio": [], "bssplit": mix_bssplit()}
+    usable = []
+    for fs in fss:
+        why = devices.mkfs_available(fs)
+        if why:
+            result["fs_skipped"][fs] = why
+        else:
+            usable.append(fs)
+    total = len(usable) * 2 * len(FS_STORES) * len(engines) * reps + len(engines) * reps + 4
+    with devices.Sandbox() as sb, progress(quiet) as bar:
+        task = bar.add_task("bench storage", total=total)
+        for fs in usable:
+            dev = sb.loop(image_mb, fs)
+            sb.mkfs(fs, dev)
+            for atime in ("relatime", "noatime"):
+                mp = sb.mount(dev, f"{fs}-{atime}", atime)
+                for store in FS_STORES:
+                    for engine in engines:
+                        for rep in range(reps):
+                            bar.update(task, description=f"{fs} {atime} {store} {engine} #{rep + 1}")
+                            path = mp / (f"ufs-{engine}" if store == "ufs" else f"cache-{engine}.log")
+                            if store == "ufs":
+                                path.mkdir()
+                            state = sb.dir / f"{fs}-{atime}-{store}-{engine}.state"
+                            fill = run_phase(exe, store, engine, "fill", path, state, cap, plan["requests"], not nosys,
+                                             dev)
+                            steady = hit = None
+                            if fill.get("available"):
+                                sb.remount_cold(dev, mp, atime)
+                                steady = run_phase(exe, store, engine, "steady", path, state, cap, plan["requests"],
+                                                   not nosys, dev)
+                                if store == "ufs":      # reads alone, from a cold page cache: the atime question
+                                    sb.remount_cold(dev, mp, atime)
+                                    hit = run_phase(exe, store, engine, "hit", path, state, cap, plan["requests"],
+                                                    not nosys, dev)
+                            result["runs"].append({"fs": fs, "atime": atime, "store": store, "engine": engine,
+                                                   "rep": rep, "fill": fill, "steady": steady, "hit": hit})
+                            shutil.rmtree(path, ignore_errors=True) if store == "ufs" else path.unlink(missing_ok=True)
+                            state.unlink(missing_ok=True)
+                            bar.advance(task)
+                if fs == usable[0] and atime == "relatime":
+                    bar.update(task, description="fio (buffered, on the filesystem)")
+                    for name, job in fio_jobs(str(mp / "fio.dat"), cap, read_mb, plan["fio_runtime"], 0,
+                                              result["bssplit"]).items():
+                        result["fio"].append({**run_fio(name, job, sb.dir), "target": f"{fs} file"})
+                        bar.advance(task)
+                    (mp / "fio.dat").unlink(missing_ok=True)
+                sb.umount(mp)
+        raw = device or sb.loop(image_mb, "rawdev")
+        devices.check_device(raw, force)
+        result["rawdev_target"] = device or "loop device over a sparse file"
+        for engine in engines:
+            for rep in range(reps):
+                bar.update(task, description=f"rawdev {engine} #{rep + 1}")
+                state = sb.dir / f"rawdev-{engine}.state"
+                fill = run_phase(exe, "rawdev", engine, "fill", raw, state, cap, plan["requests"], not nosys, raw)
+                steady = run_phase(exe, "rawdev", engine, "steady", raw, state, cap, plan["requests"], not nosys,
+                                   raw) if fill.get("available") else None
+                result["runs"].append({"fs": "raw", "atime": "-", "store": "rawdev", "engine": engine, "rep": rep,
+                                       "fill": fill, "steady": steady, "hit": None})
+                state.unlink(missing_ok=True)
+                bar.advance(task)
+        bar.update(task, description="fio (direct, on the raw device)")
+        for name, job in fio_jobs(raw, cap, read_mb, plan["fio_runtime"], 1, result["bssplit"]).items():
+            result["fio"].append({**run_fio(name, job, sb.dir), "target": "raw device"})
+            bar.advance(task)
+    result.update(derive(result))
+    return result
+
+
+def _median(runs, phase, key):
+    vals = [r[phase][key] for r in runs if r[phase] and r[phase].get("available") and r[phase].get(key) is not None]
+    return stats.summary(vals)["median"] if vals else None
+
+
+def derive(r: dict) -> dict:
+    """The headline numbers: largefile vs ufs fill, the noatime effect, fractions of fio."""
+    out: dict = {"combos": [], "fill_ratio_largefile_over_ufs": {}, "noatime_effect": {}, "fraction_of_fio": {}}
+    keys = sorted({(x["fs"], x["atime"], x["store"], x["engine"]) for x in r["runs"]})
+    for fs, atime, store, engine in keys:
+        runs = [x for x in r["runs"] if (x["fs"], x["atime"], x["store"], x["engine"]) == (fs, atime, store, engine)]
+        first = runs[0]["fill"]
+        row = {"fs": fs, "atime": atime, "store": store, "engine": engine, "available": first.get("available", False)}
+        if not row["available"]:
+            row["reason"] = first.get("reason")
+        else:
+            for phase in ("fill", "steady", "hit"):
+                for x in runs:
+                    if x.get(phase) and "device_io" in x[phase]:
+                        x[phase]["write_ios"] = x[phase]["device_io"]["write_ios"]
+                for key in ("objects_per_s", "mb_per_s", "syscalls_per_object", "cpu_us_per_object", "hit_ratio",
+                            "write_ios"):
+                    row[f"{phase}_{key}"] = _median(runs, phase, key)
+                row[f"{phase}_latency_us"] = runs[0][phase]["latency_us"] if runs[0].get(phase) else None
+            row["bad_reads"] = sum(x[p]["bad_reads"] for x in runs for p in ("fill", "steady") if x[p] and x[p].get("available"))
+            row["errors"] = sum(x[p]["errors"] for x in runs for p in ("fill", "steady") if x[p] and x[p].get("available"))
+        out["combos"].append(row)
+    combo = {(c["fs"], c["atime"], c["store"], c["engine"]): c for c in out["combos"] if c["available"]}
+    for fs in sorted({c["fs"] for c in out["combos"] if c["fs"] != "raw"}):
+        for engine in ENGINES:
+            u, l = combo.get((fs, "relatime", "ufs", engine)), combo.get((fs, "relatime", "largefile", engine))
+            if u and l:
+                out["fill_ratio_largefile_over_ufs"][f"{fs}/{engine}"] = l["fill_objects_per_s"] / u["fill_objects_per_s"]
+            rel, noa = combo.get((fs, "relatime", "ufs", engine)), combo.get((fs, "noatime", "ufs", engine))
+            if rel and noa and rel.get("hit_objects_per_s") and noa.get("hit_objects_per_s"):
+                out["noatime_effect"][f"{fs}/{engine}"] = {
+                    "relatime_hit_objects_per_s": rel["hit_objects_per_s"],
+                    "noatime_hit_objects_per_s": noa["hit_objects_per_s"],
+                    "gain": noa["hit_objects_per_s"] / rel["hit_objects_per_s"] - 1,
+                    "relatime_hit_write_ios": rel["hit_write_ios"],
+                    "noatime_hit_write_ios": noa["hit_write_ios"],
+                    "relatime_syscalls_per_object": rel["hit_syscalls_per_object"],
+                    "noatime_syscalls_per_object": noa["hit_syscalls_per_object"]}
+    fio = {f["name"]: f for f in r["fio"] if f.get("available")}
+    for c in out["combos"]:
+        if not c["available"]:
+            continue
+        mode = "direct" if c["store"] == "rawdev" else "buffered"
+        rd, wr = fio.get(f"randread-mix-{mode}"), fio.get(f"randwrite-mix-{mode}")
+        key = f"{c['fs']}/{c['atime']}/{c['store']}/{c['engine']}"
+        out["fraction_of_fio"][key] = {
+            "steady_vs_randread": c["steady_mb_per_s"] / rd["mb_per_s"] if rd and c.get("steady_mb_per_s") else None,
+            "fill_vs_randwrite": c["fill_mb_per_s"] / wr["mb_per_s"] if wr and c.get("fill_mb_per_s") else None}
+    return out
