@@ -6,6 +6,7 @@ runtime error.
 """
 
 import json
+import os
 import platform
 import sys
 from pathlib import Path
@@ -304,6 +305,42 @@ def bench_fdscan(quick, output, as_json):
     """
     from microbench import fdscan, render as mrender
     finish_bench(fdscan.run(quick=quick, quiet=as_json), "fdscan", output, as_json, mrender.fdscan_table)
+
+
+@bench.command("storage")
+@click.option("--quick", is_flag=True, help="ext4 only, 64 MiB cache, one repetition (about 1 minute); what the report runs.")
+@click.option("--fs", "fss", metavar="LIST", help="Filesystems to make and test, e.g. ext4,xfs [ext2,ext4,xfs,btrfs].")
+@click.option("--engine", "engines", multiple=True, type=click.Choice(["sync", "threads", "posix-aio", "io_uring"]),
+              help="Only these I/O engines (repeatable).")
+@click.option("--device", metavar="DEV", help="Block device for rawdev [a loop device over a sparse file].")
+@click.option("--force-destroy-data", is_flag=True,
+              help="Let --device be used although it is mounted, held, or carries a signature. Destroys its data.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
+def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_json):
+    """ufs vs largefile vs rawdev, with sync / threads / POSIX AIO / io_uring.
+
+    \b
+    The 2002 Squid paper's question on today's kernel: one file per object
+    (ufs) against one log-structured large file or a raw device, under the
+    PolyMix-3 content mix. Per filesystem (made on a loop device, relatime
+    and noatime): fill twice the cache (final sync timed), then a steady
+    hit/miss mix, then hits alone, each from a cold page cache. Metrics:
+    objects/s, MB/s, latency percentiles, syscalls per object (counted with
+    perf), CPU per object, hit ratio, device writes; fio gives the limit.
+    Needs root (loop devices, mounts).
+    """
+    from microbench import devices, render as mrender, storage
+    if os.geteuid() != 0:
+        raise ProxytuneError("bench storage needs root: it makes loop devices and mounts them")
+    if device:
+        devices.check_device(device, force_destroy_data)
+    fs_list = [f.strip() for f in fss.split(",")] if fss else None
+    if fs_list and (bad := [f for f in fs_list if f not in devices.MKFS]):
+        raise ProxytuneError(f"unknown filesystem {bad[0]!r}", f"known: {', '.join(devices.MKFS)}")
+    data = storage.run(quick=quick, fss=fs_list, device=device, force=force_destroy_data,
+                       engines=list(engines) or None, quiet=as_json)
+    finish_bench(data, "storage", output, as_json, mrender.storage_table)
 
 
 # ---------------------------------------------------------------- profiles

@@ -94,7 +94,8 @@ class Sandbox:
 
     def close(self) -> None:
         for mp in reversed(self.mounts):
-            subprocess.run(["umount", "-l", str(mp)], capture_output=True)
+            if subprocess.run(["umount", str(mp)], capture_output=True).returncode != 0:
+                subprocess.run(["umount", "-l", str(mp)], capture_output=True)     # busy: detach it anyway
         self.mounts.clear()
         for dev in reversed(self.loops):
             subprocess.run(["losetup", "-d", dev], capture_output=True)
@@ -133,7 +134,9 @@ def device_problems(dev: str) -> list[str]:
         cdev = f"/dev/{child}"
         if os.path.exists(cdev):
             problems += [p.replace(cdev, f"its partition {cdev}") for p in device_problems(cdev)]
-    sigs = subprocess.run(["wipefs", "-n", "--noheadings", "-o", "TYPE", dev], capture_output=True, text=True)
+    sigs = subprocess.run(["wipefs", "--no-act", "--noheadings", "--output", "TYPE", dev], capture_output=True, text=True)
+    if sigs.returncode != 0:
+        problems.append(f"cannot read {dev}'s signatures (wipefs: {sigs.stderr.strip()[-80:]})")
     found = sorted({t.strip() for t in sigs.stdout.splitlines() if t.strip()})
     if found:
         problems.append(f"{dev} carries a signature ({', '.join(found)}): it holds a filesystem or partition table")
@@ -147,3 +150,19 @@ def check_device(dev: str, force: bool) -> None:
                              "pick an unused device, or pass --force-destroy-data if its contents may be destroyed")
     if any("does not exist" in p or "not a block device" in p for p in problems):
         raise ProxytuneError(f"cannot use {dev}: {problems[0]}")
+
+
+def run_child(argv: list[str], timeout: int) -> subprocess.CompletedProcess:
+    """Run a command in its own process group; on any exception (Ctrl-C included)
+    kill the whole group, so no grandchild (objbench under perf) keeps a mount busy."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)

@@ -73,3 +73,34 @@ def fdscan_table(r: dict) -> None:
     out.print(f"D1 misses from {r['miss_source']} ({r['miss_source_note']})")
     if "miss_ratio_1_over_3" in r:
         out.print(f"variant 1 / variant 3 D1 misses: x{r['miss_ratio_1_over_3']:.1f}; fastest: variant {r['fastest_at_largest_n']}")
+
+
+def storage_table(r: dict) -> None:
+    out = console()
+    for fs, why in r["fs_skipped"].items():
+        out.print(f"[dim]{fs}: skipped: {why}[/]")
+    t = Table(title=f"object stores ({r['capacity_mb']} MiB cache, PolyMix-3 mix; medians of {r['reps']})",
+              title_justify="left")
+    for col in ("fs", "atime", "store", "engine", "fill obj/s", "steady obj/s", "hit ratio", "steady p99 us",
+                "syscalls/obj fill", "syscalls/obj steady", "cpu us/obj steady"):
+        t.add_column(col, justify="right" if "/" in col or "ratio" in col or "p99" in col else "left")
+    fmt = lambda v, f="{:,.0f}": "-" if v is None else f.format(v)
+    for c in r["combos"]:
+        if not c["available"]:
+            t.add_row(c["fs"], c["atime"], c["store"], c["engine"], f"[dim]{c['reason']}[/]", *[""] * 6)
+            continue
+        t.add_row(c["fs"], c["atime"], c["store"], c["engine"], fmt(c["fill_objects_per_s"]),
+                  fmt(c["steady_objects_per_s"]), fmt(c["steady_hit_ratio"], "{:.2f}"),
+                  fmt((c["steady_latency_us"] or {}).get("p99")), fmt(c["fill_syscalls_per_object"], "{:.2f}"),
+                  fmt(c["steady_syscalls_per_object"], "{:.2f}"), fmt(c["steady_cpu_us_per_object"], "{:.1f}"))
+    out.print(t)
+    for k, v in r["fill_ratio_largefile_over_ufs"].items():
+        out.print(f"fill, largefile / ufs on {k}: x{v:.1f}")
+    for k, v in r["noatime_effect"].items():
+        out.print(f"hits alone on {k}: relatime {v['relatime_hit_objects_per_s']:,.0f} obj/s, "
+                  f"{v['relatime_hit_write_ios']} device writes; noatime {v['noatime_hit_objects_per_s']:,.0f} obj/s, "
+                  f"{v['noatime_hit_write_ios']} device writes")
+    for f in r["fio"]:
+        out.print(f"fio {f['name']} ({f.get('target')}): " + (f"{f['mb_per_s']:,.1f} MB/s" if f.get("available")
+                                                             else f"unavailable: {f.get('reason')}"))
+    out.print(f"syscalls counted by: {r['syscall_counting']}")

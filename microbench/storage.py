@@ -59,7 +59,7 @@ def _run_phase(exe, store, engine, phase, path, state, cap, requests, count: boo
     if state:
         argv += ["--state", str(state)]
     cmd = (["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter"] if count else []) + argv
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    p = devices.run_child(cmd, timeout=1800)
     try:
         doc = json.loads(p.stdout)
     except json.JSONDecodeError:
@@ -118,7 +118,7 @@ def run_fio(name: str, job: str, workdir: Path) -> dict:
         return {"name": name, "available": False, "reason": "fio is not installed (Debian: fio)"}
     path = workdir / f"{name}.fio"
     path.write_text(job)
-    p = subprocess.run(["fio", "--output-format=json", str(path)], capture_output=True, text=True, timeout=600)
+    p = devices.run_child(["fio", "--output-format=json", str(path)], timeout=600)
     try:
         j = json.loads(p.stdout[p.stdout.index("{"):])["jobs"][0]
     except (ValueError, KeyError, IndexError):

@@ -1,0 +1,116 @@
+"""bench storage: every object read back is byte-identical for every store and
+engine; a raw device with a filesystem signature (or mounted) is refused;
+SIGINT mid-run leaves no loop device, mount or temp file behind; and the
+log-structured store fills faster than file-per-object (wide margin)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, needs_root
+from microbench import devices, storage
+from microbench.build import build
+from reports.schema import envelope, validate
+
+
+def leftovers() -> dict:
+    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    return {"loops": [l for l in loops.splitlines() if devices.TEMP_PREFIX in l],
+            "mounts": [l for l in Path("/proc/self/mountinfo").read_text().splitlines() if devices.TEMP_PREFIX in l],
+            "dirs": sorted(p.name for p in tmp.glob(devices.TEMP_PREFIX + "*"))}
+
+
+@needs_root
+def test_every_store_and_engine_reads_back_what_it_wrote():
+    before = leftovers()
+    r = storage.run(quick=True, quiet=True)
+    validate(envelope("bench", r))
+    ran = [c for c in r["combos"] if c["available"]]
+    assert {(c["store"], c["engine"]) for c in ran} >= {("ufs", "sync"), ("ufs", "threads"), ("largefile", "sync"),
+                                                         ("largefile", "posix-aio"), ("rawdev", "sync"),
+                                                         ("rawdev", "threads")}
+    for run in r["runs"]:
+        for phase in ("fill", "steady", "hit"):
+            doc = run.get(phase)
+            if doc and doc.get("available"):
+                assert doc["verify"] if "verify" in doc else doc["params"]["verify"]
+                assert doc["bad_reads"] == 0 and doc["errors"] == 0, (run["store"], run["engine"], phase)
+        if run["steady"] and run["steady"].get("available"):
+            assert run["steady"]["hits"] > 0 and run["steady"]["misses"] > 0
+    skipped = {(c["store"], c["engine"]): c["reason"] for c in r["combos"] if not c["available"]}
+    assert "open, close or unlink" in skipped[("ufs", "posix-aio")]
+    # physics, wide margin: a log-structured store writes objects faster than one file each
+    assert r["fill_ratio_largefile_over_ufs"]["ext4/sync"] > 2
+    # counted, not estimated: a ufs hit is at least open + read + close
+    ufs = next(c for c in ran if c["store"] == "ufs" and c["engine"] == "sync" and c["atime"] == "relatime")
+    assert ufs["hit_syscalls_per_object"] >= 3
+    assert leftovers() == before
+
+
+@needs_root
+def test_refuses_a_device_with_a_filesystem_signature(tmp_path, cli):
+    with devices.Sandbox() as sb:
+        dev = sb.loop(16, "signed")
+        sb.mkfs("ext4", dev)
+        problems = devices.device_problems(dev)
+        assert any("signature" in p and "ext4" in p for p in problems)
+        r = cli("bench", "storage", "--quick", "--device", dev)
+        assert r.exit_code == 2 and "refusing to write" in r.stderr and "ext4" in r.stderr
+        mp = sb.mount(dev, "m", "relatime")
+        assert any("mounted" in p for p in devices.device_problems(dev))
+        sb.umount(mp)
+        clean = sb.loop(16, "clean")
+        assert devices.device_problems(clean) == []
+    assert devices.device_problems(str(tmp_path)) == [f"{tmp_path} is not a block device"]
+
+
+@needs_root
+def test_sigint_mid_run_leaves_nothing_behind(tmp_path):
+    before = leftovers()
+    proc = subprocess.Popen([str(REPO / ".venv/bin/python"), str(REPO / "cli.py"), "bench", "storage", "--quick",
+                             "-o", str(tmp_path / "r.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while time.time() < deadline and not leftovers()["mounts"]:
+        time.sleep(0.2)
+    assert leftovers()["mounts"], "the bench never mounted anything to interrupt"
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=120)
+    assert proc.returncode != 0
+    assert leftovers() == before
+
+
+def test_bssplit_follows_the_mix():
+    split = dict(part.split("/") for part in storage.mix_bssplit().split(":"))
+    assert split["4k"] > split["64k"] and sum(map(int, split.values())) == 100
+
+
+def test_objbench_refuses_steady_before_fill(tmp_path):
+    exe = build("objbench")
+    p = subprocess.run([str(exe), "--store", "ufs", "--engine", "sync", "--phase", "steady", "--path", str(tmp_path)],
+                       capture_output=True, text=True)
+    doc = json.loads(p.stdout)
+    assert "run the fill phase first" in doc["error"]
+
+
+def test_objbench_verifies_on_a_plain_directory(tmp_path):
+    """No root needed: ufs and largefile on a temp dir, every read checked."""
+    exe = build("objbench")
+    for store, path in (("ufs", tmp_path / "u"), ("largefile", tmp_path / "l.log")):
+        if store == "ufs":
+            path.mkdir()
+        state = tmp_path / f"{store}.state"
+        for phase in ("fill", "steady"):
+            p = subprocess.run([str(exe), "--store", store, "--engine", "threads", "--phase", phase, "--path",
+                                str(path), "--state", str(state), "--capacity-mb", "8", "--requests", "2000",
+                                "--verify"], capture_output=True, text=True)
+            doc = json.loads(p.stdout)
+            assert p.returncode == 0 and doc["bad_reads"] == 0 and doc["errors"] == 0, doc
+        assert doc["hits"] > 0
