@@ -24,7 +24,7 @@ from .runner import progress
 ENGINES = ["sync", "threads", "posix-aio", "io_uring"]
 FS_STORES = ["ufs", "largefile"]
 QUICK = {"fs": ["ext4"], "capacity_mb": 64, "requests": 20000, "reps": 1, "fio_runtime": 3}
-FULL = {"fs": ["ext2", "ext4", "xfs", "btrfs"], "capacity_mb": 256, "requests": 60000, "reps": 3, "fio_runtime": 10}
+FULL = {"fs": ["ext2", "ext4", "xfs", "btrfs"], "capacity_mb": 128, "requests": 40000, "reps": 2, "fio_runtime": 10}
 UNIVERSE_ZIPF = 0.8
 
 

@@ -1,7 +1,7 @@
 """`proxytune report`: run the parts, collect one result JSON, render it.
 
-Sections: the host audit, then the quick event-mechanism and comm_select
-benchmarks. Each part that cannot run here is recorded with its reason
+Sections: the host audit, then the quick event-mechanism, comm_select and
+object-store benchmarks. Each part that cannot run here is recorded with its reason
 instead of stopping the report.
 """
 
@@ -27,11 +27,13 @@ def audit_section(host: Host, profile_ref: str) -> dict:
 
 def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = False) -> tuple[dict, dict]:
     """(sections, parts that could not run, with why)."""
-    from microbench import events, fdscan
+    import os
+    from microbench import events, fdscan, storage
     parts = {"audit": lambda: audit_section(host, profile_ref)}
     if benches:
         parts["events"] = lambda: events.run(quick=True, quiet=quiet)
         parts["fdscan"] = lambda: fdscan.run(quick=True, quiet=quiet)
+        parts["storage"] = lambda: storage.run(quick=True, quiet=quiet) if os.geteuid() == 0 else _needs_root()
     done, skipped = {}, {}
     for name, run in parts.items():
         try:
@@ -39,6 +41,10 @@ def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = Fa
         except ProxytuneError as e:
             skipped[name] = e.message
     return done, skipped
+
+
+def _needs_root():
+    raise ProxytuneError("bench storage needs root (loop devices and mounts)")
 
 
 def write_report(host: Host, profile_ref: str, out_dir: Path, benches: bool = True, quiet: bool = False) -> list[Path]:

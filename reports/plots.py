@@ -75,3 +75,62 @@ def fdscan(points: list[dict], misses: list[dict], names: dict) -> bytes | None:
     else:
         bx.axis("off")
     return _png(fig)
+
+
+ENGINE_COLORS = {"sync": "#7f7f7f", "threads": "#ff7f0e", "posix-aio": "#9467bd", "io_uring": "#1f77b4"}
+
+
+def storage_throughput(combos: list[dict], fs: str = "ext4", atime: str = "relatime") -> bytes | None:
+    """Objects per second by store and engine, fill and steady side by side."""
+    rows = [c for c in combos if c["available"] and ((c["fs"] == fs and c["atime"] == atime) or c["store"] == "rawdev")]
+    if not rows:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=False)
+    stores = [s for s in ("ufs", "largefile", "rawdev") if any(c["store"] == s for c in rows)]
+    engines = [e for e in ENGINE_COLORS if any(c["engine"] == e for c in rows)]
+    width = 0.8 / len(engines)
+    for ax, phase in zip(axes, ("fill", "steady")):
+        for i, eng in enumerate(engines):
+            vals = [next((c[f"{phase}_objects_per_s"] or 0 for c in rows if c["store"] == s and c["engine"] == eng), 0)
+                    for s in stores]
+            ax.bar([j + i * width for j in range(len(stores))], vals, width, label=eng, color=ENGINE_COLORS[eng])
+        ax.set_xticks([j + width * (len(engines) - 1) / 2 for j in range(len(stores))], stores)
+        ax.set(ylabel="objects per second", title=f"{phase} ({fs}, {atime}; rawdev: O_DIRECT)")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].legend(title="engine")
+    return _png(fig)
+
+
+def storage_latency(combos: list[dict], phase: str = "steady") -> bytes | None:
+    """p50 / p99 / p99.9 of I/O operations per store and engine (log scale)."""
+    rows = [c for c in combos if c["available"] and c.get(f"{phase}_latency_us") and c["atime"] in ("relatime", "-")]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    labels = [f"{c['fs']}\n{c['store']}\n{c['engine']}" for c in rows]
+    for q, marker in (("p50", "o"), ("p99", "s"), ("p999", "^")):
+        ax.scatter(range(len(rows)), [c[f"{phase}_latency_us"][q] for c in rows], marker=marker, label=q)
+    ax.set_xticks(range(len(rows)), labels, fontsize=7)
+    ax.set(yscale="log", ylabel="us per I/O operation", title=f"{phase} phase: latency of each I/O operation")
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend()
+    return _png(fig)
+
+
+def storage_fs_matrix(combos: list[dict]) -> bytes | None:
+    """Today's Table D-1: ufs and largefile objects/s per filesystem, relatime vs noatime (sync engine)."""
+    rows = [c for c in combos if c["available"] and c["engine"] == "sync" and c["fs"] != "raw"]
+    fss = sorted({c["fs"] for c in rows})
+    if not fss:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    for ax, store in zip(axes, ("ufs", "largefile")):
+        for i, atime in enumerate(("relatime", "noatime")):
+            vals = [next((c["steady_objects_per_s"] for c in rows if c["fs"] == fs and c["store"] == store
+                          and c["atime"] == atime), 0) or 0 for fs in fss]
+            ax.bar([j + i * 0.4 for j in range(len(fss))], vals, 0.4, label=atime)
+        ax.set_xticks([j + 0.2 for j in range(len(fss))], fss)
+        ax.set(ylabel="steady objects per second", title=f"{store}, sync engine, by filesystem")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend()
+    return _png(fig)

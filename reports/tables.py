@@ -120,7 +120,46 @@ def fdscan_section(r: dict) -> Section:
     return sec
 
 
-SECTIONS = {"audit": audit_section, "events": events_section, "fdscan": fdscan_section}
+def storage_section(r: dict) -> Section:
+    sec = Section("Object stores: ufs vs largefile vs rawdev",
+                  f"PolyMix-3 mix, {r['capacity_mb']} MiB cache; fill writes it twice (final sync timed), steady "
+                  "is Zipf-popular hits and misses, hit is cached objects alone; each phase from a cold page cache. "
+                  f"Syscalls counted by {r['syscall_counting']}.")
+    fmt = lambda v, f="{:,.0f}": "-" if v is None else f.format(v)
+    rows = []
+    for c in r["combos"]:
+        if not c["available"]:
+            rows.append([c["fs"], c["atime"], c["store"], c["engine"], "unavailable: " + c["reason"]] + [""] * 6)
+            continue
+        rows.append([c["fs"], c["atime"], c["store"], c["engine"], fmt(c["fill_objects_per_s"]),
+                     fmt(c["steady_objects_per_s"]), fmt(c["steady_hit_ratio"], "{:.2f}"),
+                     fmt((c["steady_latency_us"] or {}).get("p99")), fmt(c["fill_syscalls_per_object"], "{:.2f}"),
+                     fmt(c["steady_syscalls_per_object"], "{:.2f}"), fmt(c["steady_cpu_us_per_object"], "{:.1f}")])
+    sec.tables.append(Table("Throughput and cost per object (medians)",
+                            ["fs", "atime", "store", "engine", "fill obj/s", "steady obj/s", "hit ratio",
+                             "steady p99 us", "syscalls/obj fill", "syscalls/obj steady", "cpu us/obj steady"], rows))
+    fio = [f for f in r["fio"] if f.get("available")]
+    if fio:
+        sec.tables.append(Table("fio limits (same patterns: mix-sized random writes, Zipf reads)",
+                                ["job", "target", "MB/s"], [[f["name"], f["target"], f"{f['mb_per_s']:,.1f}"] for f in fio]))
+    for name, png, caption in (
+            ("storage-throughput.png", plots.storage_throughput(r["combos"]), "Objects per second by store and engine"),
+            ("storage-latency.png", plots.storage_latency(r["combos"]), "I/O latency percentiles, steady phase"),
+            ("storage-fs.png", plots.storage_fs_matrix(r["combos"]), "Filesystems, relatime vs noatime")):
+        if png:
+            sec.figures.append(Figure(name, caption, png))
+    for k, v in r["fill_ratio_largefile_over_ufs"].items():
+        sec.notes.append(f"fill, largefile / ufs on {k}: x{v:.1f}")
+    for k, v in r["noatime_effect"].items():
+        sec.notes.append(f"hits alone on {k}: relatime {v['relatime_hit_objects_per_s']:,.0f} obj/s with "
+                         f"{v['relatime_hit_write_ios']} device writes, noatime {v['noatime_hit_objects_per_s']:,.0f} "
+                         f"obj/s with {v['noatime_hit_write_ios']}")
+    for fs, why in r["fs_skipped"].items():
+        sec.notes.append(f"{fs} skipped: {why}")
+    return sec
+
+
+SECTIONS = {"audit": audit_section, "events": events_section, "fdscan": fdscan_section, "storage": storage_section}
 
 
 def sections(doc: dict) -> list[Section]:

@@ -111,9 +111,16 @@ def test_report_with_benchmarks_has_every_section_and_figure(sandbox, cli, tmp_p
     assert r.exit_code == 0, r.output
     doc = json.loads((out / "report.json").read_text())
     validate(doc)
-    assert set(doc["data"]["sections"]) == {"audit", "events", "fdscan"}, doc["data"].get("skipped")
+    import os
+    expected = {"audit", "events", "fdscan"} | ({"storage"} if os.geteuid() == 0 else set())
+    assert set(doc["data"]["sections"]) == expected, doc["data"].get("skipped")
+    figures = ["events-cost.png", "events-batching.png", "fdscan.png"]
+    if "storage" in expected:
+        figures += ["storage-throughput.png", "storage-latency.png", "storage-fs.png"]
+    else:
+        assert "needs root" in doc["data"]["skipped"]["storage"]
     html = (out / "report.html").read_text()
-    assert html.count('src="data:image/png;base64,') == 3
+    assert html.count('src="data:image/png;base64,') == len(figures)
     md = (out / "report.md").read_text()
-    for png in ("events-cost.png", "events-batching.png", "fdscan.png"):
+    for png in figures:
         assert f"({png})" in md and (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
