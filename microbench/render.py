@@ -82,18 +82,21 @@ def storage_table(r: dict) -> None:
     t = Table(title=f"object stores ({r['capacity_mb']} MiB cache, PolyMix-3 mix; medians of {r['reps']})",
               title_justify="left")
     for col in ("fs", "atime", "store", "engine", "fill obj/s", "steady obj/s", "hit ratio", "steady p99 us",
-                "syscalls/obj fill", "syscalls/obj steady", "cpu us/obj steady"):
+                "syscalls/obj fill", "syscalls/obj steady", "cpu us/obj steady", "fill / fio", "steady / fio"):
         t.add_column(col, justify="right" if "/" in col or "ratio" in col or "p99" in col else "left")
     fmt = lambda v, f="{:,.0f}": "-" if v is None else f.format(v)
     for c in r["combos"]:
         if not c["available"]:
-            t.add_row(c["fs"], c["atime"], c["store"], c["engine"], f"[dim]{c['reason']}[/]", *[""] * 6)
+            t.add_row(c["fs"], c["atime"], c["store"], c["engine"], "[dim]unavailable (below)[/]", *[""] * 8)
             continue
         t.add_row(c["fs"], c["atime"], c["store"], c["engine"], fmt(c["fill_objects_per_s"]),
                   fmt(c["steady_objects_per_s"]), fmt(c["steady_hit_ratio"], "{:.2f}"),
                   fmt((c["steady_latency_us"] or {}).get("p99")), fmt(c["fill_syscalls_per_object"], "{:.2f}"),
-                  fmt(c["steady_syscalls_per_object"], "{:.2f}"), fmt(c["steady_cpu_us_per_object"], "{:.1f}"))
+                  fmt(c["steady_syscalls_per_object"], "{:.2f}"), fmt(c["steady_cpu_us_per_object"], "{:.1f}"),
+                  fmt(c.get("fill_vs_fio"), "{:.2f}"), fmt(c.get("steady_vs_fio"), "{:.2f}"))
     out.print(t)
+    for why in sorted({f"{c['store']} + {c['engine']}: {c['reason']}" for c in r["combos"] if not c["available"]}):
+        out.print(f"[dim]unavailable: {why}[/]")
     for k, v in r["fill_ratio_largefile_over_ufs"].items():
         out.print(f"fill, largefile / ufs on {k}: x{v:.1f}")
     for k, v in r["noatime_effect"].items():

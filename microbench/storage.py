@@ -100,14 +100,17 @@ def mix_bssplit(samples: int = 20000, seed: int = 7) -> str:
 
 
 def fio_jobs(target: str, size_mb: int, read_mb: int, runtime: int, direct: int, bssplit: str) -> dict[str, str]:
-    """The stores' two patterns at the mix's sizes: writing the cache once
-    (then fsync), and Zipf-popular reads over it, as many bytes as a steady
+    """The stores' patterns: writing the cache once at the mix's sizes (ufs's
+    fill) or in whole stripes (a log store's fill), then fsync; and
+    Zipf-popular reads over it at the mix's sizes, as many bytes as a steady
     phase reads, so repeats hit the page cache just as the stores' do."""
     common = (f"[global]\nfilename={target}\nsize={size_mb}M\nioengine=psync\ndirect={direct}\n"
               f"runtime={runtime}\ninvalidate=1\nrandrepeat=1\n")
     mode = "direct" if direct else "buffered"
     return {
         f"randwrite-mix-{mode}": common + f"[randwrite-mix]\nrw=randwrite\nbssplit={bssplit}\nend_fsync=1\n",
+        # what a log-structured store's fill does: whole 1 MiB stripes, in order, then a sync
+        f"seqwrite-stripe-{mode}": common + "[seqwrite-stripe]\nrw=write\nbs=1M\nend_fsync=1\n",
         f"randread-mix-{mode}": common + (f"[randread-mix]\nrw=randread\nbssplit={bssplit}\n"
                                           f"random_distribution=zipf:{UNIVERSE_ZIPF}\nio_size={read_mb}M\n"),
     }
@@ -148,7 +151,8 @@ def run(quick: bool = False, fss: list[str] | None = None, device: str | None = 
             result["fs_skipped"][fs] = why
         else:
             usable.append(fs)
-    total = len(usable) * 2 * len(FS_STORES) * len(engines) * reps + len(engines) * reps + 4
+    n_fio = len(fio_jobs("x", 1, 1, 1, 0, "4k/100"))
+    total = len(usable) * (2 * len(FS_STORES) * len(engines) * reps + n_fio) + len(engines) * reps + n_fio
     with devices.Sandbox() as sb, progress(quiet) as bar:
         task = bar.add_task("bench storage", total=total)
         for fs in usable:
@@ -164,6 +168,7 @@ def run(quick: bool = False, fss: list[str] | None = None, device: str | None = 
                             if store == "ufs":
                                 path.mkdir()
                             state = sb.dir / f"{fs}-{atime}-{store}-{engine}.state"
+                            sb.remount_cold(dev, mp, atime)     # the last run's deletions are on disk, not in this fill's sync
                             fill = run_phase(exe, store, engine, "fill", path, state, cap, plan["requests"], not nosys,
                                              dev)
                             steady = hit = None
@@ -180,11 +185,11 @@ def run(quick: bool = False, fss: list[str] | None = None, device: str | None = 
                             shutil.rmtree(path, ignore_errors=True) if store == "ufs" else path.unlink(missing_ok=True)
                             state.unlink(missing_ok=True)
                             bar.advance(task)
-                if fs == usable[0] and atime == "relatime":
-                    bar.update(task, description="fio (buffered, on the filesystem)")
+                if atime == "relatime":         # each filesystem's own limit
+                    bar.update(task, description=f"fio (buffered, on {fs})")
                     for name, job in fio_jobs(str(mp / "fio.dat"), cap, read_mb, plan["fio_runtime"], 0,
                                               result["bssplit"]).items():
-                        result["fio"].append({**run_fio(name, job, sb.dir), "target": f"{fs} file"})
+                        result["fio"].append({**run_fio(name, job, sb.dir), "fs": fs, "target": f"{fs} file"})
                         bar.advance(task)
                     (mp / "fio.dat").unlink(missing_ok=True)
                 sb.umount(mp)
@@ -204,7 +209,7 @@ def run(quick: bool = False, fss: list[str] | None = None, device: str | None = 
                 bar.advance(task)
         bar.update(task, description="fio (direct, on the raw device)")
         for name, job in fio_jobs(raw, cap, read_mb, plan["fio_runtime"], 1, result["bssplit"]).items():
-            result["fio"].append({**run_fio(name, job, sb.dir), "target": "raw device"})
+            result["fio"].append({**run_fio(name, job, sb.dir), "fs": "raw", "target": "raw device"})
             bar.advance(task)
     result.update(derive(result))
     return result
@@ -253,14 +258,19 @@ def derive(r: dict) -> dict:
                     "noatime_hit_write_ios": noa["hit_write_ios"],
                     "relatime_syscalls_per_object": rel["hit_syscalls_per_object"],
                     "noatime_syscalls_per_object": noa["hit_syscalls_per_object"]}
-    fio = {f["name"]: f for f in r["fio"] if f.get("available")}
+    fio = {(f.get("fs"), f["name"]): f for f in r["fio"] if f.get("available")}
     for c in out["combos"]:
         if not c["available"]:
             continue
         mode = "direct" if c["store"] == "rawdev" else "buffered"
-        rd, wr = fio.get(f"randread-mix-{mode}"), fio.get(f"randwrite-mix-{mode}")
+        rd = fio.get((c["fs"], f"randread-mix-{mode}"))
+        wr_name = "randwrite-mix" if c["store"] == "ufs" else "seqwrite-stripe"
+        wr = fio.get((c["fs"], f"{wr_name}-{mode}"))
         key = f"{c['fs']}/{c['atime']}/{c['store']}/{c['engine']}"
         out["fraction_of_fio"][key] = {
+            "steady_vs": f"randread-mix-{mode}", "fill_vs": f"{wr_name}-{mode}",
             "steady_vs_randread": c["steady_mb_per_s"] / rd["mb_per_s"] if rd and c.get("steady_mb_per_s") else None,
-            "fill_vs_randwrite": c["fill_mb_per_s"] / wr["mb_per_s"] if wr and c.get("fill_mb_per_s") else None}
+            "fill_vs_write": c["fill_mb_per_s"] / wr["mb_per_s"] if wr and c.get("fill_mb_per_s") else None}
+        c["steady_vs_fio"] = out["fraction_of_fio"][key]["steady_vs_randread"]
+        c["fill_vs_fio"] = out["fraction_of_fio"][key]["fill_vs_write"]
     return out

@@ -129,15 +129,16 @@ def storage_section(r: dict) -> Section:
     rows = []
     for c in r["combos"]:
         if not c["available"]:
-            rows.append([c["fs"], c["atime"], c["store"], c["engine"], "unavailable: " + c["reason"]] + [""] * 6)
+            rows.append([c["fs"], c["atime"], c["store"], c["engine"], "unavailable: " + c["reason"]] + [""] * 8)
             continue
         rows.append([c["fs"], c["atime"], c["store"], c["engine"], fmt(c["fill_objects_per_s"]),
                      fmt(c["steady_objects_per_s"]), fmt(c["steady_hit_ratio"], "{:.2f}"),
                      fmt((c["steady_latency_us"] or {}).get("p99")), fmt(c["fill_syscalls_per_object"], "{:.2f}"),
-                     fmt(c["steady_syscalls_per_object"], "{:.2f}"), fmt(c["steady_cpu_us_per_object"], "{:.1f}")])
+                     fmt(c["steady_syscalls_per_object"], "{:.2f}"), fmt(c["steady_cpu_us_per_object"], "{:.1f}"),
+                     fmt(c.get("fill_vs_fio"), "{:.2f}"), fmt(c.get("steady_vs_fio"), "{:.2f}")])
     sec.tables.append(Table("Throughput and cost per object (medians)",
                             ["fs", "atime", "store", "engine", "fill obj/s", "steady obj/s", "hit ratio",
-                             "steady p99 us", "syscalls/obj fill", "syscalls/obj steady", "cpu us/obj steady"], rows))
+                             "steady p99 us", "syscalls/obj fill", "syscalls/obj steady", "cpu us/obj steady", "fill / fio", "steady / fio"], rows))
     fio = [f for f in r["fio"] if f.get("available")]
     if fio:
         sec.tables.append(Table("fio limits (same patterns: mix-sized random writes, Zipf reads)",
