@@ -343,6 +343,205 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
     finish_bench(data, "storage", output, as_json, mrender.storage_table)
 
 
+# ---------------------------------------------------------------- probe / doctor
+
+def target_options(f):
+    for opt in reversed([
+            click.option("--pid", type=int, metavar="PID", help="The process to probe."),
+            click.option("--comm", metavar="NAME", help="Every process with this name (e.g. nginx: master and workers)."),
+            click.option("--duration", "-d", type=float, default=10.0, show_default=True, metavar="S",
+                         help="Length of the observation window, seconds.")]):
+        f = opt(f)
+    return f
+
+
+@main.group()
+def probe():
+    """bpftrace and perf probes, one question each (what `doctor` runs together).
+
+    \b
+      proxytune probe caps                      what this host lets us observe
+      proxytune probe list                      the bpftrace catalog
+      proxytune probe run pollscan --pid PID    one script for a window
+      proxytune probe hotspots --pid PID        where the CPU goes (perf cpu-clock)
+      proxytune probe cachemiss -- CMD ARGS     D1 misses by function (counters or cachegrind)
+    """
+
+
+@probe.command("caps")
+@click.option("--json", "as_json", is_flag=True)
+def probe_caps(as_json):
+    """Root, tracefs (mounted when root), bpftrace, each tracepoint the catalog
+    uses, kprobes (tried, not assumed), BTF, perf sampling, hardware counters,
+    valgrind, container and pid namespace. Exit 1 if something is missing."""
+    from probes import caps, render as prender
+    c = caps.check()
+    if as_json:
+        emit_json(c)
+    else:
+        prender.caps_table(c)
+    sys.exit(0 if all(v["ok"] for k, v in c["capabilities"].items() if k != "container") else 1)
+
+
+@probe.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def probe_list(as_json):
+    """The bpftrace scripts in probes/, each runnable standalone: bpftrace probes/NAME.bt PID."""
+    from probes import bpftrace
+    cat = bpftrace.catalog()
+    if as_json:
+        emit_json([{"name": s.name, "path": str(s.path), "purpose": s.purpose, "tracepoints": s.tracepoints}
+                   for s in cat.values()])
+        return
+    for s in cat.values():
+        click.echo(f"{s.name:<16} {s.purpose}\n{'':<16} {', '.join(s.tracepoints)}")
+
+
+@probe.command("run")
+@click.argument("name")
+@target_options
+@click.option("--json", "as_json", is_flag=True)
+def probe_run(name, pid, comm, duration, as_json):
+    """Run one catalog script against a process for a window and print its maps."""
+    from probes import bpftrace, proc, render as prender
+    cat = bpftrace.catalog()
+    if name not in cat:
+        raise ProxytuneError(f"no probe named {name!r}", f"known: {', '.join(cat)}")
+    pids = proc.resolve(pid, comm)
+    if duration <= 0 or duration > 300:
+        raise ProxytuneError("--duration must be between 1 and 300 seconds")
+    if missing := bpftrace.missing_tracepoints(cat[name]):
+        raise ProxytuneError(f"{name} needs tracepoints this kernel lacks: {', '.join(missing)}")
+    maps = bpftrace.run_for([cat[name]], pids, duration)
+    if as_json:
+        emit_json({"probe": name, "pids": pids, **maps})
+    else:
+        prender.probe_maps(name, maps)
+
+
+@probe.command("hotspots")
+@target_options
+@click.option("--json", "as_json", is_flag=True)
+def probe_hotspots(pid, comm, duration, as_json):
+    """Where the target's CPU goes: perf record -e cpu-clock -a, filtered by
+    pid; functions by self time, and the proxy / kernel / shared-library split."""
+    import time as _time
+    from probes import children, perf, proc
+    pids = proc.resolve(pid, comm)
+    with children.Children() as kids:
+        rec = perf.Record(kids)
+        _time.sleep(duration)
+        r = rec.stop(pids)
+    if as_json:
+        emit_json(r)
+        return
+    if not r.get("available"):
+        raise ProxytuneError(r["reason"])
+    click.echo(f"{r['samples']} samples of pids {pids} at {r['hz']} Hz; split: "
+               + ", ".join(f"{k} {v:.0%}" for k, v in r["split"].items()))
+    for t in r["top"]:
+        click.echo(f"  {t['share']:6.1%}  {t['function']}  ({t['dso']}, {t['where']})")
+
+
+@probe.command("cachemiss", context_settings={"ignore_unknown_options": True})
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option("--json", "as_json", is_flag=True)
+def probe_cachemiss(command, as_json):
+    """D1 cache misses of a reproduction command, by function: hardware
+    counters when the machine has them (totals only), else cachegrind with a
+    32 KiB/8-way/64 B D1 (per function). Example:
+
+    \b
+      proxytune probe cachemiss -- ./server --idle 5000
+    """
+    from probes import caps, perf, render as prender
+    hw = perf.hw_cache_misses(list(command)) if caps.hardware_counters()[0] else None
+    r = hw or perf.cachegrind(list(command))
+    if as_json:
+        emit_json(r)
+    else:
+        prender.cachemiss_report(r)
+
+
+@probe.command("overhead")
+@click.option("--seconds", type=float, default=8, show_default=True, help="Length of each wrk run.")
+@click.option("--reps", type=click.IntRange(1, 20), default=3, show_default=True, help="Pairs of runs (off, on).")
+@click.option("--connections", type=click.IntRange(1, 5000), default=50, show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
+@click.option("--json", "as_json", is_flag=True)
+def probe_overhead(seconds, reps, connections, output, as_json):
+    """What the doctor costs: nginx's CPU per request under wrk, with and
+    without the doctor attached, alternating. Needs root, nginx and wrk."""
+    from probes import overhead
+    from microbench.runner import progress
+    if os.geteuid() != 0:
+        raise ProxytuneError("probe overhead needs root (bpftrace, perf -a)")
+    with progress(as_json) as bar:
+        task = bar.add_task("nginx under wrk, doctor off/on", total=2 * reps)
+        data = overhead.measure(seconds, reps, connections, progress=lambda: bar.advance(task))
+
+    def show(d):
+        click.echo(f"nginx CPU per request: {d['off_us_per_request']['median']:.2f} us without the doctor, "
+                   f"{d['on_us_per_request']['median']:.2f} us with it: overhead {d['overhead']:+.1%} "
+                   f"(pairs: {', '.join(f'{x:+.1%}' for x in d['overhead_per_pair'])}); "
+                   f"throughput {d['rps_off']:,.0f} -> {d['rps_on']:,.0f} req/s")
+    finish_bench(data, "doctor-overhead", output, as_json, show)
+
+
+@main.command()
+@target_options
+@click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, metavar="NAME|PATH",
+              help="Profile for the host audit.")
+@click.option("--cache-dir", "cache_dirs", multiple=True, metavar="DIR",
+              help="The proxy's cache directory (repeatable) [from squid -f CONF].")
+@click.option("--deep", is_flag=True, help="Also block-I/O and run-queue latency (more overhead).")
+@click.option("--no-perf", is_flag=True, help="No CPU sampling.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"findings": [{"id", "severity", "evidence", "fix"}...]}.')
+@click.pass_obj
+def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, as_json):
+    """Diagnose a running proxy: what limits it, with evidence and a fix.
+
+    \b
+    Audits the host (tune check), then watches the process for a bounded
+    window (default 10 s) with one bpftrace program on syscall and sched
+    tracepoints (filtered by pid, aggregated in the kernel) and perf
+    cpu-clock sampling, plus TcpExt counters and /proc. Findings:
+      fd-exhaustion, low-nofile-limit, accept-queue-overflow,
+      syn-backlog-overflow, ephemeral-port-exhaustion, poll-scan,
+      blocking-disk-io, file-per-object-churn, cache-dir-atime, cpu-hotspot
+    ranked by severity and impact. Read-only; needs root.
+    Exit 0 no findings, 1 findings, 2 error.
+
+    \b
+      sudo ./proxytune doctor --comm squid
+      sudo ./proxytune doctor --pid 1234 --duration 5 --json
+    """
+    from probes import doctor as doctor_mod, proc, render as prender
+    from reports.schema import envelope
+    from tune.render import console
+    pids = proc.resolve(pid, comm)
+    if os.geteuid() != 0:
+        raise ProxytuneError("doctor needs root (bpftrace, perf -a)", "sudo ./proxytune doctor ...")
+    if as_json:
+        r = doctor_mod.diagnose(pids, duration, host=host, profile_ref=profile_ref, cache_dirs=list(cache_dirs),
+                                deep=deep, use_perf=not no_perf)
+    else:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+        with Progress(TextColumn("watching {task.description}"), BarColumn(), TimeRemainingColumn(),
+                      console=console(), transient=True) as bar:
+            task = bar.add_task(f"{proc.comm_of(pids[0])} ({len(pids)} pid(s))", total=duration)
+            r = doctor_mod.diagnose(pids, duration, host=host, profile_ref=profile_ref, cache_dirs=list(cache_dirs),
+                                    deep=deep, use_perf=not no_perf,
+                                    tick=lambda t: bar.update(task, completed=t))
+    if as_json:
+        doc = envelope("probe", {"probe": "doctor", **r})
+        doc["findings"] = r["findings"]
+        emit_json(doc)
+    else:
+        prender.doctor_report(r)
+    sys.exit(1 if r["findings"] else 0)
+
+
 # ---------------------------------------------------------------- profiles
 
 @main.group()

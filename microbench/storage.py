@@ -100,17 +100,19 @@ def mix_bssplit(samples: int = 20000, seed: int = 7) -> str:
 
 
 def fio_jobs(target: str, size_mb: int, read_mb: int, runtime: int, direct: int, bssplit: str) -> dict[str, str]:
-    """The stores' patterns: writing the cache once at the mix's sizes (ufs's
-    fill) or in whole stripes (a log store's fill), then fsync; and
+    """The stores' patterns: writing twice the cache, as a fill does, at the
+    mix's sizes (ufs's fill) or in whole stripes (a log store's), then fsync,
+    so that overwrites absorbed by the page cache count alike; and
     Zipf-popular reads over it at the mix's sizes, as many bytes as a steady
     phase reads, so repeats hit the page cache just as the stores' do."""
     common = (f"[global]\nfilename={target}\nsize={size_mb}M\nioengine=psync\ndirect={direct}\n"
               f"runtime={runtime}\ninvalidate=1\nrandrepeat=1\n")
     mode = "direct" if direct else "buffered"
     return {
-        f"randwrite-mix-{mode}": common + f"[randwrite-mix]\nrw=randwrite\nbssplit={bssplit}\nend_fsync=1\n",
-        # what a log-structured store's fill does: whole 1 MiB stripes, in order, then a sync
-        f"seqwrite-stripe-{mode}": common + "[seqwrite-stripe]\nrw=write\nbs=1M\nend_fsync=1\n",
+        f"randwrite-mix-{mode}": common + (f"[randwrite-mix]\nrw=randwrite\nbssplit={bssplit}\n"
+                                            f"io_size={2 * size_mb}M\nend_fsync=1\n"),
+        # what a log-structured store's fill does: whole 1 MiB stripes, in order, twice round, then a sync
+        f"seqwrite-stripe-{mode}": common + f"[seqwrite-stripe]\nrw=write\nbs=1M\nio_size={2 * size_mb}M\nend_fsync=1\n",
         f"randread-mix-{mode}": common + (f"[randread-mix]\nrw=randread\nbssplit={bssplit}\n"
                                           f"random_distribution=zipf:{UNIVERSE_ZIPF}\nio_size={read_mb}M\n"),
     }

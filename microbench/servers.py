@@ -1,0 +1,162 @@
+"""Real servers on loopback for benchmarks and tests: nginx (origin, or a
+target with its own limits) and Squid (ufs / aufs / rock), each from
+Debian's package with a generated config, its own pid file, logs and spool
+in a temp dir. A context manager: leaving it stops the server and removes
+the temp dir, also on Ctrl-C."""
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from tune.errors import ProxytuneError
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise ProxytuneError(f"nothing listens on 127.0.0.1:{port} after {timeout:g} s")
+
+
+def _need(binary: str, package: str) -> str:
+    path = shutil.which(binary) or (f"/usr/sbin/{binary}" if Path(f"/usr/sbin/{binary}").exists() else None)
+    if not path:
+        raise ProxytuneError(f"{binary} is not installed", f"Debian: apt-get install {package}")
+    return path
+
+
+class _Server:
+    """A foreground server process in its own session, with a temp dir; stopped and removed on exit."""
+    proc: subprocess.Popen | None = None
+    dir: Path
+    port: int
+    grace: float = 10
+
+    def _launch(self, argv: list[str], timeout: float = 20) -> None:
+        # stderr is not read while the server runs: a chatty server must not block on a full pipe
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            wait_port(self.port, timeout)
+        except BaseException:
+            self.__exit__()
+            raise
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def __exit__(self, *exc):
+        _stop(self.proc, self.grace)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return False
+
+
+class Nginx(_Server):
+    """nginx answering every request itself (`return 200`), or with the given server block body."""
+
+    def __init__(self, workers: int = 1, rlimit_nofile: int | None = None, connections: int = 4096,
+                 body: str = 'add_header Cache-Control "max-age=3600"; return 200 "ok\\n";'):
+        self.exe = _need("nginx", "nginx-light")
+        self.dir = Path(tempfile.mkdtemp(prefix="proxytune-nginx-"))
+        self.port = free_port()
+        rl = f"worker_rlimit_nofile {rlimit_nofile};\n" if rlimit_nofile else ""
+        (self.dir / "nginx.conf").write_text(
+            f"worker_processes {workers};\n{rl}daemon off;\npid {self.dir}/nginx.pid;\n"
+            f"error_log {self.dir}/error.log;\nevents {{ worker_connections {connections}; }}\n"
+            f"http {{ access_log off; server {{ listen 127.0.0.1:{self.port} backlog=4096; "
+            f"location / {{ {body} }} }} }}\n")
+
+    def __enter__(self):
+        self._launch([self.exe, "-p", str(self.dir), "-c", str(self.dir / "nginx.conf")])
+        return self
+
+    def error_log(self) -> str:
+        try:
+            return (self.dir / "error.log").read_text()
+        except OSError:
+            return ""
+
+class Squid(_Server):
+    """Squid in the foreground (-N) with one cache_dir of the given store type, objects on disk only."""
+
+    def __init__(self, store: str = "ufs", cache_mb: int = 100, mem_mb: int = 0, user: str = "proxy"):
+        if store not in ("ufs", "aufs", "diskd", "rock"):
+            raise ProxytuneError(f"unknown squid store {store!r}", "ufs, aufs, diskd or rock")
+        self.exe = _need("squid", "squid")
+        self.dir = Path(tempfile.mkdtemp(prefix="proxytune-squid-"))
+        self.cache = self.dir / "cache"
+        self.cache.mkdir()
+        self.port = free_port()
+        self.store = store
+        self.grace = 15
+        levels = "" if store == "rock" else " 16 256"
+        (self.dir / "squid.conf").write_text(
+            f"http_port 127.0.0.1:{self.port}\ncache_dir {store} {self.cache} {cache_mb}{levels}\n"
+            f"cache_mem {mem_mb} MB\nmaximum_object_size_in_memory {'0 KB' if mem_mb == 0 else '512 KB'}\n"
+            f"pid_filename {self.dir}/squid.pid\ncache_log {self.dir}/cache.log\n"
+            f"access_log stdio:{self.dir}/access.log\ncache_store_log none\ncoredump_dir {self.dir}\n"
+            f"http_access allow all\ncache_effective_user {user}\nshutdown_lifetime 1 seconds\n"
+            "workers 1\n")
+        shutil.chown(self.dir, user, user) if os.geteuid() == 0 else None
+        shutil.chown(self.cache, user, user) if os.geteuid() == 0 else None
+
+    @property
+    def conf(self) -> Path:
+        return self.dir / "squid.conf"
+
+    def __enter__(self):
+        z = subprocess.run([self.exe, "-z", "-N", "-f", str(self.conf)], capture_output=True, text=True, timeout=120)
+        if z.returncode != 0:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise ProxytuneError(f"squid -z failed: {(z.stderr or z.stdout).strip()[-300:]}")
+        self._launch([self.exe, "-N", "-f", str(self.conf)], timeout=60)
+        return self
+
+
+def _stop(proc: subprocess.Popen | None, grace: float) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
+def wrk(url: str, seconds: float, connections: int = 50, threads: int = 2, script: str | None = None) -> dict:
+    """Run wrk and return requests, req/s, socket errors and non-2xx counts from its summary."""
+    exe = _need("wrk", "wrk")
+    argv = [exe, f"-t{threads}", f"-c{connections}", f"-d{seconds:g}s"] + (["-s", script] if script else []) + [url]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60)
+    return parse_wrk(p.stdout)
+
+
+def parse_wrk(out: str) -> dict:
+    import re
+    r = {"requests": 0, "rps": 0.0, "errors": {}, "non_2xx": 0}
+    if m := re.search(r"(\d+) requests in ([\d.]+)(m?s)", out):
+        r["requests"] = int(m.group(1))
+    if m := re.search(r"Requests/sec:\s+([\d.]+)", out):
+        r["rps"] = float(m.group(1))
+    if m := re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out):
+        r["errors"] = dict(zip(("connect", "read", "write", "timeout"), map(int, m.groups())))
+    if m := re.search(r"Non-2xx or 3xx responses: (\d+)", out):
+        r["non_2xx"] = int(m.group(1))
+    r["raw"] = out
+    return r

@@ -1,0 +1,159 @@
+"""The bpftrace catalog: every probes/*.bt script, its header, the
+tracepoints it needs; composing several into one program filtered by a set
+of pids; running it for a window and reading its JSON output.
+
+Each script filters with `pid == $1` (the process) or `tid == $1` (its
+event-loop thread, the main thread), so it also runs standalone as
+`bpftrace probes/NAME.bt PID`. Composing rewrites those predicates for a
+list of pids (nginx has one worker process per core) and merges END blocks
+(bpftrace allows one).
+"""
+
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tune.errors import ProxytuneError
+
+from . import children
+
+HERE = Path(__file__).parent
+TRACING = Path("/sys/kernel/tracing")
+END_RE = re.compile(r"^END\s*\{(.*)\}\s*$", re.M)
+
+
+@dataclass
+class Script:
+    name: str
+    path: Path
+    purpose: str
+    header: str
+    text: str
+    tracepoints: list[str] = field(default_factory=list)
+
+
+def catalog() -> dict[str, Script]:
+    out = {}
+    for path in sorted(HERE.glob("*.bt")):
+        text = path.read_text()
+        header = text[text.index("/*") + 2:text.index("*/")] if "/*" in text else ""
+        lines = [l.strip(" *") for l in header.splitlines() if l.strip(" *")]
+        purpose = lines[0].split(None, 1)[1] if lines and " " in lines[0] else path.stem
+        tps = sorted(set(re.findall(r"tracepoint:(\w+:\w+)", text.split("*/", 1)[-1])))
+        out[path.stem] = Script(path.stem, path, purpose, "\n".join(lines), text, tps)
+    return out
+
+
+def tracepoint_exists(tp: str) -> bool:
+    cat, name = tp.split(":")
+    return (TRACING / "events" / cat / name / "format").exists()
+
+
+def missing_tracepoints(s: Script) -> list[str]:
+    return [tp for tp in s.tracepoints if not tracepoint_exists(tp)]
+
+
+def _any_of(var: str, ids: list[int]) -> str:
+    return "(" + " || ".join(f"{var} == {i}" for i in ids) + ")" if len(ids) > 1 else f"{var} == {ids[0]}"
+
+
+def compose(scripts: list[Script], pids: list[int]) -> str:
+    """One program from several scripts, for these pids (each pid's main thread is its loop thread)."""
+    if not pids:
+        raise ProxytuneError("no process to probe")
+    body, ends = [], []
+    for s in scripts:
+        text = s.text
+        ends += [m.strip() for m in END_RE.findall(text)]
+        text = END_RE.sub("", text)
+        text = text.replace("pid == $1", _any_of("pid", pids)).replace("tid == $1", _any_of("tid", pids))
+        text = "\n".join(l for l in text.splitlines() if not l.startswith("#!"))
+        body.append(f"/* ---- {s.name} ---- */\n{text}")
+    if ends:
+        body.append("END { " + " ".join(ends) + " }")
+    return "\n".join(body) + "\n"
+
+
+def parse_output(stdout: str) -> dict:
+    """bpftrace -f json lines -> {"@map": value}; hist -> [{min,max,count}], stats -> {count,average,total}."""
+    maps: dict = {}
+    for line in stdout.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            msg = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if msg.get("type") in ("map", "hist", "stats", "lhist"):
+            maps.update(msg["data"])
+    return maps
+
+
+def scalar(maps: dict, name: str) -> int:
+    v = maps.get(name, 0)
+    return v if isinstance(v, (int, float)) else 0
+
+
+class Run:
+    """A bpftrace program running in the background; stop() returns its maps."""
+
+    def __init__(self, kids: children.Children, program: str):
+        if not shutil.which("bpftrace"):
+            raise ProxytuneError("bpftrace is not installed", "Debian: apt-get install bpftrace")
+        self.file = tempfile.NamedTemporaryFile("w", prefix="proxytune-", suffix=".bt", delete=False)
+        self.file.write(program)
+        self.file.close()
+        self.program = program
+        self.started = None
+        self.proc = kids.start(["bpftrace", "-f", "json", self.file.name])
+
+    def wait_attached(self, timeout: float = 30.0) -> None:
+        """bpftrace prints attached_probes once every probe is attached: the window starts then."""
+        deadline = time.monotonic() + timeout
+        line = ""
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line and self.proc.poll() is not None:
+                break
+            if '"attached_probes"' in line:
+                self.started = time.monotonic()
+                return
+        err = self.proc.stderr.read() if self.proc.poll() is not None else ""
+        children.kill(self.proc)
+        Path(self.file.name).unlink(missing_ok=True)
+        raise ProxytuneError(f"bpftrace did not attach: {_clean(err)[-300:] or 'timed out'}")
+
+    def stop(self) -> dict:
+        out, err = children.stop(self.proc)
+        Path(self.file.name).unlink(missing_ok=True)
+        maps = parse_output(out)
+        maps["_window_s"] = time.monotonic() - self.started if self.started else 0.0
+        maps["_stderr"] = _clean(err)
+        return maps
+
+
+def _clean(err: str) -> str:
+    """bpftrace's RLIMIT_MEMLOCK complaint is harmless here (it loads anyway); drop it."""
+    return "\n".join(l for l in (err or "").splitlines() if "RLIMIT_MEMLOCK" not in l).strip()
+
+
+def run_for(scripts: list[Script], pids: list[int], seconds: float) -> dict:
+    """Run scripts together for `seconds` and return the merged maps."""
+    with children.Children() as kids:
+        run = Run(kids, compose(scripts, pids))
+        run.wait_attached()
+        time.sleep(seconds)
+        return run.stop()
+
+
+def version() -> str | None:
+    if not shutil.which("bpftrace"):
+        return None
+    p = subprocess.run(["bpftrace", "--version"], capture_output=True, text=True)
+    return p.stdout.strip() or None

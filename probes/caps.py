@@ -1,0 +1,115 @@
+"""What this host lets us observe, each with what its absence costs.
+
+Every probe degrades on its own: a missing tracepoint drops one script, no
+hardware counters sends cache misses to cachegrind, no kprobes changes
+nothing (the catalog needs none). kprobes are tested by attaching one, not
+by trusting `bpftrace --info`.
+"""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from . import bpftrace
+
+KPROBE_TEST = "kprobe:vfs_read { exit(); } interval:ms:300 { exit(); }"
+
+
+def _run(argv, timeout=20) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return None
+
+
+def ensure_tracefs() -> tuple[bool, str]:
+    """tracefs mounted at /sys/kernel/tracing; mounts it when root."""
+    if (bpftrace.TRACING / "events").is_dir():
+        return True, "mounted at /sys/kernel/tracing"
+    if os.geteuid() != 0:
+        return False, "not mounted, and mounting it needs root"
+    p = _run(["mount", "-t", "tracefs", "nodev", str(bpftrace.TRACING)])
+    if p and p.returncode == 0 and (bpftrace.TRACING / "events").is_dir():
+        return True, "mounted it at /sys/kernel/tracing"
+    return False, f"mount -t tracefs failed: {(p.stderr.strip() if p else 'mount not found')}"
+
+
+def kprobes() -> tuple[bool, str]:
+    if not shutil.which("bpftrace") or os.geteuid() != 0:
+        return False, "not tested (needs bpftrace and root)"
+    p = _run(["bpftrace", "-e", KPROBE_TEST], timeout=30)
+    err = bpftrace._clean(p.stderr) if p else "timed out"
+    if p and p.returncode == 0 and "Attaching" in p.stdout + (p.stderr or "") and "ERROR" not in err:
+        return True, "attached kprobe:vfs_read"
+    return False, f"cannot attach kprobe:vfs_read ({err.splitlines()[-1] if err else 'failed'}); the catalog needs none"
+
+
+def hardware_counters() -> tuple[bool, str]:
+    if not shutil.which("perf"):
+        return False, "perf is not installed (Debian: linux-perf)"
+    p = _run(["perf", "stat", "-x,", "-e", "instructions,L1-dcache-load-misses", "true"])
+    if p and p.returncode == 0 and "<not supported>" not in p.stderr and "<not counted>" not in p.stderr:
+        return True, "perf counts instructions and L1-dcache-load-misses"
+    return False, "not supported here (a VM?): cache misses come from cachegrind (`probe cachemiss -- CMD`)"
+
+
+def perf_sampling() -> tuple[bool, str]:
+    if not shutil.which("perf"):
+        return False, "perf is not installed (Debian: linux-perf): no CPU hotspots"
+    p = _run(["perf", "record", "-e", "cpu-clock", "-F", "99", "-o", "/dev/null", "-q", "--", "true"])
+    if p and p.returncode == 0:
+        return True, "perf record -e cpu-clock works"
+    return False, f"perf record -e cpu-clock failed: {(p.stderr.strip()[-160:] if p else 'timed out')}"
+
+
+INIT_PIDNS_INO = 0xEFFFFFFC       # PROC_PID_INIT_INO: the kernel's initial pid namespace
+
+
+def container() -> tuple[bool, str]:
+    """Whether we run in a container, and whether it shares the host's pid namespace
+    (bpftrace and perf report host pids; they match ours only if it does)."""
+    marks = []
+    if Path("/.dockerenv").exists():
+        marks.append("/.dockerenv")
+    try:
+        if any(w in Path("/proc/1/cgroup").read_text() for w in ("docker", "kubepods", "containerd", "lxc")):
+            marks.append("cgroup")
+    except OSError:
+        pass
+    try:
+        host_pidns = os.stat("/proc/self/ns/pid").st_ino == INIT_PIDNS_INO
+    except OSError:
+        host_pidns = None
+    where = "container (" + ", ".join(marks) + ")" if marks else "no container detected"
+    if host_pidns:
+        return bool(marks), f"{where}; the host's pid namespace: probes see every process of the machine, filtered by pid"
+    if host_pidns is False:
+        return bool(marks), (f"{where}; own pid namespace: tracers report host pids, which differ from the pids "
+                             "seen here, so attaching by pid may miss the target")
+    return bool(marks), f"{where}; pid namespace unknown"
+
+
+def check() -> dict:
+    """Every capability as {"ok": bool, "detail": str}, plus tracepoints per catalog script."""
+    caps = {}
+    caps["root"] = (os.geteuid() == 0, "running as root" if os.geteuid() == 0 else
+                    "not root: bpftrace and system-wide perf need root (sudo ./proxytune ...)")
+    caps["tracefs"] = ensure_tracefs()
+    v = bpftrace.version()
+    caps["bpftrace"] = (bool(v), v or "not installed (Debian: bpftrace): no tracepoint probes")
+    caps["btf"] = (Path("/sys/kernel/btf/vmlinux").exists(),
+                   "/sys/kernel/btf/vmlinux present" if Path("/sys/kernel/btf/vmlinux").exists()
+                   else "no BTF: kfunc probes unavailable (the catalog needs none)")
+    caps["kprobes"] = kprobes()
+    caps["perf_sampling"] = perf_sampling()
+    caps["hardware_counters"] = hardware_counters()
+    caps["valgrind"] = (bool(shutil.which("valgrind")), "valgrind installed" if shutil.which("valgrind")
+                        else "not installed (Debian: valgrind): no cachegrind fallback")
+    caps["container"] = container()
+    scripts = {}
+    for name, s in bpftrace.catalog().items():
+        missing = bpftrace.missing_tracepoints(s) if caps["tracefs"][0] else s.tracepoints
+        scripts[name] = {"ok": not missing and caps["bpftrace"][0], "tracepoints": s.tracepoints,
+                         "missing": missing, "purpose": s.purpose}
+    return {"capabilities": {k: {"ok": ok, "detail": d} for k, (ok, d) in caps.items()}, "scripts": scripts}

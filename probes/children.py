@@ -1,0 +1,78 @@
+"""Tracers we start (bpftrace, perf) run in their own process groups and are
+always reaped: stopped with SIGINT so they print what they gathered, killed
+if they do not stop, and killed on any exception (Ctrl-C included)."""
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+
+class Children:
+    """A set of background tracer processes; leaving the `with` block reaps them all."""
+
+    def __init__(self):
+        self.procs: list[subprocess.Popen] = []
+        self._old = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():   # handlers can only be set there
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                self._old[sig] = signal.signal(sig, _interrupt)
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            kill(p)
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        return False
+
+    def start(self, argv: list[str], **kw) -> subprocess.Popen:
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True, **kw)
+        self.procs.append(p)
+        return p
+
+
+def stop(p: subprocess.Popen, grace: float = 10.0) -> tuple[str, str]:
+    """SIGINT (bpftrace prints its maps, perf writes its file), wait, then collect output."""
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+    try:
+        return p.communicate(timeout=grace)
+    except subprocess.TimeoutExpired:
+        kill(p)
+        return p.communicate()
+
+
+def kill(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        p.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def wait_started(p: subprocess.Popen, marker_file, timeout: float = 20.0) -> bool:
+    """Poll until a tracer has written its marker (or died)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            return False
+        if marker_file():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")

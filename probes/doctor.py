@@ -1,0 +1,155 @@
+"""`doctor`: attach to a running proxy for a bounded window and name what
+limits it. One bpftrace program (the catalog's default scripts composed,
+filtered by the target's pids, aggregating in the kernel) and one
+system-wide `perf record -e cpu-clock` run side by side; /proc and TcpExt
+counters are read before and after; the host audit (`tune check`) runs
+first. Rules in findings.py turn the evidence into ranked findings.
+
+Nothing here writes to the target: tracepoints and sampling only, no
+uprobes on its hot paths; every tracer is reaped on exit and on Ctrl-C.
+"""
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from tune.errors import ProxytuneError
+from tune import observe
+
+from . import bpftrace, caps, children, findings, netstat, perf, proc
+
+DEFAULT_SCRIPTS = ["pollscan", "fd_errors", "connect_errors", "file_lifecycle", "loop_blocking"]
+DEEP_SCRIPTS = ["epoll_events", "biolatency", "runqlat"]
+MAX_DURATION = 300
+
+
+def port_range(pid: int) -> str | None:
+    """The target's ip_local_port_range, read inside its network namespace."""
+    p = subprocess.run(["nsenter", "-t", str(pid), "-n", "cat", "/proc/sys/net/ipv4/ip_local_port_range"],
+                       capture_output=True, text=True)
+    if p.returncode == 0:
+        return " ".join(p.stdout.split())
+    try:
+        return " ".join(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except OSError:
+        return None
+
+
+def squid_cache_dirs(pid: int) -> list[str]:
+    """cache_dir paths from the config a running squid was started with (-f FILE)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+    argv = [a.decode(errors="replace") for a in argv if a]
+    conf = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-f"), None)
+    if not conf or Path(argv[0]).name != "squid":
+        return []
+    try:
+        text = Path(conf).read_text()
+    except OSError:
+        return []
+    return re.findall(r"^\s*cache_dir\s+\S+\s+(\S+)", text, re.M)
+
+
+def audit(host, profile_ref: str, service: str, cache_dirs: list[str]) -> dict:
+    """The host audit against the profile (what `tune check` shows), reduced to what drifts."""
+    from tune import plan as plan_mod
+    try:
+        plan = plan_mod.build(profile_ref, host, {"service": service, "cache_dirs": cache_dirs})
+    except ProxytuneError as e:
+        return {"available": False, "reason": e.message}
+    doc = plan.to_json()
+    drift = [s for s in doc["settings"] if s["status"] == "drift"]
+    return {"available": True, "profile": profile_ref, "summary": doc["summary"],
+            "drift": [{k: s[k] for k in ("setting", "current", "wanted", "reason")} for s in drift]}
+
+
+def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linux/proxy",
+           cache_dirs: list[str] | None = None, deep: bool = False, use_perf: bool = True, tick=None) -> dict:
+    """Run the probes for `duration` seconds against `pids`; return the evidence dict the rules read."""
+    if not 0 < duration <= MAX_DURATION:
+        raise ProxytuneError(f"--duration must be between 1 and {MAX_DURATION} seconds, not {duration:g}")
+    ok, why = caps.ensure_tracefs()
+    if not ok:
+        raise ProxytuneError(f"tracefs is not available: {why}", "run as root")
+    if not bpftrace.version():
+        raise ProxytuneError("bpftrace is not installed", "Debian: apt-get install bpftrace")
+    cat = bpftrace.catalog()
+    wanted = DEFAULT_SCRIPTS + (DEEP_SCRIPTS if deep else [])
+    scripts, skipped = [], {}
+    for name in wanted:
+        missing = bpftrace.missing_tracepoints(cat[name])
+        if missing:
+            skipped[name] = f"tracepoints missing: {', '.join(missing)}"
+        else:
+            scripts.append(cat[name])
+    service = proc.comm_of(pids[0])
+    dirs = list(cache_dirs or []) or squid_cache_dirs(pids[0])
+    ev: dict = {"pids": pids, "comm": service, "skipped_scripts": skipped,
+                "scripts": [s.name for s in scripts], "port_range": port_range(pids[0])}
+    ev["audit"] = audit(host, profile_ref, service, dirs) if host is not None else {"available": False,
+                                                                                    "reason": "not asked"}
+    nspath = f"/proc/{pids[0]}/net/netstat"
+    perf_ok, perf_why = caps.perf_sampling() if use_perf else (False, "not asked (--no-perf)")
+    with children.Children() as kids:
+        run = bpftrace.Run(kids, bpftrace.compose(scripts, pids))
+        run.wait_attached()
+        rec = perf.Record(kids) if perf_ok else None
+        before, ns0 = proc.snapshot(pids), netstat.snapshot(nspath)
+        t0 = time.monotonic()
+        while (left := duration - (time.monotonic() - t0)) > 0:
+            time.sleep(min(0.25, left))
+            if tick:
+                tick(min(time.monotonic() - t0, duration))
+            if not any(Path(f"/proc/{p}").exists() for p in pids):
+                break
+        window = time.monotonic() - t0
+        after, ns1 = proc.snapshot(pids), (netstat.snapshot(nspath) if Path(nspath).exists() else ns0)
+        maps = run.stop()
+        prof = rec.stop(pids) if rec else {"available": False, "reason": perf_why}
+    ev["window_s"] = window
+    ev["bpf"] = {k: v for k, v in maps.items() if not k.startswith("_")}
+    ev["bpftrace_stderr"] = maps.get("_stderr", "")
+    ev["bpf_window_s"] = maps.get("_window_s") or window
+    ev["netstat"] = netstat.delta(ns0, ns1)
+    procs, cpu = {}, 0.0
+    for pid in pids:
+        a, b = before[pid], after.get(pid, before[pid])
+        soft = b["nofile_soft"]
+        fds = b["fds_open"] if b["fds_open"] is not None else a["fds_open"]
+        procs[pid] = {"pid": pid, "comm": a["comm"], "fds_open": fds, "nofile_soft": soft,
+                      "nofile_hard": b["nofile_hard"],
+                      "fd_use": fds / soft if isinstance(soft, int) and soft and fds is not None else 0.0}
+        if a["cpu_s"] is not None and b["cpu_s"] is not None:
+            cpu += b["cpu_s"] - a["cpu_s"]
+    ev["procs"] = {str(k): v for k, v in procs.items()}
+    ev["cpu_cores"] = cpu / window if window > 0 else 0.0
+    ev["listeners"] = [l for l in observe.listeners() if set(l["pids"]) & set(pids)]
+    ev["cache_dirs"] = observe.observe("", dirs, None)["cache_dirs"] if dirs else []
+    ev["perf"] = prof
+    ev["loop"] = loop_summary(ev)
+    return ev
+
+
+def loop_summary(ev: dict) -> dict:
+    """Per-event costs of the event loop: events per wait, CPU per event, the CPU split."""
+    b, w = ev["bpf"], ev.get("bpf_window_s") or ev["window_s"] or 1
+    waits = (b.get("@epoll_calls", 0) or 0) + (b.get("@poll_calls", 0) or 0)
+    events = (b.get("@epoll_events", 0) or 0) + (b.get("@poll_ready", 0) or 0)
+    out = {"waits_per_s": round(waits / w, 1), "events_per_s": round(events / w, 1),
+           "events_per_wait": round(events / waits, 2) if waits else None,
+           "accepts_per_s": round((b.get("@fdok_accept", 0) or 0) / w, 1),
+           "cpu_cores": round(ev["cpu_cores"], 3),
+           "cpu_us_per_event": round(ev["cpu_cores"] * w * 1e6 / events, 1) if events else None}
+    if ev["perf"].get("available") and ev["perf"].get("split"):
+        out["cpu_split"] = {k: round(v, 3) for k, v in ev["perf"]["split"].items()}
+    return out
+
+
+def diagnose(pids: list[int], duration: float, **kw) -> dict:
+    ev = gather(pids, duration, **kw)
+    found = findings.evaluate(ev)
+    return {"target": {"pids": pids, "comm": ev["comm"]}, "window_s": round(ev["window_s"], 2),
+            "findings": [f.to_json() for f in found], "evidence": ev}

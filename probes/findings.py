@@ -1,0 +1,248 @@
+"""Rules: evidence in, findings out. Each finding has a stable id, a
+severity, the numbers behind it and the fix. Thresholds sit next to the
+rule that uses them; every rule reads only the evidence dict that
+doctor.gather() builds, so rules are testable on recorded evidence.
+
+Severity: high = clients are failing or waiting now; medium = capacity or
+CPU lost; low = worth fixing before the next peak.
+"""
+
+from dataclasses import asdict, dataclass, field
+
+SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
+
+# fd-exhaustion: any EMFILE/ENFILE in the window, or this share of the soft limit open.
+FD_USE_MAX = 0.90
+# low-nofile-limit: a busy proxy needs more than Debian's soft default of 1024.
+LOW_NOFILE = 4096
+# poll-scan: select/poll passing at least this many descriptors per call on average ...
+POLL_SCAN_MIN_NFDS = 500
+# ... of which at most this share is ready (the rest is scanned for nothing) ...
+POLL_SCAN_MAX_READY_SHARE = 0.05
+# ... at least this often (an idle loop scanning once a second costs nothing).
+POLL_SCAN_MIN_CALLS_PER_S = 20
+# blocking-disk-io: the event-loop thread asleep on the disk (D state) or in fsync for this share of the window.
+BLOCKING_MIN_SHARE = 0.05
+# file-per-object-churn: files created or unlinked per second by the proxy.
+CHURN_MIN_PER_S = 20
+# cpu-hotspot: the target uses at least this much of one CPU ...
+HOTSPOT_MIN_CPU = 0.20
+# ... and one function holds at least this share of its samples.
+HOTSPOT_MIN_SHARE = 0.10
+# cpu-hotspot needs this many samples of the target to say anything.
+HOTSPOT_MIN_SAMPLES = 50
+
+
+@dataclass
+class Finding:
+    id: str
+    severity: str
+    title: str
+    evidence: dict
+    fix: str
+    impact: float = 0.0          # for ranking within a severity: share of time or rate of failures
+    references: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _per_s(n: float, ev: dict) -> float:
+    """A bpftrace counter per second of the time bpftrace was attached."""
+    w = ev.get("bpf_window_s") or ev["window_s"]
+    return n / w if w > 0 else 0.0
+
+
+def _share(ns: float, ev: dict, threads: int = 1) -> float:
+    """Nanoseconds summed by bpftrace as a share of its window (per thread)."""
+    w = ev.get("bpf_window_s") or ev["window_s"]
+    return min(1.0, ns / 1e9 / w / max(threads, 1)) if w > 0 else 0.0
+
+
+def fd_exhaustion(ev: dict) -> Finding | None:
+    errs = {}
+    for key, n in (ev["bpf"].get("@fderr") or {}).items():
+        probe, errno = key.rsplit(",", 1)
+        name = probe.rsplit("sys_exit_", 1)[-1]
+        errs[f"{name} {'EMFILE' if errno.strip() == '24' else 'ENFILE'}"] = n
+    worst = max(ev["procs"].values(), key=lambda p: p.get("fd_use", 0), default={})
+    use = worst.get("fd_use", 0)
+    if not errs and use < FD_USE_MAX:
+        return None
+    enfile = any(k.endswith("ENFILE") for k in errs)
+    fix = ("raise the system-wide limit: sysctl fs.file-max (profile linux/proxy: sysctl:fs.file-max)" if enfile else
+           "raise the proxy's fd limit: nginx `worker_rlimit_nofile 65536;` (and worker_connections below it), "
+           "squid `max_filedescriptors 65536`, systemd `LimitNOFILE=65536` (profile linux/proxy: "
+           "service:UNIT:LimitNOFILE, limits:USER:nofile, rlimit:SERVICE:nofile; `proxytune tune apply`)")
+    return Finding("fd-exhaustion", "high", "the proxy runs out of file descriptors",
+                   {"errors": errs, "errors_per_s": round(_per_s(sum(errs.values()), ev), 1),
+                    "fds_open": worst.get("fds_open"), "nofile_soft": worst.get("nofile_soft"),
+                    "fd_use": round(use, 3), "pid": worst.get("pid")},
+                   fix, impact=_per_s(sum(errs.values()), ev) + use)
+
+
+def low_nofile_limit(ev: dict) -> Finding | None:
+    low = [p for p in ev["procs"].values() if isinstance(p.get("nofile_soft"), int) and p["nofile_soft"] < LOW_NOFILE]
+    if not low:
+        return None
+    pressed = any(p.get("fd_use", 0) > 0.5 for p in low) or bool(ev["bpf"].get("@fderr"))
+    return Finding("low-nofile-limit", "medium" if pressed else "low",
+                   f"soft fd limit below {LOW_NOFILE}",
+                   {"processes": [{"pid": p["pid"], "comm": p["comm"], "nofile_soft": p["nofile_soft"],
+                                   "nofile_hard": p["nofile_hard"], "fds_open": p["fds_open"]} for p in low]},
+                   "raise nofile to 65536 for the proxy's service (profile linux/proxy: service:UNIT:LimitNOFILE, "
+                   "limits:USER:nofile; nginx worker_rlimit_nofile, squid max_filedescriptors), then restart it",
+                   impact=1 - min(p["nofile_soft"] for p in low) / LOW_NOFILE)
+
+
+def accept_queue_overflow(ev: dict) -> Finding | None:
+    d = ev["netstat"]
+    full = [l for l in ev["listeners"] if l["queued"] >= l["backlog"] > 0]
+    if d.get("ListenOverflows", 0) <= 0 and not full:
+        return None
+    return Finding("accept-queue-overflow", "high", "connections dropped: the accept queue overflowed",
+                   {"ListenOverflows": d.get("ListenOverflows", 0), "ListenDrops": d.get("ListenDrops", 0),
+                    "per_s": round(_per_s(d.get("ListenOverflows", 0), ev), 1),
+                    "listeners": [{"local": l["local"], "queued": l["queued"], "backlog": l["backlog"]}
+                                  for l in ev["listeners"]],
+                    "note": "TcpExt counters are for the whole network namespace, not only this process"},
+                   "raise net.core.somaxconn (profile linux/proxy: sysctl:net.core.somaxconn >= 8192) and the "
+                   "listen backlog (nginx `listen ... backlog=8192`); a loop that accepts too slowly needs more "
+                   "workers or a cheaper loop (see the other findings)",
+                   impact=_per_s(d.get("ListenOverflows", 0), ev))
+
+
+def syn_backlog_overflow(ev: dict) -> Finding | None:
+    d = ev["netstat"]
+    drops, cookies = d.get("TCPReqQFullDrop", 0), d.get("TCPReqQFullDoCookies", 0)
+    if drops + cookies <= 0:
+        return None
+    return Finding("syn-backlog-overflow", "high" if drops else "medium", "the SYN queue overflowed",
+                   {"TCPReqQFullDrop": drops, "TCPReqQFullDoCookies": cookies,
+                    "note": "TcpExt counters are for the whole network namespace"},
+                   "raise net.ipv4.tcp_max_syn_backlog (profile linux/proxy: >= 8192) with somaxconn; keep "
+                   "net.ipv4.tcp_syncookies = 1", impact=_per_s(drops + cookies, ev))
+
+
+def ephemeral_port_exhaustion(ev: dict) -> Finding | None:
+    conn = {int(k): v for k, v in (ev["bpf"].get("@conn") or {}).items()}
+    fails = conn.get(99, 0)
+    if fails <= 0:
+        return None
+    attempts = sum(conn.values())
+    return Finding("ephemeral-port-exhaustion", "high", "connect() fails: no local port left (EADDRNOTAVAIL)",
+                   {"connect_calls": attempts, "eaddrnotavail": fails, "failed_share": round(fails / attempts, 3),
+                    "per_s": round(_per_s(fails, ev), 1), "port_range": ev.get("port_range")},
+                   "widen net.ipv4.ip_local_port_range to 1024 65535 and set net.ipv4.tcp_tw_reuse = 1 (profile "
+                   "linux/proxy); keep server connections open (squid server_persistent_connections on, nginx "
+                   "upstream keepalive)", impact=_per_s(fails, ev))
+
+
+def poll_scan(ev: dict) -> Finding | None:
+    b = ev["bpf"]
+    calls = b.get("@poll_calls", 0) or 0
+    if calls <= 0:
+        return None
+    nfds, ready = b.get("@poll_nfds", 0) / calls, b.get("@poll_ready", 0) / calls
+    rate = _per_s(calls, ev)
+    if nfds < POLL_SCAN_MIN_NFDS or ready > POLL_SCAN_MAX_READY_SHARE * nfds or rate < POLL_SCAN_MIN_CALLS_PER_S:
+        return None
+    inside = _share(b.get("@poll_ns", 0), ev, len(ev["pids"]))
+    return Finding("poll-scan", "high" if nfds / max(ready, 1) >= 100 else "medium",
+                   "select/poll scans many idle descriptors per call",
+                   {"calls_per_s": round(rate), "mean_nfds": round(nfds), "mean_ready": round(ready, 2),
+                    "descriptors_scanned_per_ready": round(nfds / max(ready, 0.01)),
+                    "share_of_window_in_poll": round(inside, 3)},
+                   "switch the event loop to epoll (squid is built with it on Debian; nginx `use epoll;`): its cost "
+                   "follows the ready descriptors, not the watched ones (`proxytune bench events` shows both)",
+                   impact=inside, references=["Banga & Mogul 1998; Mogul, Speedier Squid"])
+
+
+def blocking_disk_io(ev: dict) -> Finding | None:
+    b = ev["bpf"]
+    dstate = _share(b.get("@dstate_ns", 0), ev, len(ev["pids"]))
+    sync = _share(b.get("@sync_ns", 0), ev, len(ev["pids"]))
+    share = max(dstate, sync)
+    if share < BLOCKING_MIN_SHARE:
+        return None
+    return Finding("blocking-disk-io", "high" if share >= 0.25 else "medium",
+                   "the event-loop thread sleeps on the disk",
+                   {"share_in_d_state": round(dstate, 3), "d_state_sleeps": b.get("@dstate_sleeps", 0),
+                    "fsync_calls": b.get("@sync_calls", 0), "share_in_fsync": round(sync, 3)},
+                   "take disk waits off the event loop: squid cache_dir aufs or rock (threads or disker "
+                   "processes) instead of ufs; nginx `aio threads;`; no fsync/fdatasync in the loop (batch them "
+                   "on a thread)", impact=share)
+
+
+def file_per_object_churn(ev: dict) -> Finding | None:
+    b = ev["bpf"]
+    creates, unlinks, opens = (b.get(k, 0) or 0 for k in ("@file_create", "@file_unlink", "@file_open"))
+    rate = _per_s(max(creates, unlinks), ev)
+    if rate < CHURN_MIN_PER_S:
+        return None
+    prefixes = sorted((b.get("@file_prefix") or {}).items(), key=lambda kv: -kv[1])[:5]
+    return Finding("file-per-object-churn", "medium", "one file per cached object: a create per miss, an unlink per eviction",
+                   {"creates_per_s": round(_per_s(creates, ev), 1), "unlinks_per_s": round(_per_s(unlinks, ev), 1),
+                    "opens_per_s": round(_per_s(opens, ev), 1), "closes_per_s": round(_per_s(b.get("@file_close", 0) or 0, ev), 1),
+                    "top_path_prefixes": dict(prefixes)},
+                   "store objects in one large file: squid `cache_dir rock` (one database file, slots) instead "
+                   "of ufs/aufs/diskd; mount the cache noatime (`proxytune bench storage` measures the gain on "
+                   "this disk)", impact=rate / 1000, references=["the 2002 Squid paper: one large file + async I/O"])
+
+
+def cache_dir_atime(ev: dict) -> Finding | None:
+    bad = [d for d in ev.get("cache_dirs", []) if d.get("atime") and d["atime"] != "noatime"]
+    if not bad:
+        return None
+    opens = _per_s(ev["bpf"].get("@file_open", 0) or 0, ev)
+    return Finding("cache-dir-atime", "medium" if opens >= CHURN_MIN_PER_S else "low",
+                   "cache directory mounted without noatime",
+                   {"dirs": [{"path": d["path"], "mountpoint": d.get("mountpoint"), "atime": d["atime"]} for d in bad],
+                    "opens_per_s": round(opens, 1)},
+                   "mount the cache with noatime (profile linux/proxy: mount:DIR:noatime; `proxytune tune apply "
+                   "--only 'mount:*'` remounts and updates fstab)",
+                   impact=opens / 10000, references=["Squid: The Definitive Guide, Appendix D"])
+
+
+IRQ_RESTORE = ("_raw_spin_unlock_irqrestore", "_raw_spin_unlock_irq", "pv_native_safe_halt")
+
+
+def cpu_hotspot(ev: dict) -> Finding | None:
+    p = ev.get("perf") or {}
+    if not p.get("available") or p.get("samples", 0) < HOTSPOT_MIN_SAMPLES:
+        return None
+    cpu = ev.get("cpu_cores", 0)
+    hot = [t for t in p["top"] if t["share"] >= HOTSPOT_MIN_SHARE]
+    hot_own = [t for t in p.get("own_top", []) if t["share"] >= HOTSPOT_MIN_SHARE]
+    if cpu < HOTSPOT_MIN_CPU or not (hot or hot_own):
+        return None
+    # Name the proxy's own function when one is hot, counting the kernel and library work it calls
+    # directly (from the call chains): it is the code the operator can change. Else the hottest leaf.
+    own = hot_own
+    named = own[0] if own else hot[0]
+    rnd = lambda t: {k: (round(v, 3) if isinstance(v, float) else v) for k, v in t.items()}
+    evidence = {"cpu_cores": round(cpu, 2), "samples": p["samples"], "function": named["function"],
+                "dso": named["dso"], "share": round(named["share"], 3),
+                "attribution": "own code with its direct kernel/library calls" if own else "self time",
+                "hot_self": [rnd(t) for t in hot[:5]], "hot_own_code": [rnd(t) for t in hot_own[:5]],
+                "split": {k: round(v, 3) for k, v in p["split"].items()}}
+    if any(t["function"] in IRQ_RESTORE for t in hot):
+        evidence["note"] = ("cpu-clock samples in a VM land where interrupts are re-enabled, so kernel time "
+                            "piles up on *_irqrestore: read it as time inside the kernel's syscalls")
+    return Finding("cpu-hotspot", "medium", f"{named['function']} takes {named['share']:.0%} of the proxy's CPU",
+                   evidence,
+                   f"start with {named['function']} ({named['dso']}): with the kernel and library work it calls it "
+                   f"takes {named['share']:.0%} of the proxy's CPU. If it walks every descriptor or cache entry per "
+                   "event, that is the classic O(N) case (see poll-scan); if its time is in syscalls, fewer and "
+                   "larger calls help; `proxytune probe cachemiss -- CMD` tells whether it is memory-bound",
+                   impact=named["share"] * cpu)
+
+
+RULES = [fd_exhaustion, low_nofile_limit, accept_queue_overflow, syn_backlog_overflow, ephemeral_port_exhaustion,
+         poll_scan, blocking_disk_io, file_per_object_churn, cache_dir_atime, cpu_hotspot]
+
+
+def evaluate(ev: dict) -> list[Finding]:
+    """Every rule on the evidence; findings ranked by severity, then impact."""
+    out = [f for f in (rule(ev) for rule in RULES) if f]
+    return sorted(out, key=lambda f: (SEVERITY_RANK[f.severity], -f.impact))

@@ -1,0 +1,173 @@
+"""CPU evidence from perf: where the target's CPU goes, from system-wide
+cpu-clock sampling filtered by pid (software event: works in VMs without
+hardware counters), split into the proxy's own code, the kernel and shared
+libraries (Maltzahn et al.'s Table 1); and cache misses from hardware
+counters where they exist, else from cachegrind on a reproduction run."""
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from tune.errors import ProxytuneError
+
+from . import children
+
+SAMPLE_HZ = 199
+STACK_BYTES = 8192      # user stack copied per sample for DWARF unwinding (Debian's squid/nginx have no frame pointers)
+HEADER = re.compile(r"^\s*(\d+)/(\d+)\s*$")
+FRAME = re.compile(r"^\s+([0-9a-f]+)\s+(.*?)\s+\((.*)\)\s*$")
+
+
+class Record:
+    """`perf record -e cpu-clock -a --call-graph dwarf` in the background; stop() summarises the target pids."""
+
+    def __init__(self, kids: children.Children, hz: int = SAMPLE_HZ, callgraph: bool = True):
+        if not shutil.which("perf"):
+            raise ProxytuneError("perf is not installed", "Debian: apt-get install linux-perf")
+        self.dir = Path(tempfile.mkdtemp(prefix="proxytune-perf-"))
+        self.data = self.dir / "perf.data"
+        self.hz = hz
+        cg = ["--call-graph", f"dwarf,{STACK_BYTES}"] if callgraph else []
+        self.proc = kids.start(["perf", "record", "-e", "cpu-clock", "-F", str(hz), "-a", "-q", *cg,
+                                "-o", str(self.data)])
+
+    def stop(self, pids: list[int]) -> dict:
+        _, err = children.stop(self.proc, grace=60)
+        try:
+            if not self.data.exists():
+                return {"available": False, "reason": f"perf record wrote nothing: {err.strip()[-200:]}"}
+            p = subprocess.run(["perf", "script", "-i", str(self.data), "-F", "pid,tid,ip,sym,dso",
+                                "--pid", ",".join(map(str, pids))], capture_output=True, text=True, timeout=300)
+            return {**summarise(p.stdout, pids), "hz": self.hz}
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def classify(dso: str, exes: set[str]) -> str:
+    if dso.startswith("bpf_prog_"):  # our own tracepoint programs: the probes' cost, visible
+        return "bpf probes"
+    if dso == "inlined":            # perf names the inlined function but not the object it sits in
+        return "unknown"
+    if dso == "[vdso]" or ".so" in dso:
+        return "shared library"
+    if dso.startswith("[kernel") or dso.endswith(".ko"):
+        return "kernel"
+    if dso in exes or any(Path(dso).name == Path(e).name for e in exes):
+        return "proxy"
+    return "unknown" if dso in ("[unknown]", "unknown") else "proxy"
+
+
+def samples(script_out: str):
+    """perf script output -> [(pid, [(sym, dso), ...leaf first])]."""
+    out, cur = [], None
+    for line in script_out.splitlines():
+        m = HEADER.match(line)
+        if m:
+            cur = (int(m.group(1)), [])
+            out.append(cur)
+            continue
+        f = FRAME.match(line)
+        if f and cur is not None:
+            cur[1].append((f.group(2) or "[unknown]", f.group(3)))
+    return out
+
+
+def summarise(script_out: str, pids: list[int]) -> dict:
+    """Samples of the target pids: self time by function (the leaf), the proxy / kernel / library
+    split, and per function of the proxy's own code the samples where it is the deepest own frame,
+    which charges it with the kernel and library work it calls directly (poll() to comm_select)."""
+    want = set(pids)
+    exes = {e for e in (_exe(p) for p in pids) if e}
+    leaf, own, split = Counter(), Counter(), Counter()
+    n = 0
+    for pid, frames in samples(script_out):
+        if pid not in want or not frames:
+            continue
+        n += 1
+        sym, dso = frames[0]
+        where = classify(dso, exes)
+        leaf[(sym, _short(dso), where)] += 1
+        split[where] += 1
+        mine = next(((s, d) for s, d in frames if classify(d, exes) == "proxy" and s != "[unknown]"), None)
+        if mine:
+            own[(mine[0], _short(mine[1]))] += 1
+    top = [{"function": f, "dso": d, "where": w, "samples": c, "share": c / n}
+           for (f, d, w), c in leaf.most_common(15)] if n else []
+    own_top = [{"function": f, "dso": d, "samples": c, "share": c / n} for (f, d), c in own.most_common(10)] if n else []
+    return {"available": True, "samples": n, "split": {k: v / n for k, v in split.items()} if n else {},
+            "top": top, "own_top": own_top,
+            "own_attributed": sum(own.values()) / n if n else 0.0}
+
+
+def _short(dso: str) -> str:
+    return Path(dso).name if dso.startswith("/") else dso
+
+
+def _exe(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+# ------------------------------------------------------------------ cache misses
+
+def hw_cache_misses(argv: list[str]) -> dict | None:
+    """perf stat's L1-dcache-load-misses for a command, or None where the counters are missing."""
+    p = subprocess.run(["perf", "stat", "-x,", "-e", "instructions,L1-dcache-load-misses", "--"] + argv,
+                       capture_output=True, text=True)
+    vals = {}
+    for line in p.stderr.splitlines():
+        f = line.split(",")
+        if len(f) > 2 and f[0].strip().isdigit():
+            vals[f[2]] = int(f[0])
+    if "L1-dcache-load-misses" not in vals:
+        return None
+    return {"source": "hardware counters (perf stat)", "instructions": vals.get("instructions"),
+            "d1_misses": vals["L1-dcache-load-misses"], "functions": []}
+
+
+
+
+def cachegrind(argv: list[str], d1: str = "32768,8,64") -> dict:
+    """Run CMD under cachegrind (simulated D1), and rank functions by D1 read+write misses."""
+    if not shutil.which("valgrind"):
+        raise ProxytuneError("valgrind is not installed", "Debian: apt-get install valgrind")
+    with tempfile.TemporaryDirectory(prefix="proxytune-cg-") as d:
+        out = Path(d) / "cg.out"
+        p = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=yes", f"--D1={d1}",
+                            "--LL=8388608,16,64", f"--cachegrind-out-file={out}"] + argv,
+                           capture_output=True, text=True)
+        if not out.exists():
+            raise ProxytuneError(f"cachegrind did not run the command: {p.stderr.strip()[-200:]}")
+        funcs, totals = parse_cachegrind_out(out.read_text())
+    d1_misses = totals.get("D1mr", 0) + totals.get("D1mw", 0)
+    ranked = sorted(funcs.items(), key=lambda kv: -(kv[1].get("D1mr", 0) + kv[1].get("D1mw", 0)))
+    return {"source": f"cachegrind (simulated D1 {d1})", "instructions": totals.get("Ir"),
+            "d1_misses": d1_misses, "exit_code": p.returncode,
+            "functions": [{"function": f, "d1_misses": v.get("D1mr", 0) + v.get("D1mw", 0),
+                           "share": (v.get("D1mr", 0) + v.get("D1mw", 0)) / d1_misses if d1_misses else 0.0,
+                           "instructions": v.get("Ir", 0)} for f, v in ranked[:15]]}
+
+
+def parse_cachegrind_out(text: str) -> tuple[dict, dict]:
+    """cachegrind.out format: 'events:' names the columns; 'fn=' starts a function; number lines add up."""
+    events, funcs, fn = [], {}, None
+    totals = {}
+    for line in text.splitlines():
+        if line.startswith("events:"):
+            events = line.split()[1:]
+        elif line.startswith("fn="):
+            fn = line[3:]
+            funcs.setdefault(fn, {})
+        elif line and line[0].isdigit() and fn is not None:
+            nums = [int(x) for x in line.split()[1:]]
+            acc = funcs[fn]
+            for e, v in zip(events, nums):
+                acc[e] = acc.get(e, 0) + v
+                totals[e] = totals.get(e, 0) + v
+    return funcs, totals

@@ -1,0 +1,70 @@
+"""What /proc says about the target processes: CPU time, fd use and limits."""
+
+import os
+from pathlib import Path
+
+from tune.observe import proc_limits
+from tune.procs import fd_count, pids_of
+from tune.errors import ProxytuneError
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def resolve(pid: int | None, comm: str | None) -> list[int]:
+    """The target pids: one --pid, or every process whose comm is NAME (nginx master + workers)."""
+    if pid is not None:
+        if not Path(f"/proc/{pid}").is_dir():
+            raise ProxytuneError(f"no process with pid {pid}", "list them with: ps -e -o pid,comm")
+        return [pid] + workers_of(pid)
+    if comm:
+        pids = pids_of(comm)
+        if not pids:
+            raise ProxytuneError(f"no running process named {comm!r}", "names are the 15-char comm, see: ps -e -o comm")
+        return pids
+    raise ProxytuneError("say which process: --pid PID or --comm NAME")
+
+
+def workers_of(pid: int) -> list[int]:
+    """Children with the parent's name: nginx's workers under its master, squid's kids."""
+    name, kids = comm_of(pid), []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and comm_of(int(entry.name)) == name:
+                kids.append(int(entry.name))
+    return sorted(kids)
+
+
+def comm_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def exe_of(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """utime + stime of every thread of pid, in seconds."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(f[11]) + int(f[12])) / CLK_TCK
+
+
+def snapshot(pids: list[int]) -> dict[int, dict]:
+    out = {}
+    for pid in pids:
+        lim = proc_limits(pid)
+        out[pid] = {"comm": comm_of(pid), "cpu_s": cpu_seconds(pid), "fds_open": fd_count(pid),
+                    "nofile_soft": lim[0] if lim else None, "nofile_hard": lim[1] if lim else None}
+    return out

@@ -1,0 +1,91 @@
+"""Terminal rendering of probe results (rich); JSON goes through the CLI's emitter."""
+
+import json
+
+from rich.markup import escape
+from rich.table import Table
+
+from tune.render import console
+
+SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
+
+
+def caps_table(c: dict) -> None:
+    out = console()
+    t = Table(title="probe capabilities", title_justify="left")
+    for col in ("capability", "ok", "detail"):
+        t.add_column(col)
+    for name, v in c["capabilities"].items():
+        t.add_row(name, "[green]yes[/]" if v["ok"] else "[red]no[/]", escape(v["detail"]))
+    out.print(t)
+    t = Table(title="bpftrace catalog (probes/*.bt)", title_justify="left")
+    for col in ("script", "ok", "tracepoints", "purpose"):
+        t.add_column(col)
+    for name, s in c["scripts"].items():
+        t.add_row(name, "[green]yes[/]" if s["ok"] else f"[red]no[/] {', '.join(s['missing'])}",
+                  ", ".join(s["tracepoints"]), s["purpose"])
+    out.print(t)
+
+
+def _short(v) -> str:
+    s = json.dumps(v, default=str) if isinstance(v, (dict, list)) else str(v)
+    return escape(s if len(s) <= 160 else s[:157] + "...")
+
+
+def doctor_report(r: dict) -> None:
+    out = console()
+    ev = r["evidence"]
+    out.print(f"[bold]doctor[/]: {r['target']['comm']} (pids {', '.join(map(str, r['target']['pids']))}), "
+              f"{r['window_s']:.1f} s window; probes: {', '.join(ev['scripts'])}"
+              + ("; perf: cpu-clock sampling" if ev["perf"].get("available") else
+                 f"; perf: {ev['perf'].get('reason')}"))
+    for name, why in ev["skipped_scripts"].items():
+        out.print(f"[dim]skipped {name}: {why}[/]")
+    if not r["findings"]:
+        out.print("[green]no findings[/]: nothing in this window crossed a rule's threshold")
+    for i, f in enumerate(r["findings"], 1):
+        out.print(f"\n{i}. [{SEV_STYLE[f['severity']]}]{f['severity']}[/] [bold]{f['id']}[/]: {escape(f['title'])}")
+        for k, v in f["evidence"].items():
+            if v not in (None, {}, []):
+                out.print(f"     {k}: {_short(v)}")
+        out.print(f"   [green]fix[/]: {escape(f['fix'])}")
+    loop = ev["loop"]
+    out.print(f"\n[bold]event loop[/]: {loop['waits_per_s']} waits/s, {loop['events_per_s']} events/s "
+              f"({loop['events_per_wait']} per wait), {loop['accepts_per_s']} accepts/s, "
+              f"{loop['cpu_cores']} CPUs, {loop['cpu_us_per_event']} us CPU per event")
+    if loop.get("cpu_split"):
+        out.print("cpu split: " + ", ".join(f"{k} {v:.0%}" for k, v in sorted(loop["cpu_split"].items(),
+                                                                              key=lambda kv: -kv[1])))
+    a = ev["audit"]
+    if a.get("available"):
+        out.print(f"\n[bold]host audit[/] ({a['profile']}): {len(a['drift'])} setting(s) drift"
+                  + "".join(f"\n  {d['setting']}: {d['current']} -> {d['wanted']}" for d in a["drift"]))
+    else:
+        out.print(f"\n[dim]host audit: {a.get('reason')}[/]")
+
+
+def probe_maps(name: str, maps: dict) -> None:
+    out = console()
+    out.print(f"[bold]{name}[/] ({maps.get('_window_s', 0):.1f} s)")
+    for k, v in maps.items():
+        if k.startswith("_"):
+            continue
+        if isinstance(v, list):         # a histogram
+            out.print(f"{k}:")
+            peak = max((b["count"] for b in v), default=0) or 1
+            for b in v:
+                out.print(f"  [{b.get('min', 0)}, {b.get('max', 0)}]".ljust(28) + f"{b['count']:>10}  "
+                          + "#" * int(40 * b["count"] / peak))
+        else:
+            out.print(f"{k}: {_short(v)}")
+
+
+def cachemiss_report(r: dict) -> None:
+    out = console()
+    out.print(f"D1 misses: {r['d1_misses']:,} for {r['instructions'] or 0:,} instructions ({r['source']})")
+    t = Table(title="functions by D1 misses", title_justify="left")
+    for col in ("function", "D1 misses", "share", "instructions"):
+        t.add_column(col, justify="left" if col == "function" else "right")
+    for f in r["functions"]:
+        t.add_row(escape(f["function"]), f"{f['d1_misses']:,}", f"{f['share']:.1%}", f"{f['instructions']:,}")
+    out.print(t)
