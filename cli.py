@@ -343,6 +343,51 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
     finish_bench(data, "storage", output, as_json, mrender.storage_table)
 
 
+@bench.command("proxy")
+@click.option("--quick", is_flag=True, help="8 s fill + 12 s steady per store, 100 connections (about 2 minutes).")
+@click.option("--store", "stores", multiple=True, type=click.Choice(["ufs", "aufs", "rock", "diskd"]),
+              help="Squid store scheme (repeatable) [ufs, aufs, rock].")
+@click.option("--concurrency", type=click.IntRange(1, 20000), metavar="N", help="wrk connections [100, full 200; with --compare-profile 400, full 600].")
+@click.option("--idle", type=click.IntRange(0, 20000), metavar="N",
+              help="Idle keep-alive client connections during steady [200, full 1000; --compare-profile 1000].")
+@click.option("--compare-profile", metavar="NAME|PATH",
+              help="Run before and after applying this profile (journaled, rolled back after).")
+@click.option("--only", multiple=True, metavar="GLOB", help="With --compare-profile: only these settings.")
+@click.option("--skip", multiple=True, metavar="GLOB", help="With --compare-profile: leave these out.")
+@click.option("--yes", "-y", is_flag=True, help="With --compare-profile: change the host without asking.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def bench_proxy(host, quick, stores, concurrency, idle, compare_profile, only, skip, yes, output, as_json):
+    """A real Squid under a PolyMix-like load through wrk.
+
+    \b
+    Starts an nginx origin with PolyMix-3 sized objects and Squid (Debian's
+    package, generated config, own temp dir) per store scheme; wrk sends
+    absolute-URI requests whose recurrence gives about 55% hits, while a
+    helper holds idle keep-alive clients. Fill, then steady (measured):
+    throughput, latency of hits and misses (a sequential probe), hit ratio
+    from Squid's access log, errors by kind. Everything started is stopped.
+
+    \b
+    --compare-profile linux/proxy: the same load as the host is, then with
+    the profile applied (Squid restarted with the service's new
+    LimitNOFILE), then rolled back. Needs --yes.
+    """
+    from microbench import proxybench, render as mrender
+    if os.geteuid() != 0:
+        raise ProxytuneError("bench proxy needs root (squid drops privileges to user proxy)")
+    if compare_profile:
+        if not yes:
+            raise ProxytuneError("--compare-profile changes the host (journaled, rolled back after)",
+                                 "add --yes; `proxytune tune plan --profile ...` shows the changes")
+        data = proxybench.compare_profile(host, compare_profile, (stores or ("ufs",))[0], quick, concurrency,
+                                          idle, only, skip, as_json)
+    else:
+        data = proxybench.run(quick, list(stores) or None, concurrency, idle, None, as_json)
+    finish_bench(data, "proxy", output, as_json, mrender.proxy_table)
+
+
 # ---------------------------------------------------------------- probe / doctor
 
 def target_options(f):
@@ -583,25 +628,53 @@ def profiles_show(name, as_json):
 
 # ---------------------------------------------------------------- report
 
-@main.command()
+@main.group(invoke_without_command=True)
 @click.option("--output", "-o", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("proxytune-report"), show_default=True, help="Directory for report.{html,md,json}.")
 @click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, metavar="NAME|PATH")
 @click.option("--no-bench", is_flag=True, help="Only the host audit, no benchmarks.")
-@click.pass_obj
-def report(host, out_dir, profile_ref, no_bench):
+@click.option("--with-proxy", is_flag=True, help="Also bench proxy --quick: squid ufs/aufs/rock under load (~2 min).")
+@click.option("--from", "from_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              metavar="FILE", help="Use a saved bench (or report) result instead of running it (repeatable).")
+@click.pass_context
+def report(ctx, out_dir, profile_ref, no_bench, with_proxy, from_files):
     """Audit this host, run the quick benchmarks, write the report.
 
     \b
     The main job. Sections: the host audit against the profile (with the
     running proxy's limits, backlogs and cache-directory mounts), the event
-    mechanisms (bench events --quick) and Mogul's comm_select study (bench
-    fdscan --quick). Writes report.html (self-contained), report.md with its
-    PNG figures, and report.json (the result schema).
+    mechanisms (bench events --quick), Mogul's comm_select study (bench
+    fdscan --quick), the object stores (bench storage --quick, as root) and,
+    with --with-proxy, Squid under load. Writes report.html (self-contained:
+    figures embedded, nothing fetched), report.md with its PNG figures, and
+    report.json (the result schema).
+
+    \b
+      proxytune report compare A.json B.json    hosts side by side
     """
+    if ctx.invoked_subcommand:
+        return
     from reports import build
-    paths = build.write_report(host, profile_ref, out_dir, benches=not no_bench)
+    saved = build.saved_benches(list(from_files)) if from_files else None
+    paths = build.write_report(ctx.obj, profile_ref, out_dir, benches=not no_bench and not saved,
+                               with_proxy=with_proxy and not (saved and "proxy" in saved), saved=saved)
     for p in paths:
+        click.echo(f"wrote {p}")
+
+
+@report.command("compare")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--output", "-o", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("proxytune-compare"), show_default=True, help="Directory for compare.{html,md}.")
+def report_compare(files, out_dir):
+    """Put results side by side, one column per file: reports, benches,
+    audits or doctor results, from several hosts (a FreeBSD and a Linux
+    host) or one host before and after tuning."""
+    from reports import build, compare
+    if len(files) < 2:
+        raise ProxytuneError("compare needs at least two result files")
+    docs = build.load_results(list(files))
+    for p in compare.write(docs, list(files), out_dir):
         click.echo(f"wrote {p}")
 
 

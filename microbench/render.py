@@ -107,3 +107,36 @@ def storage_table(r: dict) -> None:
         out.print(f"fio {f['name']} ({f.get('target')}): " + (f"{f['mb_per_s']:,.1f} MB/s" if f.get("available")
                                                              else f"unavailable: {f.get('reason')}"))
     out.print(f"syscalls counted by: {r['syscall_counting']}")
+
+
+def proxy_table(r: dict) -> None:
+    out = console()
+    p = r["plan"]
+    t = Table(title=f"bench proxy: squid, {p['concurrency']} wrk connections + {p['idle']} idle, "
+                    f"{p['steady_s']} s steady after {p['fill_s']} s fill", title_justify="left")
+    for col in ("run", "store", "nofile", "req/s", "MB/s", "hit ratio", "p50 ms", "p99 ms", "hit p50 ms",
+                "miss p50 ms", "errors"):
+        t.add_column(col, justify="left" if col in ("run", "store") else "right")
+    labels = (["before", "after"] if r.get("compare_profile") else [""] * len(r["stores"]))
+    ms = lambda v: "-" if v is None else f"{v / 1000:,.1f}"
+    for label, s in zip(labels, r["stores"]):
+        lat, probe = s["steady"]["latency_us"], s["latency_probe"]
+        t.add_row(label, s["store"], str(s["nofile"][0] if s["nofile"] else "?"), f"{s['steady']['rps']:,.0f}",
+                  f"{s['steady']['mb_per_s']:,.1f}", "-" if s["hit_ratio"] is None else f"{s['hit_ratio']:.2f}",
+                  ms(lat["p50"]), ms(lat["p99"]), ms((probe.get("hit") or {}).get("p50")),
+                  ms((probe.get("miss") or {}).get("p50")), f"{s['error_count']:,}")
+    out.print(t)
+    for label, s in zip(labels, r["stores"]):
+        e = s["errors"]
+        kinds = {**{f"wrk {k}": v for k, v in e["wrk_socket"].items() if v and k != "status"},
+                 "http errors": e["http_status"], **{f"squid {k}": v for k, v in e["squid_codes"].items()},
+                 **{f"idle {k}": v for k, v in e["idle_clients_failed"].items()},
+                 "idle dropped": e["idle_clients_dropped"], "fd warnings in cache.log": e["fd_warnings_in_cache_log"]}
+        kinds = {k: v for k, v in kinds.items() if v}
+        if kinds:
+            out.print(f"{label or s['store']} errors: " + ", ".join(f"{k} {v:,}" for k, v in kinds.items()))
+    if r.get("compare_profile"):
+        n = r["service_nofile"]
+        out.print(f"profile {r['compare_profile']}: squid nofile {n['before']} -> {n['after']}"
+                  + (f" (capped at this host's hard limit {n['hard_limit_here']})" if n["capped"] else "")
+                  + f"; {len(r['applied'])} step(s) applied, rolled back: {r['rolled_back']}")

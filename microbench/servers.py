@@ -90,9 +90,11 @@ class Nginx(_Server):
             return ""
 
 class Squid(_Server):
-    """Squid in the foreground (-N) with one cache_dir of the given store type, objects on disk only."""
+    """Squid in the foreground (-N) with one cache_dir of the given store type (objects on disk
+    only with mem_mb=0), an access log to read hits from, and optionally a given fd limit."""
 
-    def __init__(self, store: str = "ufs", cache_mb: int = 100, mem_mb: int = 0, user: str = "proxy"):
+    def __init__(self, store: str = "ufs", cache_mb: int = 100, mem_mb: int = 0, user: str = "proxy",
+                 nofile: tuple[int, int] | None = None):
         if store not in ("ufs", "aufs", "diskd", "rock"):
             raise ProxytuneError(f"unknown squid store {store!r}", "ufs, aufs, diskd or rock")
         self.exe = _need("squid", "squid")
@@ -101,6 +103,7 @@ class Squid(_Server):
         self.cache.mkdir()
         self.port = free_port()
         self.store = store
+        self.nofile = nofile            # (soft, hard) to start with, as a service's LimitNOFILE would
         self.grace = 15
         levels = "" if store == "rock" else " 16 256"
         (self.dir / "squid.conf").write_text(
@@ -117,12 +120,19 @@ class Squid(_Server):
     def conf(self) -> Path:
         return self.dir / "squid.conf"
 
+    def log(self, name: str) -> str:
+        try:
+            return (self.dir / name).read_text(errors="replace")
+        except OSError:
+            return ""
+
     def __enter__(self):
         z = subprocess.run([self.exe, "-z", "-N", "-f", str(self.conf)], capture_output=True, text=True, timeout=120)
         if z.returncode != 0:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise ProxytuneError(f"squid -z failed: {(z.stderr or z.stdout).strip()[-300:]}")
-        self._launch([self.exe, "-N", "-f", str(self.conf)], timeout=60)
+        limit = ["prlimit", f"--nofile={self.nofile[0]}:{self.nofile[1]}", "--"] if self.nofile else []
+        self._launch(limit + [self.exe, "-N", "-f", str(self.conf)], timeout=60)
         return self
 
 

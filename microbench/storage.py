@@ -11,13 +11,12 @@ rawdev runs on a loop device over a sparse file unless --device is given
 """
 
 import json
-import math
 import random
 import shutil
 import subprocess
 from pathlib import Path
 
-from . import devices, stats
+from . import devices, polymix, stats
 from .build import build
 from .runner import progress
 
@@ -79,15 +78,7 @@ def mix_bssplit(samples: int = 20000, seed: int = 7) -> str:
     rng = random.Random(seed)
     counts: dict[int, int] = {}
     for _ in range(samples):
-        pick = rng.random()
-        if pick < 0.65:
-            kb = rng.expovariate(1 / 4.5)
-        elif pick < 0.80:
-            kb = rng.expovariate(1 / 8.5)
-        else:
-            mean, sd = (300, 300) if pick < 0.805 else (25, 10)
-            s2 = math.log(1 + sd * sd / (mean * mean))
-            kb = rng.lognormvariate(math.log(mean) - s2 / 2, math.sqrt(s2))
+        kb = polymix.size_kb(rng)
         bs = 4
         while bs < kb and bs < 1024:
             bs *= 2

@@ -25,15 +25,21 @@ def audit_section(host: Host, profile_ref: str) -> dict:
     return {**plan.to_json(), "observations": obs}
 
 
-def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = False) -> tuple[dict, dict]:
-    """(sections, parts that could not run, with why)."""
+def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = False, with_proxy: bool = False,
+            saved: dict | None = None) -> tuple[dict, dict]:
+    """(sections, parts that could not run, with why). `saved` holds bench results already
+    measured (from --from files), which are used instead of running those benches."""
     import os
-    from microbench import events, fdscan, storage
+    from microbench import events, fdscan, proxybench, storage
     parts = {"audit": lambda: audit_section(host, profile_ref)}
     if benches:
         parts["events"] = lambda: events.run(quick=True, quiet=quiet)
         parts["fdscan"] = lambda: fdscan.run(quick=True, quiet=quiet)
         parts["storage"] = lambda: storage.run(quick=True, quiet=quiet) if os.geteuid() == 0 else _needs_root()
+    if with_proxy:
+        parts["proxy"] = lambda: proxybench.run(quick=True, quiet=quiet) if os.geteuid() == 0 else _needs_root("bench proxy")
+    for name, data in (saved or {}).items():
+        parts[name] = lambda data=data: data
     done, skipped = {}, {}
     for name, run in parts.items():
         try:
@@ -43,16 +49,41 @@ def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = Fa
     return done, skipped
 
 
-def _needs_root():
-    raise ProxytuneError("bench storage needs root (loop devices and mounts)")
+def _needs_root(what: str = "bench storage"):
+    raise ProxytuneError(f"{what} needs root")
 
 
-def write_report(host: Host, profile_ref: str, out_dir: Path, benches: bool = True, quiet: bool = False) -> list[Path]:
-    done, skipped = collect(host, profile_ref, benches, quiet)
-    if "audit" not in done:
-        raise ProxytuneError(f"the host audit failed: {skipped['audit']}")
-    doc = envelope("report", {"title": "proxytune report", "sections": done, "skipped": skipped},
-                   done["audit"]["params"]["values"]["cache_dirs"])
+def load_results(paths: list[Path]) -> list[dict]:
+    """Result files, validated; a file that is not a proxytune result is one clear error."""
+    import jsonschema
+    from .schema import validate
+    docs = []
+    for p in paths:
+        try:
+            doc = json.loads(Path(p).read_text())
+            validate(doc)
+        except (OSError, ValueError) as e:
+            raise ProxytuneError(f"{p}: cannot read it: {e}")
+        except jsonschema.ValidationError as e:
+            raise ProxytuneError(f"{p}: not a proxytune result: {e.message}")
+        docs.append(doc)
+    return docs
+
+
+def saved_benches(paths: list[Path]) -> dict:
+    """bench name -> data, from result files (bench results, or a whole report's sections)."""
+    out = {}
+    for doc in load_results(paths):
+        if doc["kind"] == "bench":
+            out[doc["data"]["bench"]] = doc["data"]
+        elif doc["kind"] == "report":
+            out.update({k: v for k, v in doc["data"]["sections"].items() if k != "audit"})
+        else:
+            raise ProxytuneError(f"a {doc['kind']} result cannot be a report section", "give bench or report results")
+    return out
+
+
+def write_doc(doc: dict, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "report.json", out_dir / "report.md", out_dir / "report.html"]
     paths[0].write_text(json.dumps(doc, indent=1, default=str) + "\n")
@@ -63,3 +94,13 @@ def write_report(host: Host, profile_ref: str, out_dir: Path, benches: bool = Tr
             (out_dir / f.name).write_bytes(f.png)
             paths.append(out_dir / f.name)
     return paths
+
+
+def write_report(host: Host, profile_ref: str, out_dir: Path, benches: bool = True, quiet: bool = False,
+                 with_proxy: bool = False, saved: dict | None = None) -> list[Path]:
+    done, skipped = collect(host, profile_ref, benches, quiet, with_proxy, saved)
+    if "audit" not in done:
+        raise ProxytuneError(f"the host audit failed: {skipped['audit']}")
+    doc = envelope("report", {"title": "proxytune report", "sections": done, "skipped": skipped},
+                   done["audit"]["params"]["values"]["cache_dirs"])
+    return write_doc(doc, out_dir)

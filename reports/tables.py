@@ -160,7 +160,45 @@ def storage_section(r: dict) -> Section:
     return sec
 
 
-SECTIONS = {"audit": audit_section, "events": events_section, "fdscan": fdscan_section, "storage": storage_section}
+def proxy_section(r: dict) -> Section:
+    p = r["plan"]
+    compare = r.get("compare_profile")
+    sec = Section("Squid under load: " + (f"before and after {compare}" if compare else "store schemes"),
+                  f"Debian's squid, {p['concurrency']} wrk connections plus {p['idle']} idle keep-alive clients, "
+                  f"{p['fill_s']} s fill then {p['steady_s']} s steady; {r['docroot']['files']} PolyMix-3 objects "
+                  f"(mean {r['docroot']['mean_kb']:.1f} KB) on an nginx origin; a new URL or, with probability "
+                  f"{r['repeat']}, a repeat. Hit ratio from Squid's access log; hit/miss latency from a sequential "
+                  "probe during steady.")
+    labels = ["before", "after"] if compare else [""] * len(r["stores"])
+    ms = lambda v: "-" if v is None else f"{v / 1000:,.1f}"
+    rows = []
+    for lab, s in zip(labels, r["stores"]):
+        lat, probe = s["steady"]["latency_us"], s["latency_probe"]
+        rows.append([lab or s["store"], s["store"], s["nofile"][0] if s["nofile"] else "-",
+                     f"{s['steady']['rps']:,.0f}", f"{s['steady']['mb_per_s']:,.1f}",
+                     "-" if s["hit_ratio"] is None else f"{s['hit_ratio']:.2f}", ms(lat["p50"]), ms(lat["p99"]),
+                     ms((probe.get("hit") or {}).get("p50")), ms((probe.get("miss") or {}).get("p50")),
+                     f"{s['error_count']:,}"])
+    sec.tables.append(Table("Steady phase", ["run", "store", "nofile", "req/s", "MB/s", "hit ratio", "p50 ms",
+                                             "p99 ms", "hit p50 ms", "miss p50 ms", "errors"], rows))
+    png = plots.proxy_bars(r["stores"], labels)
+    if png:
+        sec.figures.append(Figure("proxy.png", "Throughput and errors per run", png))
+    for lab, s in zip(labels, r["stores"]):
+        e = s["errors"]
+        sec.notes.append(f"{lab or s['store']}: wrk socket errors {e['wrk_socket']}, HTTP errors {e['http_status']}, "
+                         f"squid codes {e['squid_codes']}, idle clients refused {e['idle_clients_failed']} / "
+                         f"dropped {e['idle_clients_dropped']}, fd warnings in cache.log {e['fd_warnings_in_cache_log']}")
+    if compare:
+        n = r["service_nofile"]
+        sec.notes.append(f"squid's nofile {n['before']} -> {n['after']}"
+                         + (f", capped at this host's hard limit {n['hard_limit_here']}" if n["capped"] else "")
+                         + f"; applied {len(r['applied'])} step(s), rolled back: {r['rolled_back']}")
+    return sec
+
+
+SECTIONS = {"audit": audit_section, "events": events_section, "fdscan": fdscan_section, "storage": storage_section,
+            "proxy": proxy_section}
 
 
 def sections(doc: dict) -> list[Section]:

@@ -1,0 +1,315 @@
+"""`bench proxy`: a real Squid under a PolyMix-like load through wrk.
+
+An nginx origin serves FILES objects of PolyMix-3 sizes; wrk sends
+absolute-URI requests whose recurrence (a repeat with probability REPEAT,
+else a new URL) gives a target hit ratio of about 55%, as in the papers;
+a helper holds many idle keep-alive client connections, as long-RTT
+clients do (Mogul: lab tests with short connections under-count them).
+Phases: fill (not measured), then steady (measured). During steady, a
+latency probe makes sequential requests and times hits and misses apart
+(wrk's per-request latency cannot tell them apart). Hit ratio and errors
+by kind come from Squid's access log; wrk's socket errors and Squid's
+"running out of filedescriptors" warnings are counted too.
+"""
+
+import http.client
+import json
+import random
+import re
+import socket
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from tune.errors import ProxytuneError
+
+from . import polymix, servers, stats
+
+LUA = Path(__file__).parent / "lua" / "polymix.lua"
+STORES = ["ufs", "aufs", "rock"]
+QUICK = {"files": 3000, "cache_mb": 256, "mem_mb": 8, "fill_s": 8, "steady_s": 12, "concurrency": 100, "idle": 200}
+FULL = {"files": 6000, "cache_mb": 512, "mem_mb": 8, "fill_s": 30, "steady_s": 60, "concurrency": 200, "idle": 1000}
+REPEAT = 0.55
+HISTORY = 4000         # per wrk thread: the repeated set (2 x 4000 x ~10 KB) fits the cache, as a hot set does
+HIT_CODES = ("HIT",)            # TCP_HIT, TCP_MEM_HIT, TCP_IMS_HIT, TCP_REFRESH_UNMODIFIED is a revalidated hit too
+
+
+def make_docroot(root: Path, files: int, seed: int = 3) -> dict:
+    """FILES objects of PolyMix-3 sizes under root/f/1..FILES."""
+    rng = random.Random(seed)
+    (root / "f").mkdir(parents=True)
+    for d in (root.parent, root, root / "f"):        # nginx's workers run as nobody
+        d.chmod(0o755)
+    sizes = []
+    for i in range(1, files + 1):
+        size = max(1, int(polymix.size_kb(rng) * 1024))
+        (root / "f" / str(i)).write_bytes(rng.randbytes(size))
+        sizes.append(size)
+    return {"files": files, "mean_kb": statistics.mean(sizes) / 1024, "median_kb": statistics.median(sizes) / 1024,
+            "total_mb": sum(sizes) / 1048576}
+
+
+def origin(root: Path) -> servers.Nginx:
+    return servers.Nginx(workers=1, body=f'root {root}; rewrite ^/o/[^/]+/(.*)$ /f/$1 break; '
+                                         'add_header Cache-Control "max-age=86400";')
+
+
+def lua_script(dirpath: Path, origin_port: int, files: int, run: str) -> Path:
+    text = (LUA.read_text().replace("ORIGIN", f"127.0.0.1:{origin_port}").replace("FILES", str(files))
+            .replace("REPEAT", str(REPEAT)).replace("HISTORY", str(HISTORY)).replace("RUN", run))
+    path = dirpath / f"polymix-{run}.lua"
+    path.write_text(text)
+    return path
+
+
+def run_wrk(proxy: str, script: Path, seconds: float, connections: int, threads: int = 2) -> dict:
+    import subprocess
+    p = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "5s",
+                        "-s", str(script), f"http://{proxy}/"], capture_output=True, text=True, timeout=seconds + 120)
+    m = re.search(r"^PROXYBENCH (\{.*\})$", p.stdout, re.M)
+    if not m:
+        raise ProxytuneError(f"wrk printed no result: {(p.stderr or p.stdout).strip()[-300:]}")
+    r = json.loads(m.group(1))
+    r["rps"] = r["requests"] / (r["duration_us"] / 1e6) if r["duration_us"] else 0.0
+    r["mb_per_s"] = r["bytes"] / 1048576 / (r["duration_us"] / 1e6) if r["duration_us"] else 0.0
+    return r
+
+
+class IdleClients:
+    """N keep-alive client connections that each fetch one object and then sit idle."""
+
+    def __init__(self, proxy_port: int, origin_port: int, n: int):
+        self.proxy_port, self.origin_port, self.n = proxy_port, origin_port, n
+        self.socks: list[socket.socket] = []
+        self.failed: dict[str, int] = {}
+
+    def __enter__(self):
+        for i in range(self.n):
+            s = socket.socket()
+            s.settimeout(10)
+            try:
+                s.connect(("127.0.0.1", self.proxy_port))
+                s.sendall(f"GET http://127.0.0.1:{self.origin_port}/o/idle-{i}/1 HTTP/1.1\r\n"
+                          f"Host: 127.0.0.1:{self.origin_port}\r\nConnection: keep-alive\r\n\r\n".encode())
+                if not s.recv(65536):
+                    raise ConnectionResetError("closed")
+                self.socks.append(s)
+            except OSError as e:
+                self.failed[type(e).__name__] = self.failed.get(type(e).__name__, 0) + 1
+                s.close()
+        return self
+
+    def still_open(self) -> int:
+        alive = 0
+        for s in self.socks:
+            try:
+                s.setblocking(False)
+                alive += s.recv(1, socket.MSG_PEEK) != b""
+            except BlockingIOError:
+                alive += 1
+            except OSError:
+                pass
+        return alive
+
+    def __exit__(self, *exc):
+        for s in self.socks:
+            s.close()
+        return False
+
+
+def latency_probe(proxy_port: int, origin_port: int, files: int, seconds: float, out: dict) -> None:
+    """Sequential requests through the proxy for `seconds`: a new URL (a miss), then the same URL again
+    (a hit), timed apart and classified by Squid's X-Cache header."""
+    rng = random.Random(11)
+    lat = {"hit": [], "miss": []}
+    errors = 0
+    deadline = time.monotonic() + seconds
+    i = 0
+    while time.monotonic() < deadline:
+        url = f"http://127.0.0.1:{origin_port}/o/probe-{i}/{rng.randint(1, files)}"
+        i += 1
+        for _ in range(2):
+            c = http.client.HTTPConnection("127.0.0.1", proxy_port, timeout=10)
+            try:
+                t0 = time.perf_counter()
+                c.request("GET", url)
+                resp = c.getresponse()
+                resp.read()
+                dt = (time.perf_counter() - t0) * 1e6
+                if resp.status == 200:
+                    lat["hit" if "HIT" in (resp.getheader("X-Cache") or "") else "miss"].append(dt)
+                else:
+                    errors += 1
+            except OSError:
+                errors += 1
+            finally:
+                c.close()
+    out.update({kind: _pct(v) for kind, v in lat.items()})
+    out["errors"] = errors
+
+
+def _pct(v: list[float]) -> dict | None:
+    if not v:
+        return None
+    v = sorted(v)
+    q = lambda p: v[min(len(v) - 1, int(p * len(v)))]
+    return {"n": len(v), "p50": round(q(0.5), 1), "p90": round(q(0.9), 1), "p99": round(q(0.99), 1),
+            "max": round(v[-1], 1)}
+
+
+def access_log(text: str) -> dict:
+    """Squid native log lines -> requests, hits, byte hits and result codes."""
+    codes: dict[str, int] = {}
+    n = hits = 0
+    bytes_all = bytes_hit = 0
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) < 7 or "/" not in f[3]:
+            continue
+        if "/idle-" in f[6] or "/probe-" in f[6]:
+            continue
+        n += 1
+        code = f[3]
+        codes[code] = codes.get(code, 0) + 1
+        size = int(f[4]) if f[4].isdigit() else 0
+        bytes_all += size
+        if any(h in code.split("/")[0] for h in HIT_CODES):
+            hits += 1
+            bytes_hit += size
+    return {"requests": n, "hit_ratio": hits / n if n else None,
+            "byte_hit_ratio": bytes_hit / bytes_all if bytes_all else None,
+            "codes": dict(sorted(codes.items(), key=lambda kv: -kv[1])),
+            "errors": {c: k for c, k in codes.items() if not c.endswith("/200") and not c.endswith("/304")}}
+
+
+def fd_warnings(cache_log: str) -> int:
+    return len(re.findall(r"running out of filedescriptors|Too many open files|accept failure", cache_log))
+
+
+def run_store(store: str, plan: dict, origin_port: int, workdir: Path, nofile: tuple[int, int] | None = None,
+              progress=None) -> dict:
+    """One Squid with this store: fill, then steady with idle clients and the latency probe."""
+    tag = f"{store}-{len(list(workdir.glob('polymix-*.lua')))}-"
+    fill_script = lua_script(workdir, origin_port, plan["files"], tag + "f")
+    script = lua_script(workdir, origin_port, plan["files"], tag + "s")
+    with servers.Squid(store, cache_mb=plan["cache_mb"], mem_mb=plan["mem_mb"], nofile=nofile) as sq:
+        proxy = f"127.0.0.1:{sq.port}"
+        limits = _nofile_of(sq.pid)
+        if progress:
+            progress(f"squid {store}: fill")
+        fill = run_wrk(proxy, fill_script, plan["fill_s"], plan["concurrency"])
+        log_mark = len(sq.log("access.log"))
+        if progress:
+            progress(f"squid {store}: steady")
+        with IdleClients(sq.port, origin_port, plan["idle"]) as idle:
+            probe: dict = {}
+            t = threading.Thread(target=latency_probe, args=(sq.port, origin_port, plan["files"],
+                                                             plan["steady_s"] - 1, probe), daemon=True)
+            t.start()
+            steady = run_wrk(proxy, script, plan["steady_s"], plan["concurrency"])
+            t.join()
+            idle_open = idle.still_open()
+            idle_failed = dict(idle.failed)
+        log = access_log(sq.log("access.log")[log_mark:])
+        warnings = fd_warnings(sq.log("cache.log"))
+    return {"store": store, "nofile": limits, "fill": _brief(fill), "steady": _brief(steady),
+            "hit_ratio": log["hit_ratio"], "byte_hit_ratio": log["byte_hit_ratio"], "codes": log["codes"],
+            "errors": {"wrk_socket": steady["errors"], "http_status": steady["http_errors"],
+                       "squid_codes": log["errors"], "idle_clients_failed": idle_failed,
+                       "idle_clients_dropped": plan["idle"] - sum(idle_failed.values()) - idle_open,
+                       "fd_warnings_in_cache_log": warnings},
+            "error_count": _error_count(steady, idle_failed, plan["idle"] - sum(idle_failed.values()) - idle_open),
+            "latency_probe": probe}
+
+
+def _brief(w: dict) -> dict:
+    return {k: w[k] for k in ("requests", "rps", "mb_per_s", "latency_us", "errors", "x_cache_hits",
+                              "x_cache_misses", "http_errors")}
+
+
+def _error_count(steady: dict, idle_failed: dict, idle_dropped: int) -> int:
+    """Failed client requests: socket errors and HTTP errors seen by wrk (its 'status' count is the
+    same as the HTTP errors), plus idle clients refused or dropped."""
+    sock = sum(v for k, v in steady["errors"].items() if k != "status")
+    return sock + steady["http_errors"] + sum(idle_failed.values()) + max(idle_dropped, 0)
+
+
+def _nofile_of(pid: int) -> list:
+    from tune.observe import proc_limits
+    lim = proc_limits(pid)
+    return list(lim) if lim else None
+
+
+def run(quick: bool = False, stores: list[str] | None = None, concurrency: int | None = None,
+        idle: int | None = None, nofile: tuple[int, int] | None = None, quiet: bool = False) -> dict:
+    from .runner import progress as progress_bar
+    plan = _plan_for(quick, concurrency, idle)
+    stores = stores or STORES
+    result = {"bench": "proxy", "quick": quick, "plan": plan, "repeat": REPEAT, "stores": []}
+    with tempfile.TemporaryDirectory(prefix="proxytune-proxybench-") as d, progress_bar(quiet) as bar:
+        task = bar.add_task("bench proxy", total=2 * len(stores))
+        root = Path(d)
+        result["docroot"] = make_docroot(root / "doc", plan["files"])
+        with origin(root / "doc") as og:
+            for store in stores:
+                def step(desc):
+                    bar.update(task, description=desc)
+                    bar.advance(task, 0.5 if "steady" in desc or "fill" in desc else 0)
+                result["stores"].append(run_store(store, plan, og.port, root, nofile, progress=step))
+                bar.update(task, completed=2 * len(result["stores"]))
+    return result
+
+
+def _plan_for(quick: bool, concurrency: int | None, idle: int | None) -> dict:
+    plan = dict(QUICK if quick else FULL)
+    if concurrency:
+        plan["concurrency"] = concurrency
+    if idle is not None:
+        plan["idle"] = idle
+    return plan
+
+
+def compare_profile(host, profile_ref: str, store: str = "ufs", quick: bool = False, concurrency: int | None = None,
+                    idle: int | None = None, only: tuple = (), skip: tuple = (), quiet: bool = False) -> dict:
+    """The same load on the host as it is, then with the profile applied (journaled), then rolled back.
+
+    Squid is started the way its service would be: with the service's LimitNOFILE (Debian's
+    squid.service sets none, so systemd's soft default of 1024) before, and the profile's after,
+    both capped by this process's hard limit (raising it needs CAP_SYS_RESOURCE)."""
+    import resource
+    from tune import apply as apply_mod, plan as plan_mod
+    from tune.apply import describe
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    params = {"service": "squid"}
+    plan = plan_mod.build(profile_ref, host, params, only, skip)
+    blocked = [c for c in plan.todo if c.note]
+    if blocked:
+        raise ProxytuneError(f"{blocked[0].setting.address} cannot be applied here: {blocked[0].note}",
+                             f"leave it out with --skip '{blocked[0].setting.address}'; nothing was changed")
+
+    def service_limit(p) -> int:
+        c = next((c for c in p.changes if c.setting.address == "service:squid:LimitNOFILE"), None)
+        cur = c.current if c else None
+        return int(cur) if isinstance(cur, (int, str)) and str(cur).isdigit() else 1024
+
+    limit_before = service_limit(plan)
+    before = run(quick, [store], concurrency or (400 if quick else 600), idle if idle is not None else 1000,
+                 (min(limit_before, hard), hard), quiet)
+    outcome = apply_mod.apply_plan(plan, host, persist=False)
+    try:
+        applied = plan_mod.build(profile_ref, host, params, only, skip)
+        limit_after = service_limit(applied)
+        after = run(quick, [store], concurrency or (400 if quick else 600), idle if idle is not None else 1000,
+                    (min(limit_after, hard), hard), quiet)
+    finally:
+        undone = apply_mod.rollback(host, outcome.entry["id"]) if outcome.entry else None
+    return {"bench": "proxy", "quick": quick, "compare_profile": profile_ref, "store": store,
+            "plan": before["plan"], "repeat": REPEAT, "docroot": before["docroot"],
+            "service_nofile": {"before": limit_before, "after": limit_after, "hard_limit_here": hard,
+                               "capped": limit_after > hard},
+            "applied": [describe(st) for st in outcome.steps],
+            "rolled_back": bool(undone) and not undone.failures,
+            "stores": before["stores"] + after["stores"],
+            "before": before["stores"][0], "after": after["stores"][0]}

@@ -1,0 +1,122 @@
+"""bench proxy against Debian's squid and nginx on loopback, and the report
+around it: the stores all serve and hit, a 1024-fd squid fails where the
+tuned one holds (in a network namespace with a sandbox root), the HTML
+report renders every plot in headless Chromium, and compare lines files up."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import IS_ROOT, REPO, proxytune
+from microbench import proxybench
+
+HAVE = IS_ROOT and shutil.which("wrk") and Path("/usr/sbin/squid").exists() and Path("/usr/sbin/nginx").exists()
+needs_servers = pytest.mark.skipif(not HAVE, reason="needs root, squid, nginx and wrk")
+RESULTS = REPO / "docs" / "results"
+
+
+def test_lua_script_has_every_placeholder_filled(tmp_path):
+    text = proxybench.lua_script(tmp_path, 8080, 123, "s1-").read_text()
+    code = "\n".join(l for l in text.splitlines() if not l.startswith("--"))
+    for word in ("ORIGIN", "FILES", "REPEAT", "HISTORY", "RUN"):
+        assert word not in code
+    assert '"http://127.0.0.1:8080/o/s1-"' in code and "math.random(123)" in code
+
+
+def test_access_log_counts_hits_and_errors():
+    log = "\n".join([
+        "1.0 5 127.0.0.1 TCP_HIT/200 1000 GET http://o/o/1/2 - HIER_NONE/- text/plain",
+        "1.0 5 127.0.0.1 TCP_MEM_HIT/200 500 GET http://o/o/1/3 - HIER_NONE/- text/plain",
+        "1.0 5 127.0.0.1 TCP_MISS/200 3000 GET http://o/o/1/4 - HIER_DIRECT/127.0.0.1 text/plain",
+        "1.0 5 127.0.0.1 TCP_MISS/503 0 GET http://o/o/1/5 - HIER_NONE/- -",
+        "1.0 5 127.0.0.1 TCP_MISS/200 3000 GET http://o/o/idle-1/1 - HIER_DIRECT/127.0.0.1 text/plain"])
+    r = proxybench.access_log(log)
+    assert r["requests"] == 4 and r["hit_ratio"] == 0.5
+    assert r["byte_hit_ratio"] == pytest.approx(1500 / 4500)
+    assert r["errors"] == {"TCP_MISS/503": 1}
+
+
+@needs_servers
+def test_every_store_serves_the_mix_and_hits(monkeypatch):
+    monkeypatch.setitem(proxybench.QUICK, "fill_s", 4)
+    monkeypatch.setitem(proxybench.QUICK, "steady_s", 5)
+    monkeypatch.setitem(proxybench.QUICK, "files", 800)
+    r = proxybench.run(quick=True, stores=["ufs", "aufs", "rock"], concurrency=20, idle=50, quiet=True)
+    assert [s["store"] for s in r["stores"]] == ["ufs", "aufs", "rock"]
+    for s in r["stores"]:
+        assert s["steady"]["rps"] > 100, s["store"]
+        assert s["error_count"] == 0, (s["store"], s["errors"])
+        assert 0.2 < s["hit_ratio"] < 0.9, (s["store"], s["hit_ratio"])
+        # Squid's access log and its X-Cache headers seen by wrk agree on the hit ratio
+        xc = s["steady"]["x_cache_hits"] / (s["steady"]["x_cache_hits"] + s["steady"]["x_cache_misses"])
+        assert abs(xc - s["hit_ratio"]) < 0.1, (s["store"], xc, s["hit_ratio"])
+        assert s["latency_probe"]["hit"]["n"] > 0 and s["latency_probe"]["miss"]["n"] > 0
+    assert not list(Path("/tmp").glob("proxytune-squid-*")) and not list(Path("/tmp").glob("proxytune-proxybench-*"))
+
+
+@needs_servers
+def test_compare_profile_a_1024_fd_squid_fails_where_the_tuned_one_holds(tmp_path):
+    """In a network namespace (net.* sysctls private) with a sandbox root (the service drop-in)."""
+    root, state = tmp_path / "root", tmp_path / "state"
+    (root / "etc").mkdir(parents=True)
+    env = {**os.environ, "PROXYTUNE_ROOT": str(root), "PROXYTUNE_STATE_DIR": str(state)}
+    script = (f"ip link set lo up; before=$(sysctl -n net.core.somaxconn); "
+              f"{REPO}/.venv/bin/python {REPO}/cli.py bench proxy --quick --compare-profile linux/squid "
+              f"--only 'sysctl:net.*' --only 'service:*' --yes --json -o {tmp_path}/r.json > /dev/null; "
+              f"echo somaxconn $before $(sysctl -n net.core.somaxconn)")
+    p = subprocess.run(["unshare", "-n", "bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads((tmp_path / "r.json").read_text())["data"]
+    before, after = r["before"], r["after"]
+    assert before["nofile"][0] == 1024 and after["nofile"][0] > 4096
+    assert before["error_count"] > 10 * max(after["error_count"], 1), (before["errors"], after["errors"])
+    assert after["steady"]["rps"] > 0
+    assert r["rolled_back"] and r["applied"]
+    somaxconn = p.stdout.split("somaxconn")[1].split()
+    assert somaxconn[0] == somaxconn[1]                       # restored in the namespace
+    assert not list((root / "etc").rglob("*proxytune*"))      # the drop-in is gone
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="needs chromium (Debian: chromium)")
+def test_report_html_renders_every_plot_in_headless_chromium(tmp_path):
+    out = tmp_path / "report"
+    p = proxytune("report", "-o", str(out), "--from", str(RESULTS / "events-full.json"),
+                  "--from", str(RESULTS / "fdscan-full.json"), "--from", str(RESULTS / "storage-full.json"))
+    assert p.returncode == 0, p.stderr
+    html = (out / "report.html").read_text()
+    assert not re.search(r'(src|href)="(https?:)?//', html) and "<script" not in html   # nothing fetched
+    n_img = html.count("<img ")
+    assert n_img >= 6
+    # a copy with one line of script that counts the images the browser decoded
+    probe = tmp_path / "probe.html"
+    probe.write_text(html.replace("</body>", "<script>document.body.setAttribute('data-rendered', "
+                                             "[...document.images].filter(i => i.complete && i.naturalWidth > 100)"
+                                             ".length + '/' + document.images.length)</script></body>"))
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
+    assert f'data-rendered="{n_img}/{n_img}"' in dom.stdout, dom.stdout[-500:] + dom.stderr[-500:]
+    shot = tmp_path / "shot.png"
+    subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", "--window-size=1200,3000", (out / "report.html").as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 50_000      # a page with plots, not a blank one
+
+
+def test_report_compare_puts_files_side_by_side(tmp_path):
+    p = proxytune("report", "compare", str(RESULTS / "events-full.json"), str(RESULTS / "storage-full.json"),
+                  "-o", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    md = (tmp_path / "compare.md").read_text()
+    assert "| poll, N=100 | 6,175 ns | - |" in md
+    assert "ext4 largefile sync: fill obj/s" in md
+    bad = proxytune("report", "compare", str(RESULTS / "events-full.json"), str(REPO / "README.md"))
+    assert bad.returncode == 2 and "README.md: cannot read it" in bad.stderr
