@@ -350,6 +350,8 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
 @click.option("--concurrency", type=click.IntRange(1, 20000), metavar="N", help="wrk connections [100, full 200; with --compare-profile 400, full 600].")
 @click.option("--idle", type=click.IntRange(0, 20000), metavar="N",
               help="Idle keep-alive client connections during steady [200, full 1000; --compare-profile 1000].")
+@click.option("--target", metavar="HOST:PORT",
+              help="Load a proxy you run instead of starting squid (it must reach 127.0.0.1, our origin).")
 @click.option("--compare-profile", metavar="NAME|PATH",
               help="Run before and after applying this profile (journaled, rolled back after).")
 @click.option("--only", multiple=True, metavar="GLOB", help="With --compare-profile: only these settings.")
@@ -358,7 +360,7 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def bench_proxy(host, quick, stores, concurrency, idle, compare_profile, only, skip, yes, output, as_json):
+def bench_proxy(host, quick, stores, concurrency, idle, target, compare_profile, only, skip, yes, output, as_json):
     """A real Squid under a PolyMix-like load through wrk.
 
     \b
@@ -375,7 +377,13 @@ def bench_proxy(host, quick, stores, concurrency, idle, compare_profile, only, s
     LimitNOFILE), then rolled back. Needs --yes.
     """
     from microbench import proxybench, render as mrender
-    if os.geteuid() != 0:
+    if target:
+        import re as _re
+        if not _re.fullmatch(r"[\w.\-]+:\d{1,5}", target) or not 0 < int(target.rsplit(":", 1)[1]) < 65536:
+            raise ProxytuneError(f"--target must be HOST:PORT, not {target!r}", "e.g. --target 127.0.0.1:3128")
+        if compare_profile or stores:
+            raise ProxytuneError("--target loads your proxy; --store and --compare-profile start our own squid")
+    elif os.geteuid() != 0:
         raise ProxytuneError("bench proxy needs root (squid drops privileges to user proxy)")
     if compare_profile:
         if not yes:
@@ -384,7 +392,7 @@ def bench_proxy(host, quick, stores, concurrency, idle, compare_profile, only, s
         data = proxybench.compare_profile(host, compare_profile, (stores or ("ufs",))[0], quick, concurrency,
                                           idle, only, skip, as_json)
     else:
-        data = proxybench.run(quick, list(stores) or None, concurrency, idle, None, as_json)
+        data = proxybench.run(quick, list(stores) or None, concurrency, idle, None, as_json, target=target)
     finish_bench(data, "proxy", output, as_json, mrender.proxy_table)
 
 

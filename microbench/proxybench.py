@@ -80,8 +80,8 @@ def run_wrk(proxy: str, script: Path, seconds: float, connections: int, threads:
 class IdleClients:
     """N keep-alive client connections that each fetch one object and then sit idle."""
 
-    def __init__(self, proxy_port: int, origin_port: int, n: int):
-        self.proxy_port, self.origin_port, self.n = proxy_port, origin_port, n
+    def __init__(self, host: str, proxy_port: int, origin_port: int, n: int):
+        self.host, self.proxy_port, self.origin_port, self.n = host, proxy_port, origin_port, n
         self.socks: list[socket.socket] = []
         self.failed: dict[str, int] = {}
 
@@ -90,7 +90,7 @@ class IdleClients:
             s = socket.socket()
             s.settimeout(10)
             try:
-                s.connect(("127.0.0.1", self.proxy_port))
+                s.connect((self.host, self.proxy_port))
                 s.sendall(f"GET http://127.0.0.1:{self.origin_port}/o/idle-{i}/1 HTTP/1.1\r\n"
                           f"Host: 127.0.0.1:{self.origin_port}\r\nConnection: keep-alive\r\n\r\n".encode())
                 if not s.recv(65536):
@@ -119,7 +119,7 @@ class IdleClients:
         return False
 
 
-def latency_probe(proxy_port: int, origin_port: int, files: int, seconds: float, out: dict) -> None:
+def latency_probe(host: str, proxy_port: int, origin_port: int, files: int, seconds: float, out: dict) -> None:
     """Sequential requests through the proxy for `seconds`: a new URL (a miss), then the same URL again
     (a hit), timed apart and classified by Squid's X-Cache header."""
     rng = random.Random(11)
@@ -131,7 +131,7 @@ def latency_probe(proxy_port: int, origin_port: int, files: int, seconds: float,
         url = f"http://127.0.0.1:{origin_port}/o/probe-{i}/{rng.randint(1, files)}"
         i += 1
         for _ in range(2):
-            c = http.client.HTTPConnection("127.0.0.1", proxy_port, timeout=10)
+            c = http.client.HTTPConnection(host, proxy_port, timeout=10)
             try:
                 t0 = time.perf_counter()
                 c.request("GET", url)
@@ -188,40 +188,70 @@ def fd_warnings(cache_log: str) -> int:
     return len(re.findall(r"running out of filedescriptors|Too many open files|accept failure", cache_log))
 
 
+def _drive(host: str, port: int, plan: dict, origin_port: int, workdir: Path, tag: str, progress=None) -> dict:
+    """Fill, then steady with idle clients and the latency probe, against a proxy at host:port."""
+    n = len(list(workdir.glob("polymix-*.lua")))
+    run = re.sub(r"[^\w]+", "-", tag)          # it goes into URLs and file names
+    fill_script = lua_script(workdir, origin_port, plan["files"], f"{run}-{n}-f")
+    script = lua_script(workdir, origin_port, plan["files"], f"{run}-{n}-s")
+    if progress:
+        progress(f"{tag}: fill")
+    fill = run_wrk(f"{host}:{port}", fill_script, plan["fill_s"], plan["concurrency"])
+    if progress:
+        progress(f"{tag}: steady")
+    with IdleClients(host, port, origin_port, plan["idle"]) as idle:
+        probe: dict = {}
+        t = threading.Thread(target=latency_probe, args=(host, port, origin_port, plan["files"],
+                                                         plan["steady_s"] - 1, probe), daemon=True)
+        t.start()
+        steady = run_wrk(f"{host}:{port}", script, plan["steady_s"], plan["concurrency"])
+        t.join()
+        idle_open = idle.still_open()
+        idle_failed = dict(idle.failed)
+    dropped = plan["idle"] - sum(idle_failed.values()) - idle_open
+    return {"fill": _brief(fill), "steady": _brief(steady), "latency_probe": probe,
+            "idle_failed": idle_failed, "idle_dropped": dropped,
+            "error_count": _error_count(steady, idle_failed, dropped)}
+
+
+def _errors(d: dict, squid_codes: dict | None, warnings: int | None) -> dict:
+    return {"wrk_socket": d["steady"]["errors"], "http_status": d["steady"]["http_errors"],
+            "squid_codes": squid_codes or {}, "idle_clients_failed": d["idle_failed"],
+            "idle_clients_dropped": d["idle_dropped"], "fd_warnings_in_cache_log": warnings or 0}
+
+
 def run_store(store: str, plan: dict, origin_port: int, workdir: Path, nofile: tuple[int, int] | None = None,
               progress=None) -> dict:
-    """One Squid with this store: fill, then steady with idle clients and the latency probe."""
-    tag = f"{store}-{len(list(workdir.glob('polymix-*.lua')))}-"
-    fill_script = lua_script(workdir, origin_port, plan["files"], tag + "f")
-    script = lua_script(workdir, origin_port, plan["files"], tag + "s")
+    """One Squid with this store, started here; hit ratio and errors from its own logs."""
     with servers.Squid(store, cache_mb=plan["cache_mb"], mem_mb=plan["mem_mb"], nofile=nofile) as sq:
-        proxy = f"127.0.0.1:{sq.port}"
         limits = _nofile_of(sq.pid)
-        if progress:
-            progress(f"squid {store}: fill")
-        fill = run_wrk(proxy, fill_script, plan["fill_s"], plan["concurrency"])
-        log_mark = len(sq.log("access.log"))
-        if progress:
-            progress(f"squid {store}: steady")
-        with IdleClients(sq.port, origin_port, plan["idle"]) as idle:
-            probe: dict = {}
-            t = threading.Thread(target=latency_probe, args=(sq.port, origin_port, plan["files"],
-                                                             plan["steady_s"] - 1, probe), daemon=True)
-            t.start()
-            steady = run_wrk(proxy, script, plan["steady_s"], plan["concurrency"])
-            t.join()
-            idle_open = idle.still_open()
-            idle_failed = dict(idle.failed)
-        log = access_log(sq.log("access.log")[log_mark:])
+        mark = [0]
+
+        def step(desc):
+            if "steady" in desc:
+                mark[0] = len(sq.log("access.log"))
+            if progress:
+                progress(desc)
+        d = _drive("127.0.0.1", sq.port, plan, origin_port, workdir, f"squid {store}", step)
+        log = access_log(sq.log("access.log")[mark[0]:])
         warnings = fd_warnings(sq.log("cache.log"))
-    return {"store": store, "nofile": limits, "fill": _brief(fill), "steady": _brief(steady),
+    return {"store": store, "nofile": limits, "fill": d["fill"], "steady": d["steady"],
             "hit_ratio": log["hit_ratio"], "byte_hit_ratio": log["byte_hit_ratio"], "codes": log["codes"],
-            "errors": {"wrk_socket": steady["errors"], "http_status": steady["http_errors"],
-                       "squid_codes": log["errors"], "idle_clients_failed": idle_failed,
-                       "idle_clients_dropped": plan["idle"] - sum(idle_failed.values()) - idle_open,
-                       "fd_warnings_in_cache_log": warnings},
-            "error_count": _error_count(steady, idle_failed, plan["idle"] - sum(idle_failed.values()) - idle_open),
-            "latency_probe": probe}
+            "errors": _errors(d, log["errors"], warnings), "error_count": d["error_count"],
+            "latency_probe": d["latency_probe"]}
+
+
+def run_target(target: str, plan: dict, origin_port: int, workdir: Path, progress=None) -> dict:
+    """A proxy the user runs (it must reach our origin on 127.0.0.1): its logs are not ours, so the
+    hit ratio comes from X-Cache headers (Squid and Varnish-style proxies send them), else None."""
+    host, _, port = target.rpartition(":")
+    d = _drive(host or "127.0.0.1", int(port), plan, origin_port, workdir, f"target {target}", progress)
+    st = d["steady"]
+    seen = st["x_cache_hits"] + st["x_cache_misses"]
+    return {"store": f"target {target}", "nofile": None, "fill": d["fill"], "steady": st,
+            "hit_ratio": st["x_cache_hits"] / seen if seen and st["x_cache_hits"] else None,
+            "byte_hit_ratio": None, "codes": {}, "errors": _errors(d, None, None), "error_count": d["error_count"],
+            "latency_probe": d["latency_probe"]}
 
 
 def _brief(w: dict) -> dict:
@@ -243,7 +273,8 @@ def _nofile_of(pid: int) -> list:
 
 
 def run(quick: bool = False, stores: list[str] | None = None, concurrency: int | None = None,
-        idle: int | None = None, nofile: tuple[int, int] | None = None, quiet: bool = False) -> dict:
+        idle: int | None = None, nofile: tuple[int, int] | None = None, quiet: bool = False,
+        target: str | None = None) -> dict:
     from .runner import progress as progress_bar
     plan = _plan_for(quick, concurrency, idle)
     stores = stores or STORES
@@ -253,10 +284,12 @@ def run(quick: bool = False, stores: list[str] | None = None, concurrency: int |
         root = Path(d)
         result["docroot"] = make_docroot(root / "doc", plan["files"])
         with origin(root / "doc") as og:
-            for store in stores:
-                def step(desc):
-                    bar.update(task, description=desc)
-                    bar.advance(task, 0.5 if "steady" in desc or "fill" in desc else 0)
+            def step(desc):
+                bar.update(task, description=desc)
+            if target:
+                result["target"] = target
+                result["stores"].append(run_target(target, plan, og.port, root, progress=step))
+            for store in ([] if target else stores):
                 result["stores"].append(run_store(store, plan, og.port, root, nofile, progress=step))
                 bar.update(task, completed=2 * len(result["stores"]))
     return result

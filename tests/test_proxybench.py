@@ -120,3 +120,25 @@ def test_report_compare_puts_files_side_by_side(tmp_path):
     assert "ext4 largefile sync: fill obj/s" in md
     bad = proxytune("report", "compare", str(RESULTS / "events-full.json"), str(REPO / "README.md"))
     assert bad.returncode == 2 and "README.md: cannot read it" in bad.stderr
+
+
+@needs_servers
+def test_target_loads_a_proxy_we_did_not_start(monkeypatch):
+    """--target: a squid started outside the bench is loaded; hits come from its X-Cache headers."""
+    from microbench import servers
+    monkeypatch.setitem(proxybench.QUICK, "fill_s", 3)
+    monkeypatch.setitem(proxybench.QUICK, "steady_s", 4)
+    monkeypatch.setitem(proxybench.QUICK, "files", 500)
+    with servers.Squid("rock", cache_mb=200, mem_mb=8) as sq:
+        r = proxybench.run(quick=True, concurrency=20, idle=20, quiet=True, target=f"127.0.0.1:{sq.port}")
+        assert sq.proc.poll() is None                     # still running: the bench did not stop it
+    [s] = r["stores"]
+    assert r["target"] == f"127.0.0.1:{sq.port}" and s["nofile"] is None
+    assert s["steady"]["rps"] > 100 and s["error_count"] == 0
+    assert 0.2 < s["hit_ratio"] < 0.9
+
+
+@pytest.mark.parametrize("target", ["nohostport", "host:0", "host:99999", "a b:80"])
+def test_target_must_be_host_and_port(target):
+    p = proxytune("bench", "proxy", "--target", target)
+    assert p.returncode == 2 and "--target must be HOST:PORT" in p.stderr
