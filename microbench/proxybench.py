@@ -25,7 +25,7 @@ from pathlib import Path
 
 from tune.errors import ProxytuneError
 
-from . import polymix, servers, stats
+from . import polymix, servers
 
 LUA = Path(__file__).parent / "lua" / "polymix.lua"
 STORES = ["ufs", "aufs", "rock"]

@@ -95,11 +95,6 @@ def parse_output(stdout: str) -> dict:
     return maps
 
 
-def scalar(maps: dict, name: str) -> int:
-    v = maps.get(name, 0)
-    return v if isinstance(v, (int, float)) else 0
-
-
 class Run:
     """A bpftrace program running in the background; stop() returns its maps."""
 

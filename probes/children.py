@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 
 
 class Children:
@@ -60,18 +59,6 @@ def kill(p: subprocess.Popen) -> None:
         p.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
-
-
-def wait_started(p: subprocess.Popen, marker_file, timeout: float = 20.0) -> bool:
-    """Poll until a tracer has written its marker (or died)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if p.poll() is not None:
-            return False
-        if marker_file():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _interrupt(signum, frame):

@@ -5,7 +5,6 @@ budget; the doctor's tracers must be gone when it returns or is interrupted.
 """
 
 import json
-import os
 import shutil
 import signal
 import subprocess
