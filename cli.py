@@ -155,10 +155,7 @@ def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist,
     """
     params = cli_params(service, user, cache_dirs)
     plan = plan_mod.build(profile_ref, host, params, only, skip)
-    blocked = [c for c in plan.todo if c.note]
-    if blocked:
-        raise ProxytuneError(f"{blocked[0].setting.address} cannot be applied here: {blocked[0].note}",
-                             f"leave it out with --skip '{blocked[0].setting.address}'; nothing was changed")
+    apply_mod.refuse_blocked(plan)
     steps, _ = apply_mod.steps_for(plan, host, persist)
     if steps and not yes:
         if not sys.stdin.isatty():

@@ -317,10 +317,7 @@ def compare_profile(host, profile_ref: str, store: str = "ufs", quick: bool = Fa
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     params = {"service": "squid"}
     plan = plan_mod.build(profile_ref, host, params, only, skip)
-    blocked = [c for c in plan.todo if c.note]
-    if blocked:
-        raise ProxytuneError(f"{blocked[0].setting.address} cannot be applied here: {blocked[0].note}",
-                             f"leave it out with --skip '{blocked[0].setting.address}'; nothing was changed")
+    apply_mod.refuse_blocked(plan)
 
     def service_limit(p) -> int:
         c = next((c for c in p.changes if c.setting.address == "service:squid:LimitNOFILE"), None)

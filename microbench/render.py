@@ -114,17 +114,12 @@ def proxy_table(r: dict) -> None:
     p = r["plan"]
     t = Table(title=f"bench proxy: squid, {p['concurrency']} wrk connections + {p['idle']} idle, "
                     f"{p['steady_s']} s steady after {p['fill_s']} s fill", title_justify="left")
-    for col in ("run", "store", "nofile", "req/s", "MB/s", "hit ratio", "p50 ms", "p99 ms", "hit p50 ms",
-                "miss p50 ms", "errors"):
+    from reports.tables import PROXY_HEADERS, proxy_rows
+    for col in PROXY_HEADERS:
         t.add_column(col, justify="left" if col in ("run", "store") else "right")
-    labels = (["before", "after"] if r.get("compare_profile") else [""] * len(r["stores"]))
-    ms = lambda v: "-" if v is None else f"{v / 1000:,.1f}"
-    for label, s in zip(labels, r["stores"]):
-        lat, probe = s["steady"]["latency_us"], s["latency_probe"]
-        t.add_row(label, s["store"], str(s["nofile"][0] if s["nofile"] else "?"), f"{s['steady']['rps']:,.0f}",
-                  f"{s['steady']['mb_per_s']:,.1f}", "-" if s["hit_ratio"] is None else f"{s['hit_ratio']:.2f}",
-                  ms(lat["p50"]), ms(lat["p99"]), ms((probe.get("hit") or {}).get("p50")),
-                  ms((probe.get("miss") or {}).get("p50")), f"{s['error_count']:,}")
+    labels, rows = proxy_rows(r)
+    for row in rows:
+        t.add_row(*map(str, row))
     out.print(t)
     for label, s in zip(labels, r["stores"]):
         e = s["errors"]

@@ -37,11 +37,7 @@ class Children:
 
 def stop(p: subprocess.Popen, grace: float = 10.0) -> tuple[str, str]:
     """SIGINT (bpftrace prints its maps, perf writes its file), wait, then collect output."""
-    if p.poll() is None:
-        try:
-            os.killpg(p.pid, signal.SIGINT)
-        except ProcessLookupError:
-            pass
+    _signal_group(p, signal.SIGINT)
     try:
         return p.communicate(timeout=grace)
     except subprocess.TimeoutExpired:
@@ -49,12 +45,16 @@ def stop(p: subprocess.Popen, grace: float = 10.0) -> tuple[str, str]:
         return p.communicate()
 
 
-def kill(p: subprocess.Popen) -> None:
+def _signal_group(p: subprocess.Popen, sig: int) -> None:
     if p.poll() is None:
         try:
-            os.killpg(p.pid, signal.SIGKILL)
+            os.killpg(p.pid, sig)
         except ProcessLookupError:
             pass
+
+
+def kill(p: subprocess.Popen) -> None:
+    _signal_group(p, signal.SIGKILL)
     try:
         p.wait(timeout=5)
     except subprocess.TimeoutExpired:

@@ -9,13 +9,12 @@ Nothing here writes to the target: tracepoints and sampling only, no
 uprobes on its hot paths; every tracer is reaped on exit and on Ctrl-C.
 """
 
-import re
 import subprocess
 import time
 from pathlib import Path
 
 from tune.errors import ProxytuneError
-from tune import observe
+from tune import observe, params
 
 from . import bpftrace, caps, children, findings, netstat, perf, proc
 
@@ -50,7 +49,7 @@ def squid_cache_dirs(pid: int) -> list[str]:
         text = Path(conf).read_text()
     except OSError:
         return []
-    return re.findall(r"^\s*cache_dir\s+\S+\s+(\S+)", text, re.M)
+    return params.squid_cache_dirs(text)
 
 
 def audit(host, profile_ref: str, service: str, cache_dirs: list[str]) -> dict:

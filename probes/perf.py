@@ -4,7 +4,6 @@ hardware counters), split into the proxy's own code, the kernel and shared
 libraries (Maltzahn et al.'s Table 1); and cache misses from hardware
 counters where they exist, else from cachegrind on a reproduction run."""
 
-import os
 import re
 import shutil
 import subprocess
@@ -14,7 +13,7 @@ from pathlib import Path
 
 from tune.errors import ProxytuneError
 
-from . import children
+from . import children, proc
 
 SAMPLE_HZ = 199
 STACK_BYTES = 8192      # user stack copied per sample for DWARF unwinding (Debian's squid/nginx have no frame pointers)
@@ -81,7 +80,7 @@ def summarise(script_out: str, pids: list[int]) -> dict:
     split, and per function of the proxy's own code the samples where it is the deepest own frame,
     which charges it with the kernel and library work it calls directly (poll() to comm_select)."""
     want = set(pids)
-    exes = {e for e in (_exe(p) for p in pids) if e}
+    exes = {e for e in (proc.exe_of(p) for p in pids) if e}
     leaf, own, split = Counter(), Counter(), Counter()
     n = 0
     for pid, frames in samples(script_out):
@@ -105,13 +104,6 @@ def summarise(script_out: str, pids: list[int]) -> dict:
 
 def _short(dso: str) -> str:
     return Path(dso).name if dso.startswith("/") else dso
-
-
-def _exe(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        return None
 
 
 # ------------------------------------------------------------------ cache misses

@@ -160,16 +160,13 @@ def storage_section(r: dict) -> Section:
     return sec
 
 
-def proxy_section(r: dict) -> Section:
-    p = r["plan"]
-    compare = r.get("compare_profile")
-    sec = Section("Squid under load: " + (f"before and after {compare}" if compare else "store schemes"),
-                  f"Debian's squid, {p['concurrency']} wrk connections plus {p['idle']} idle keep-alive clients, "
-                  f"{p['fill_s']} s fill then {p['steady_s']} s steady; {r['docroot']['files']} PolyMix-3 objects "
-                  f"(mean {r['docroot']['mean_kb']:.1f} KB) on an nginx origin; a new URL or, with probability "
-                  f"{r['repeat']}, a repeat. Hit ratio from Squid's access log; hit/miss latency from a sequential "
-                  "probe during steady.")
-    labels = ["before", "after"] if compare else [""] * len(r["stores"])
+PROXY_HEADERS = ["run", "store", "nofile", "req/s", "MB/s", "hit ratio", "p50 ms", "p99 ms", "hit p50 ms",
+                 "miss p50 ms", "errors"]
+
+
+def proxy_rows(r: dict) -> tuple[list[str], list[list]]:
+    """(run labels, table rows) of a bench proxy result: one row per squid run."""
+    labels = ["before", "after"] if r.get("compare_profile") else [""] * len(r["stores"])
     ms = lambda v: "-" if v is None else f"{v / 1000:,.1f}"
     rows = []
     for lab, s in zip(labels, r["stores"]):
@@ -179,8 +176,20 @@ def proxy_section(r: dict) -> Section:
                      "-" if s["hit_ratio"] is None else f"{s['hit_ratio']:.2f}", ms(lat["p50"]), ms(lat["p99"]),
                      ms((probe.get("hit") or {}).get("p50")), ms((probe.get("miss") or {}).get("p50")),
                      f"{s['error_count']:,}"])
-    sec.tables.append(Table("Steady phase", ["run", "store", "nofile", "req/s", "MB/s", "hit ratio", "p50 ms",
-                                             "p99 ms", "hit p50 ms", "miss p50 ms", "errors"], rows))
+    return labels, rows
+
+
+def proxy_section(r: dict) -> Section:
+    p = r["plan"]
+    compare = r.get("compare_profile")
+    sec = Section("Squid under load: " + (f"before and after {compare}" if compare else "store schemes"),
+                  f"Debian's squid, {p['concurrency']} wrk connections plus {p['idle']} idle keep-alive clients, "
+                  f"{p['fill_s']} s fill then {p['steady_s']} s steady; {r['docroot']['files']} PolyMix-3 objects "
+                  f"(mean {r['docroot']['mean_kb']:.1f} KB) on an nginx origin; a new URL or, with probability "
+                  f"{r['repeat']}, a repeat. Hit ratio from Squid's access log; hit/miss latency from a sequential "
+                  "probe during steady.")
+    labels, rows = proxy_rows(r)
+    sec.tables.append(Table("Steady phase", PROXY_HEADERS, rows))
     png = plots.proxy_bars(r["stores"], labels)
     if png:
         sec.figures.append(Figure("proxy.png", "Throughput and errors per run", png))

@@ -54,6 +54,14 @@ def steps_for(plan: Plan, host: Host, persist: bool) -> tuple[list[dict], list[s
     return [s for s in steps if not (s["kind"] == "file" and s["old"] == s["new"])], notes
 
 
+def refuse_blocked(plan: Plan) -> None:
+    """Stop before anything changes when the plan already knows a setting cannot be applied here."""
+    blocked = [c for c in plan.todo if c.note]
+    if blocked:
+        raise ProxytuneError(f"{blocked[0].setting.address} cannot be applied here: {blocked[0].note}",
+                             f"leave it out with --skip '{blocked[0].setting.address}'; nothing was changed")
+
+
 def apply_plan(plan: Plan, host: Host, persist: bool = False) -> Outcome:
     interrupted = [e for e in journal.open_entries(host.state_dir) if e["state"] == journal.APPLYING]
     if interrupted:

@@ -60,10 +60,15 @@ def detect_user(service: str) -> tuple[str, str]:
     return DEFAULT_USERS.get(service, service), "default"
 
 
+def squid_cache_dirs(conf_text: str) -> list[str]:
+    """The paths of a squid.conf's cache_dir lines."""
+    return re.findall(r"^\s*cache_dir\s+\S+\s+(\S+)", conf_text, re.M)
+
+
 def detect_cache_dirs(host: Host, service: str) -> tuple[list[str], str]:
     if service == "squid":
         text = "".join(read_text(host.path(p)) or "" for p in ("/etc/squid/squid.conf", "/usr/local/etc/squid/squid.conf"))
-        dirs = re.findall(r"^\s*cache_dir\s+\S+\s+(\S+)", text, re.M)
+        dirs = squid_cache_dirs(text)
         return dirs, "/etc/squid/squid.conf" if dirs else "none configured"
     if service == "nginx":
         dirs = []
