@@ -206,9 +206,35 @@ def proxy_section(r: dict) -> Section:
     return sec
 
 
-SECTIONS = {"audit": audit_section, "events": events_section, "fdscan": fdscan_section, "storage": storage_section,
+def summary_section(items: list[dict]) -> Section:
+    sec = Section("What to do on this host first",
+                  "Ranked: what a watched proxy runs into now, then settings below the profile, then the choices "
+                  "this host's benches measured, by the factor measured.")
+    sec.tables.append(Table("Actions", ["#", "what", "why (measured here)", "command", "from"],
+                            [[i["rank"], i["what"], i["why"], i["command"], i["source"]] for i in items]))
+    if not items:
+        sec.notes.append("nothing to do: every selected setting is met and no bench favoured a change")
+    return sec
+
+
+def seeds_section(r: dict) -> Section:
+    sec = Section("The classic results, today",
+                  "Each headline of the reference papers against this run's own measurements. Verdicts: holds "
+                  "(within x2 of the original effect), grew / shrank (beyond x2), reversed, or not measurable here.")
+    sec.tables.append(Table("Seeds", ["seed", "claim", "original", "today", "ratio", "verdict", "reason"],
+                            [[x["seed"], x["claim"], x["original"], x["today"],
+                              "-" if x["ratio"] is None else f"x{x['ratio']:,.2f}", x["verdict"], x["reason"]]
+                             for x in r["rows"]], status_col=5))
+    return sec
+
+
+SECTIONS = {"seeds": seeds_section, "audit": audit_section, "events": events_section, "fdscan": fdscan_section, "storage": storage_section,
             "proxy": proxy_section}
 
 
 def sections(doc: dict) -> list[Section]:
-    return [SECTIONS[name](data) for name, data in doc["data"]["sections"].items() if name in SECTIONS]
+    """The summary first (when the document has one), the seeds next, then the measured sections in order."""
+    secs = doc["data"]["sections"]
+    order = ["seeds"] + [n for n in secs if n != "seeds"]
+    out = [summary_section(doc["data"]["summary"])] if "summary" in doc["data"] else []
+    return out + [SECTIONS[name](secs[name]) for name in order if name in secs and name in SECTIONS]
