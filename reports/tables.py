@@ -219,7 +219,8 @@ def summary_section(items: list[dict]) -> Section:
 
 def seeds_section(r: dict) -> Section:
     sec = Section("The classic results, today",
-                  "Each headline of the reference papers against this run's own measurements. Verdicts: holds "
+                  "Each headline of the reference papers against this run's own measurements, effects compared on a log "
+                  "scale (ln of the ratio). Verdicts: holds "
                   "(within x2 of the original effect), grew / shrank (beyond x2), reversed, or not measurable here.")
     sec.tables.append(Table("Seeds", ["seed", "claim", "original", "today", "ratio", "verdict", "reason"],
                             [[x["seed"], x["claim"], x["original"], x["today"],
