@@ -3,6 +3,8 @@ markdown.py and html.py only format them."""
 
 from dataclasses import dataclass, field
 
+from microbench import fio
+
 from . import plots
 
 
@@ -135,14 +137,18 @@ def storage_section(r: dict) -> Section:
                      fmt(c["steady_objects_per_s"]), fmt(c["steady_hit_ratio"], "{:.2f}"),
                      fmt((c["steady_latency_us"] or {}).get("p99")), fmt(c["fill_syscalls_per_object"], "{:.2f}"),
                      fmt(c["steady_syscalls_per_object"], "{:.2f}"), fmt(c["steady_cpu_us_per_object"], "{:.1f}"),
-                     fmt(c.get("fill_vs_fio"), "{:.2f}"), fmt(c.get("steady_vs_fio"), "{:.2f}")])
+                     fio.cell(c, "fill"), fio.cell(c, "steady")])
     sec.tables.append(Table("Throughput and cost per object (medians)",
                             ["fs", "atime", "store", "engine", "fill obj/s", "steady obj/s", "hit ratio",
                              "steady p99 us", "syscalls/obj fill", "syscalls/obj steady", "cpu us/obj steady", "fill / fio", "steady / fio"], rows))
     fio = [f for f in r["fio"] if f.get("available")]
     if fio:
-        sec.tables.append(Table("fio limits (same patterns: mix-sized random writes, Zipf reads)",
-                                ["job", "target", "MB/s"], [[f["name"], f["target"], f"{f['mb_per_s']:,.1f}"] for f in fio]))
+        sec.tables.append(Table("fio limits (each store engine's own fio engine and depth, same mix, file size "
+                                "and cold start)", ["job", "target", "engine", "MB/s"],
+                                [[f["name"], f["target"], f.get("engine", "psync"), f"{f['mb_per_s']:,.1f}"]
+                                 for f in fio]))
+    sec.notes += [f"{c['fs']}/{c['atime']}/{c['store']}/{c['engine']} {phase}: {c[phase + '_fio_error']}"
+                  for c in r["combos"] for phase in ("fill", "steady") if c.get(f"{phase}_fio_error")]
     for name, png, caption in (
             ("storage-throughput.png", plots.storage_throughput(r["combos"]), "Objects per second by store and engine"),
             ("storage-latency.png", plots.storage_latency(r["combos"]), "I/O latency percentiles, steady phase"),
