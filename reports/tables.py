@@ -141,12 +141,12 @@ def storage_section(r: dict) -> Section:
     sec.tables.append(Table("Throughput and cost per object (medians)",
                             ["fs", "atime", "store", "engine", "fill obj/s", "steady obj/s", "hit ratio",
                              "steady p99 us", "syscalls/obj fill", "syscalls/obj steady", "cpu us/obj steady", "fill / fio", "steady / fio"], rows))
-    fio = [f for f in r["fio"] if f.get("available")]
-    if fio:
+    limits = [f for f in r["fio"] if f.get("available")]
+    if limits:
         sec.tables.append(Table("fio limits (each store engine's own fio engine and depth, same mix, file size "
                                 "and cold start)", ["job", "target", "engine", "MB/s"],
                                 [[f["name"], f["target"], f.get("engine", "psync"), f"{f['mb_per_s']:,.1f}"]
-                                 for f in fio]))
+                                 for f in limits]))
     sec.notes += [f"{c['fs']}/{c['atime']}/{c['store']}/{c['engine']} {phase}: {c[phase + '_fio_error']}"
                   for c in r["combos"] for phase in ("fill", "steady") if c.get(f"{phase}_fio_error")]
     for name, png, caption in (

@@ -57,3 +57,14 @@ def test_the_limit_is_the_best_of_its_repetitions(tmp_path):
     r = fio.best_of(name, job, tmp_path, reps=3)
     assert r["reps"] == 3 and len(r["runs_mb_per_s"]) == 3
     assert r["mb_per_s"] == pytest.approx(max(r["runs_mb_per_s"]), abs=0.1)
+
+
+def test_the_report_renders_a_measured_storage_result_with_its_limits():
+    """Regression: the storage section once shadowed the fio module and crashed every report."""
+    import json
+    from pathlib import Path
+    from reports import tables
+    data = json.loads((Path(__file__).resolve().parent.parent / "docs/results/report-with-proxy.json").read_text())
+    sec = tables.storage_section(data["data"]["sections"]["storage"])
+    assert sec.tables[0].headers[-2:] == ["fill / fio", "steady / fio"]
+    assert any(t.title.startswith("fio limits") for t in sec.tables)
