@@ -24,7 +24,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import backends, tomlpos
+from . import backends, names, tomlpos
 from .errors import ProfileError
 from .model import Setting
 from .modes import MODES
@@ -88,7 +88,8 @@ def load(ref: str, _stack: tuple = ()) -> Profile:
 
     def fail(keypath: tuple, problem: str, label: str | None = None):
         line = tomlpos.line_of(where, keypath) or 1
-        raise ProfileError(path, line, label or ".".join(keypath), problem)
+        # a quoted TOML key or an include name may hold a newline: the message stays one line
+        raise ProfileError(path, line, names.one_line(label or ".".join(keypath)), names.one_line(problem))
 
     head = doc.get("profile")
     if not isinstance(head, dict):
@@ -98,6 +99,8 @@ def load(ref: str, _stack: tuple = ()) -> Profile:
             fail(("profile", k), f"unknown key (known: {', '.join(PROFILE_KEYS)})")
         if not isinstance(v, PROFILE_KEYS[k]):
             fail(("profile", k), f"expected {PROFILE_KEYS[k].__name__}, got {type(v).__name__}")
+        if k == "description":
+            _checked(names.text, (v, "description"), ("profile", k), fail)
     os_name = head.get("os")
     if os_name not in backends.OSES:
         fail(("profile", "os"), f"os must be one of {', '.join(backends.OSES)}, got {os_name!r}")
@@ -110,6 +113,7 @@ def load(ref: str, _stack: tuple = ()) -> Profile:
             fail(("params", k), f"unknown parameter (known: {', '.join(PARAMS)})")
         if not isinstance(v, PARAMS[k]):
             fail(("params", k), f"expected {PARAMS[k].__name__}, got {type(v).__name__}")
+        _checked(names.param, (k, v), ("params", k), fail)
 
     merged_params: dict = {}
     settings: dict[str, RawSetting] = {}
@@ -148,8 +152,17 @@ def load(ref: str, _stack: tuple = ()) -> Profile:
                    params=merged_params, raw=list(settings.values()))
 
 
+def _checked(check, args: tuple, keypath: tuple, fail, label: str | None = None):
+    """Run a names.* check; its ValueError becomes the profile's `file:line: key: problem`."""
+    try:
+        return check(*args)
+    except ValueError as e:
+        fail(keypath, str(e), label)
+
+
 def _raw_setting(kind, key, spec, path, where, fail) -> RawSetting:
     address = f"{kind}:{key}"
+    _checked(names.text, (key, "setting name", 4096), (kind, key), fail, address)
     given = [m for m in MODES if m in spec]
     for k in spec:
         if k not in MODES and k not in SETTING_TEXT:
@@ -159,9 +172,14 @@ def _raw_setting(kind, key, spec, path, where, fail) -> RawSetting:
     for k in SETTING_TEXT:
         if not isinstance(spec.get(k), str) or not spec[k].strip():
             fail((kind, key, k) if k in spec else (kind, key), f"needs a non-empty text field {k!r}", address)
+        _checked(names.text, (spec[k], k), (kind, key, k), fail, address)
     mode = given[0]
+    raw_value = spec[mode]
     try:
-        wanted = parse(spec[mode])
+        for item in raw_value if isinstance(raw_value, list) else [raw_value]:
+            if isinstance(item, str):       # before parse(): "1\n2" must not pass as a range
+                names.value(item)
+        wanted = names.value(parse(raw_value))
     except ValueError as e:
         fail((kind, key, mode), str(e), address)
     if mode == "covers" and not (isinstance(wanted, tuple) and len(wanted) == 2):
@@ -198,11 +216,19 @@ def expand(profile: Profile, params: dict, host) -> tuple[list[Setting], list[st
                         str(raw.path), raw.line)
             try:
                 backends.get(profile.os, raw.backend, host).validate(s)
+                _check_limit(s)
             except ValueError as e:
                 raise ProfileError(raw.path, raw.line, s.address, str(e))
             out.append(s)
     _check_across(profile, out)
     return out, notes
+
+
+def _check_limit(s: Setting) -> None:
+    """Every resource limit, whichever backend sets it, stays under its sane maximum."""
+    limit = s.key.rpartition(":")[2]
+    if limit in names.LIMIT_MAX or limit in names.DIRECTIVE_LIMIT:
+        names.limit_value(limit, s.wanted)
 
 
 def _check_across(profile: Profile, settings: list[Setting]) -> None:
