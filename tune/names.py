@@ -139,6 +139,7 @@ def value(v, what: str = "value"):
 
 
 PARAM_CHECKS = {"service": service, "user": user}
+OWNERS = {"rlimit": service, "service": service, "limits": limits_domain, "login": login_class}
 
 
 def param(name: str, v) -> object:

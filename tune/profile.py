@@ -216,7 +216,7 @@ def expand(profile: Profile, params: dict, host) -> tuple[list[Setting], list[st
                         str(raw.path), raw.line)
             try:
                 backends.get(profile.os, raw.backend, host).validate(s)
-                _check_limit(s)
+                _check_names(s)
             except ValueError as e:
                 raise ProfileError(raw.path, raw.line, s.address, str(e))
             out.append(s)
@@ -224,9 +224,13 @@ def expand(profile: Profile, params: dict, host) -> tuple[list[Setting], list[st
     return out, notes
 
 
-def _check_limit(s: Setting) -> None:
-    """Every resource limit, whichever backend sets it, stays under its sane maximum."""
-    limit = s.key.rpartition(":")[2]
+def _check_names(s: Setting) -> None:
+    """The same rules for every backend, whoever wrote it: the owner of an
+    OWNER:LIMIT key (service, limits domain, login class) and a sane maximum
+    for every resource limit."""
+    owner, _, limit = s.key.rpartition(":")
+    if s.backend in names.OWNERS:
+        names.OWNERS[s.backend](owner)
     if limit in names.LIMIT_MAX or limit in names.DIRECTIVE_LIMIT:
         names.limit_value(limit, s.wanted)
 
