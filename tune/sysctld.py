@@ -8,7 +8,8 @@ the files are applied in the order of their names, so the last assignment
 of a key wins. procps then reads /etc/sysctl.conf last (Debian also links
 it as /etc/sysctl.d/99-sysctl.conf, which is what systemd-sysctl sees).
 Lines are `key = value`; `#` and `;` start comments; a leading `-` on the
-key only silences errors; systemd also accepts `/` as separator and globs.
+key only silences errors; `/` may separate the parts; a glob sets only keys
+that no line names explicitly.
 tests/test_sysctl_boot.py checks these claims against both programs.
 """
 
@@ -76,8 +77,9 @@ def normal(key: str) -> str:
 
 
 def lines_for(host, key: str) -> list[Line]:
-    """The lines of every boot file that set (or try to set) `key`, in the order boot applies them."""
-    found = []
+    """The lines of every boot file that set (or try to set) `key`, in the order boot applies them.
+    A glob (net.core.*) counts only when no line names the key itself: both programs do so."""
+    named, globbed = [], []
     for f in boot_files(host):
         for number, raw in hostfiles.lines(hostfiles.read(inside(host, f))):
             text = raw.strip()
@@ -85,6 +87,9 @@ def lines_for(host, key: str) -> list[Line]:
                 continue
             name, eq, value = text.partition("=")
             pattern = normal(name) if eq else normal(text.split()[0])
-            if pattern == key or any(c in pattern for c in "*?[") and fnmatchcase(key, pattern):
-                found.append(Line(str(f), number, value.strip() if eq else None, text))
-    return found
+            line = Line(str(f), number, value.strip() if eq else None, text)
+            if pattern == key:
+                named.append(line)
+            elif eq and any(c in pattern for c in "*?[") and fnmatchcase(key, pattern):
+                globbed.append(line)
+    return named or globbed
