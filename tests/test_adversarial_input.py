@@ -326,5 +326,13 @@ def test_earlier_file_is_masked_by_ours_and_not_reported(sandbox, tmp_path):
 
 
 def test_at_least_25_adversarial_cases():
-    count = len(OPTION_CASES) + len(PROFILE_CASES) + len(HOST_CASES) + len(VALID_CASES) + 3 + 3 + 1
+    count = len(OPTION_CASES) + len(PROFILE_CASES) + len(HOST_CASES) + len(VALID_CASES) + 3 + 3 + 2
     assert count >= 25, count
+
+
+def test_doctor_audit_keeps_working_on_a_malformed_host_file(sandbox):
+    """doctor's host audit shows the setting in error instead of failing."""
+    from probes import doctor
+    write_host_files(sandbox.root, {LIMITS: "ptadv soft nofile 64k\n"})    # the user defaults to the service
+    audit = doctor.audit(sandbox, "linux/proxy", "ptadv", [])
+    assert audit["available"] and audit["summary"]["error"] >= 1, audit
