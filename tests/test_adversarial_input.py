@@ -326,7 +326,7 @@ def test_earlier_file_is_masked_by_ours_and_not_reported(sandbox, tmp_path):
 
 
 def test_at_least_25_adversarial_cases():
-    count = len(OPTION_CASES) + len(PROFILE_CASES) + len(HOST_CASES) + len(VALID_CASES) + 3 + 3 + 2
+    count = len(OPTION_CASES) + len(PROFILE_CASES) + len(HOST_CASES) + len(VALID_CASES) + 3 + 3 + 2 + 3
     assert count >= 25, count
 
 
@@ -336,3 +336,24 @@ def test_doctor_audit_keeps_working_on_a_malformed_host_file(sandbox):
     write_host_files(sandbox.root, {LIMITS: "ptadv soft nofile 64k\n"})    # the user defaults to the service
     audit = doctor.audit(sandbox, "linux/proxy", "ptadv", [])
     assert audit["available"] and audit["summary"]["error"] >= 1, audit
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--only", "nothing\nproxytune: error: forged"], "--only/--skip nothing\\nproxytune: error: forged"),
+    (["--profile", "no/such\n\x1b[2J"], "no/such\\n\\x1b[2J: no such profile"),
+])
+def test_any_error_message_stays_one_line(args, fragment, sandbox, cli, tmp_path):
+    before = take(sandbox, tmp_path)
+    result = cli("tune", "check", *args)
+    assert result.exit_code == 2
+    assert fragment in one_error(result.stderr)
+    assert_unchanged(before, take(sandbox, tmp_path), tmp_path)
+
+
+def test_fstab_path_with_a_space_is_matched_escaped_and_kept_escaped():
+    from tune import fstab
+    text = "# x\n/dev/sdb1 /var/spool/my\\040cache ext4 defaults 0 2\n"
+    assert fstab.find_entry(text, "/var/spool/my cache") == 1
+    assert fstab.set_atime(text, "/var/spool/my cache", "noatime") == \
+        "# x\n/dev/sdb1 /var/spool/my\\040cache ext4 defaults,noatime 0 2\n"
+    fstab.check_entry(text, "/var/spool/my cache", "fstab")     # a whole entry: no error

@@ -4,14 +4,22 @@ Everything the CLI catches is a ProxytuneError; anything else is a bug and
 keeps its traceback.
 """
 
+import re
+
+
+def one_line(text: str) -> str:
+    """Control characters (newline, tab, NUL, ESC ...) written as escapes, so a message stays one line."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], str(text))
+
 
 class ProxytuneError(Exception):
     """A user-facing error: `message` is one line, `hint` says what to do."""
 
     def __init__(self, message: str, hint: str | None = None):
+        message = one_line(message)     # a hostile name inside must not start a second line
         super().__init__(message)
         self.message = message
-        self.hint = hint
+        self.hint = hint and one_line(hint)
 
 
 class ProfileError(ProxytuneError):

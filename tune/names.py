@@ -39,11 +39,6 @@ def shown(text: str, limit: int = 60) -> str:
     return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
 
 
-def one_line(text: str) -> str:
-    """The text with every control character written as an escape (\\n, \\x00, ...)."""
-    return CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
-
-
 def no_control(text: str, what: str) -> str:
     """The text, if free of control characters (newline, tab, NUL, DEL, ...)."""
     m = CONTROL.search(text)

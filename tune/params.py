@@ -47,7 +47,7 @@ def check(name: str, value, source: str) -> None:
     try:
         names.param(name, value)
     except ValueError as e:
-        problem = names.one_line(str(e))
+        problem = str(e)
         if source == "command line":
             raise ProxytuneError(f"{OPTIONS[name]}: {problem}", "nothing was changed")
         raise ProxytuneError(f"{name} from {source}: {problem}",

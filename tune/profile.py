@@ -88,8 +88,7 @@ def load(ref: str, _stack: tuple = ()) -> Profile:
 
     def fail(keypath: tuple, problem: str, label: str | None = None):
         line = tomlpos.line_of(where, keypath) or 1
-        # a quoted TOML key or an include name may hold a newline: the message stays one line
-        raise ProfileError(path, line, names.one_line(label or ".".join(keypath)), names.one_line(problem))
+        raise ProfileError(path, line, label or ".".join(keypath), problem)   # made one line there
 
     head = doc.get("profile")
     if not isinstance(head, dict):
