@@ -16,6 +16,7 @@ import pytest
 
 from conftest import REPO, in_netns, needs_root, proxytune
 from snapshot import SandboxState
+from test_bad_profiles import marked_line
 from tune.backends.mount import mount_of
 
 SYSCTLS = ("net.core.somaxconn", "fs.file-max", "fs.nr_open", "kernel.core_pattern")
@@ -76,13 +77,18 @@ def test_hostile_option_is_refused_against_the_option(name, sandbox, cli, tmp_pa
     args, prefix, problem = OPTION_CASES[name]
     out = tmp_path / "out"
     out.mkdir()
+    export = ["tune", "export", "--format", "sysctl.d", "-o", str(out / "x.conf")]
+    refused_everywhere(cli, sandbox, tmp_path, COMMANDS + (export,), args, (f"proxytune: error: {prefix} ", problem))
+
+
+def refused_everywhere(cli, sandbox, tmp_path, commands, args, fragments) -> None:
+    """Each command exits 2 with one error line holding every fragment; no journal, nothing changed."""
     before = take(sandbox, tmp_path)
-    for command in COMMANDS + (["tune", "export", "--format", "sysctl.d", "-o", str(out / "x.conf")],):
+    for command in commands:
         result = cli(*command, *args)
         assert result.exit_code == 2, (command, result.output)
         line = one_error(result.stderr)
-        assert line.startswith(f"proxytune: error: {prefix} "), line
-        assert problem in line, line
+        assert all(f in line for f in fragments), (fragments, line)
     assert not sandbox.state_dir.exists()
     assert_unchanged(before, take(sandbox, tmp_path), tmp_path)
 
@@ -137,24 +143,14 @@ PROFILE_CASES = {
 }
 
 
-def marked_line(text: str) -> int:
-    return next(i for i, line in enumerate(text.splitlines(), 1) if "# <-" in line)
-
-
 @pytest.mark.parametrize("name", sorted(PROFILE_CASES))
 def test_hostile_profile_is_refused_at_load_naming_file_line(name, sandbox, cli, tmp_path):
     text, label, problem = PROFILE_CASES[name]
     path = tmp_path / f"{name}.toml"
     path.write_text(text)
-    before = take(sandbox, tmp_path)
-    for command in COMMANDS + (["tune", "export", "--format", "freebsd" if "freebsd" in name else "sysctl.d"],):
-        result = cli(*command, "--profile", str(path))
-        assert result.exit_code == 2, (command, result.output)
-        line = one_error(result.stderr)
-        assert f"{path}:{marked_line(text)}: {label}" in line, line
-        assert problem in line, line
-    assert not sandbox.state_dir.exists()
-    assert_unchanged(before, take(sandbox, tmp_path), tmp_path)
+    export = ["tune", "export", "--format", "freebsd" if "freebsd" in name else "sysctl.d"]
+    refused_everywhere(cli, sandbox, tmp_path, COMMANDS + (export,), ["--profile", str(path)],
+                       (f"{path}:{marked_line(text)}: {label}", problem))
 
 
 # ------------------------------------------------------------ host files as they really are
