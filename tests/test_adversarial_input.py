@@ -164,6 +164,8 @@ SYSCTL_D = "etc/sysctl.d/95-local.conf"
 HOST_CASES = {
     "limits-64k": ({LIMITS: "# local\nproxy soft nofile 64k\n"}, "limits:*", LIMITS, 2,
                    "value '64k' is not a number, -1 or unlimited; pam_limits reads it as 64"),
+    "limits-hard-line-64k": ({LIMITS_D: "proxy soft nofile 65536\nproxy hard nofile 64k\n"}, "limits:*", LIMITS_D, 2,
+                             "pam_limits reads it as 64"),
     "limits-three-fields": ({LIMITS_D: "proxy soft nofile\n"}, "limits:*", LIMITS_D, 1, "3 fields"),
     "limits-bad-type": ({LIMITS: "\n\nproxy sfot nofile 4096\n"}, "limits:*", LIMITS, 3, "type 'sfot'"),
     "limits-not-utf8": ({LIMITS: b"proxy soft nofile 1\xff\n"}, "limits:*", LIMITS, None, "not UTF-8"),

@@ -57,8 +57,9 @@ class LimitsBackend(Backend):
         domain, _, item = key.rpartition(":")
         value = None
         for f, number, typ, raw in self._rows(domain, item):
+            parsed = parse_value(raw, f, number)      # a misread hard line is an error too
             if typ in ("soft", "-"):
-                value = parse_value(raw, f, number)
+                value = parsed
         return value
 
     def file_edits(self, changes):
