@@ -90,29 +90,7 @@ def load(ref: str, _stack: tuple = ()) -> Profile:
         line = tomlpos.line_of(where, keypath) or 1
         raise ProfileError(path, line, label or ".".join(keypath), problem)   # made one line there
 
-    head = doc.get("profile")
-    if not isinstance(head, dict):
-        fail(("profile",), "missing [profile] table (with os = \"linux\" or \"freebsd\")")
-    for k, v in head.items():
-        if k not in PROFILE_KEYS:
-            fail(("profile", k), f"unknown key (known: {', '.join(PROFILE_KEYS)})")
-        if not isinstance(v, PROFILE_KEYS[k]):
-            fail(("profile", k), f"expected {PROFILE_KEYS[k].__name__}, got {type(v).__name__}")
-        if k == "description":
-            _checked(names.text, (v, "description"), ("profile", k), fail)
-    os_name = head.get("os")
-    if os_name not in backends.OSES:
-        fail(("profile", "os"), f"os must be one of {', '.join(backends.OSES)}, got {os_name!r}")
-
-    params = doc.get("params", {})
-    if not isinstance(params, dict):
-        fail(("params",), "expected a table")
-    for k, v in params.items():
-        if k not in PARAMS:
-            fail(("params", k), f"unknown parameter (known: {', '.join(PARAMS)})")
-        if not isinstance(v, PARAMS[k]):
-            fail(("params", k), f"expected {PARAMS[k].__name__}, got {type(v).__name__}")
-        _checked(names.param, (k, v), ("params", k), fail)
+    head, os_name, params = _check_head(doc, fail)
 
     merged_params: dict = {}
     settings: dict[str, RawSetting] = {}
@@ -149,6 +127,33 @@ def load(ref: str, _stack: tuple = ()) -> Profile:
             settings[address] = raw
     return Profile(name=ref, path=path, os=os_name, description=head.get("description", ""),
                    params=merged_params, raw=list(settings.values()))
+
+
+def _check_head(doc: dict, fail) -> tuple[dict, str, dict]:
+    """The [profile] and [params] tables, every key known, typed and its value checked."""
+    head = doc.get("profile")
+    if not isinstance(head, dict):
+        fail(("profile",), "missing [profile] table (with os = \"linux\" or \"freebsd\")")
+    for k, v in head.items():
+        if k not in PROFILE_KEYS:
+            fail(("profile", k), f"unknown key (known: {', '.join(PROFILE_KEYS)})")
+        if not isinstance(v, PROFILE_KEYS[k]):
+            fail(("profile", k), f"expected {PROFILE_KEYS[k].__name__}, got {type(v).__name__}")
+        if k == "description":
+            _checked(names.text, (v, "description"), ("profile", k), fail)
+    os_name = head.get("os")
+    if os_name not in backends.OSES:
+        fail(("profile", "os"), f"os must be one of {', '.join(backends.OSES)}, got {os_name!r}")
+    params = doc.get("params", {})
+    if not isinstance(params, dict):
+        fail(("params",), "expected a table")
+    for k, v in params.items():
+        if k not in PARAMS:
+            fail(("params", k), f"unknown parameter (known: {', '.join(PARAMS)})")
+        if not isinstance(v, PARAMS[k]):
+            fail(("params", k), f"expected {PARAMS[k].__name__}, got {type(v).__name__}")
+        _checked(names.param, (k, v), ("params", k), fail)
+    return head, os_name, params
 
 
 def _checked(check, args: tuple, keypath: tuple, fail, label: str | None = None):
