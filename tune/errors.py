@@ -7,9 +7,14 @@ keeps its traceback.
 import re
 
 
+# C0 and C1 controls, DEL, and what Python's splitlines() or a terminal also takes as a line
+# break or a reordering (U+2028/2029, bidi overrides): none may pass in a name or a message.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
 def one_line(text: str) -> str:
     """Control characters (newline, tab, NUL, ESC ...) written as escapes, so a message stays one line."""
-    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], str(text))
+    return CONTROL.sub(lambda m: ascii(m.group())[1:-1], str(text))
 
 
 class ProxytuneError(Exception):

@@ -4,7 +4,8 @@ One place, so that a profile, a command-line option and every backend agree
 on what a service, user, limits domain, login class, sysctl or cache
 directory may look like. Each check matches the whole text (re.fullmatch:
 `re.match(...$)` lets a trailing newline through), refuses control
-characters (< 0x20 and 0x7f) and bounds the length; character classes are
+characters (< 0x20, 0x7f-0x9f, Unicode line separators and bidi overrides)
+and bounds the length; character classes are
 ASCII only, so a Unicode look-alike is not a name. Each raises ValueError
 with the problem in one line (the offending text shown with repr, so a
 newline in it cannot start a second line).
@@ -12,7 +13,7 @@ newline in it cannot start a second line).
 
 import re
 
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+from .errors import CONTROL
 MAX_TEXT = 1000          # reason, source, description
 MAX_VALUE = 4096         # a sysctl string: the kernel takes at most a page
 MAX_PATH = 4096          # PATH_MAX
@@ -35,15 +36,15 @@ FREEBSD_SYSCTL = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)+")
 
 
 def shown(text: str, limit: int = 60) -> str:
-    """repr of a text, cut short: one line whatever the text holds."""
-    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
+    """The text quoted and cut short, non-ASCII escaped: one line, and a look-alike shows as \\u0455."""
+    return ascii(text) if len(text) <= limit else ascii(text[:limit]) + "..."
 
 
 def no_control(text: str, what: str) -> str:
     """The text, if free of control characters (newline, tab, NUL, DEL, ...)."""
     m = CONTROL.search(text)
     if m:
-        raise ValueError(f"{what} {shown(text)} contains the control character {m.group()!r}")
+        raise ValueError(f"{what} {shown(text)} contains the control character {ascii(m.group())}")
     return text
 
 
