@@ -328,7 +328,7 @@ def test_earlier_file_is_masked_by_ours_and_not_reported(sandbox, tmp_path):
 
 
 def test_at_least_25_adversarial_cases():
-    count = len(OPTION_CASES) + len(PROFILE_CASES) + len(HOST_CASES) + len(VALID_CASES) + 3 + 3 + 2 + 3
+    count = len(OPTION_CASES) + len(PROFILE_CASES) + len(HOST_CASES) + len(VALID_CASES) + 3 + 3 + 2 + 3 + 2
     assert count >= 25, count
 
 
@@ -359,3 +359,22 @@ def test_fstab_path_with_a_space_is_matched_escaped_and_kept_escaped():
     assert fstab.set_atime(text, "/var/spool/my cache", "noatime") == \
         "# x\n/dev/sdb1 /var/spool/my\\040cache ext4 defaults,noatime 0 2\n"
     fstab.check_entry(text, "/var/spool/my cache", "fstab")     # a whole entry: no error
+
+
+@pytest.mark.parametrize("only, rel, text, where", [
+    ("limits:*", "etc/security/limits.d/99-local.conf", "proxy soft nofile 1024\n", "at login"),
+    ("service:*", "etc/systemd/system/ptadv.service.d/zz-local.conf", "[Service]\nLimitNOFILE=2048\n",
+     "at service start"),
+])
+def test_a_later_limits_or_dropin_file_is_named_and_apply_persist_warns(sandbox, tmp_path, only, rel, text, where):
+    write_host_files(sandbox.root, {rel: text})
+    before = take(sandbox, tmp_path)
+    plan = proxytune("tune", "plan", "--persist", "--json", "--only", only, *QUIET)
+    assert plan.returncode == 1, plan.stderr
+    doc = json.loads(plan.stdout)["data"]
+    expected = f"overridden {where} by {sandbox.root / rel}:{text.count(chr(10))}"
+    assert doc["settings"][0]["boot_override"].startswith(expected), doc["settings"][0]
+    assert any(n.startswith(f"{doc['settings'][0]['setting']}: {expected}") for n in doc["step_notes"])
+    assert_unchanged(before, take(sandbox, tmp_path), tmp_path)
+    apply = proxytune("tune", "apply", "--yes", "--persist", "--only", only, *QUIET)
+    assert apply.returncode == 1 and f"proxytune: warning: {doc['settings'][0]['setting']}: {expected}" in apply.stderr

@@ -12,6 +12,7 @@ no limit. A line for our domain that pam_limits would skip or misread
 
 import re
 
+from ..model import DRIFT
 from ..hostfiles import HostFileError, lines, read as read_host_file
 from ..names import limits_domain, limit_value
 from ..procs import RLIMITS
@@ -61,6 +62,16 @@ class LimitsBackend(Backend):
             if typ in ("soft", "-"):
                 value = parsed
         return value
+
+    def at_boot(self, change):
+        """A limits.d file that sorts after ours and sets a failing value wins at every login."""
+        domain, _, item = change.setting.key.rpartition(":")
+        ours = self.host.path(PERSIST_FILE)
+        soft = [(f, number) for f, number, typ, _ in self._rows(domain, item) if typ in ("soft", "-")]
+        if change.status == DRIFT and soft and soft[-1][0].parent == ours.parent and soft[-1][0].name > ours.name:
+            f, number = soft[-1]
+            change.boot = f"overridden at login by {f}:{number}, which sorts after {ours.name}"
+        return change
 
     def file_edits(self, changes):
         path = self.host.path(PERSIST_FILE)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..hostfiles import HostFileError, lines, read as read_host_file
 from ..names import limit_value, service as check_service
+from ..model import DRIFT
 from .base import Backend, split_pair
 
 DIRECTIVES = ("LimitNOFILE", "LimitNPROC", "LimitMEMLOCK", "LimitCORE")
@@ -52,13 +53,21 @@ class SystemdBackend(Backend):
 
     def read(self, key):
         unit, _, directive = key.rpartition(":")
-        value = _last(self._files(unit), directive)
+        value, _ = _last(self._files(unit), directive)
         if value is None:
             conf = [self.host.path("/etc/systemd/system.conf")]
-            value = _last(conf + _dropins([self.host.path(d) for d in CONF_DIRS]), f"Default{directive}")
+            value, _ = _last(conf + _dropins([self.host.path(d) for d in CONF_DIRS]), f"Default{directive}")
         if value is None:
             return SYSTEMD_DEFAULT_NOFILE if directive == "LimitNOFILE" else "infinity"
         return value
+
+    def at_boot(self, change):
+        """A drop-in that sorts after ours and sets a failing value wins over ours at every start."""
+        unit, _, directive = change.setting.key.rpartition(":")
+        _, where = _last(self._files(unit), directive)
+        if change.status == DRIFT and where and where[0].name > DROPIN_NAME and where[0].parent.name.endswith(".d"):
+            change.boot = f"overridden at service start by {where[0]}:{where[1]}, which sorts after {DROPIN_NAME}"
+        return change
 
     def dropin(self, unit: str) -> Path:
         return self.host.path(f"/etc/systemd/system/{unit}.service.d/{DROPIN_NAME}")
@@ -93,20 +102,22 @@ def _dropins(directories: list[Path]) -> list[Path]:
 
 
 def _last(files: list[Path], directive: str):
-    """The soft value of the last `directive=` in these files; None when unset or reset by `directive=`.
+    """(soft value, (file, line)) of the last `directive=` in these files; value None when unset or
+    reset by `directive=`.
     A last assignment systemd would reject is an error: the value then is not what its author meant."""
-    value, ignored = None, None
+    value, where, ignored = None, None, None
     for f in files:
         for number, line in lines(read_host_file(f)):
             name, eq, raw = line.strip().partition("=")
             if eq and name.strip() == directive:
                 try:
                     value, ignored = parse_limit(raw.strip(), directive, f, number) if raw.strip() else None, None
+                    where = (f, number)
                 except HostFileError as e:
                     ignored = e         # systemd skips the line and keeps the value before it
     if ignored:
         raise ignored
-    return value
+    return value, where
 
 
 def parse_limit(text: str, directive: str = "LimitNOFILE", path="", number: int = 0):
