@@ -328,7 +328,7 @@ def test_earlier_file_is_masked_by_ours_and_not_reported(sandbox, tmp_path):
 
 
 def test_at_least_25_adversarial_cases():
-    count = len(OPTION_CASES) + len(PROFILE_CASES) + len(HOST_CASES) + len(VALID_CASES) + 3 + 3 + 2 + 3 + 2
+    count = len(OPTION_CASES) + len(PROFILE_CASES) + len(HOST_CASES) + len(VALID_CASES) + 3 + 3 + 2 + 3 + 2 + 1
     assert count >= 25, count
 
 
@@ -378,3 +378,15 @@ def test_a_later_limits_or_dropin_file_is_named_and_apply_persist_warns(sandbox,
     assert_unchanged(before, take(sandbox, tmp_path), tmp_path)
     apply = proxytune("tune", "apply", "--yes", "--persist", "--only", only, *QUIET)
     assert apply.returncode == 1 and f"proxytune: warning: {doc['settings'][0]['setting']}: {expected}" in apply.stderr
+
+
+def test_apply_goes_ahead_when_the_setting_in_error_is_skipped(sandbox, tmp_path):
+    write_host_files(sandbox.root, {LIMITS: "proxy soft nofile 64k\n"})
+    only = ["--only", "limits:*", "--only", "service:*", *QUIET]
+    refused = proxytune("tune", "apply", "--yes", "--persist", *only)
+    assert refused.returncode == 2 and "--skip 'limits:proxy:nofile'" in refused.stderr
+    assert not sandbox.state_dir.exists()
+    done = proxytune("tune", "apply", "--yes", "--persist", *only, "--skip", "limits:*")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (sandbox.root / "etc/systemd/system/ptadv.service.d/proxytune.conf").exists()
+    assert not (sandbox.root / "etc/security/limits.d/90-proxytune.conf").exists()
