@@ -134,26 +134,26 @@ def _check_head(doc: dict, fail) -> tuple[dict, str, dict]:
     head = doc.get("profile")
     if not isinstance(head, dict):
         fail(("profile",), "missing [profile] table (with os = \"linux\" or \"freebsd\")")
-    for k, v in head.items():
-        if k not in PROFILE_KEYS:
-            fail(("profile", k), f"unknown key (known: {', '.join(PROFILE_KEYS)})")
-        if not isinstance(v, PROFILE_KEYS[k]):
-            fail(("profile", k), f"expected {PROFILE_KEYS[k].__name__}, got {type(v).__name__}")
-        if k == "description":
-            _checked(names.text, (v, "description"), ("profile", k), fail)
+    _check_table(head, "profile", PROFILE_KEYS, "unknown key",
+                 lambda k, v: names.text(v, k) if k == "description" else v, fail)
     os_name = head.get("os")
     if os_name not in backends.OSES:
         fail(("profile", "os"), f"os must be one of {', '.join(backends.OSES)}, got {os_name!r}")
     params = doc.get("params", {})
     if not isinstance(params, dict):
         fail(("params",), "expected a table")
-    for k, v in params.items():
-        if k not in PARAMS:
-            fail(("params", k), f"unknown parameter (known: {', '.join(PARAMS)})")
-        if not isinstance(v, PARAMS[k]):
-            fail(("params", k), f"expected {PARAMS[k].__name__}, got {type(v).__name__}")
-        _checked(names.param, (k, v), ("params", k), fail)
+    _check_table(params, "params", PARAMS, "unknown parameter", names.param, fail)
     return head, os_name, params
+
+
+def _check_table(table: dict, section: str, known: dict, unknown: str, check, fail) -> None:
+    """Every key of the table known and of its type, and its value passing `check`."""
+    for k, v in table.items():
+        if k not in known:
+            fail((section, k), f"{unknown} (known: {', '.join(known)})")
+        if not isinstance(v, known[k]):
+            fail((section, k), f"expected {known[k].__name__}, got {type(v).__name__}")
+        _checked(check, (k, v), (section, k), fail)
 
 
 def _checked(check, args: tuple, keypath: tuple, fail, label: str | None = None):
