@@ -173,7 +173,9 @@ HOST_CASES = {
     "limits-three-fields": ({LIMITS_D: "proxy soft nofile\n"}, "limits:*", LIMITS_D, 1, "3 fields"),
     "limits-bad-type": ({LIMITS: "\n\nproxy sfot nofile 4096\n"}, "limits:*", LIMITS, 3, "type 'sfot'"),
     "limits-not-utf8": ({LIMITS: b"proxy soft nofile 1\xff\n"}, "limits:*", LIMITS, None, "not UTF-8"),
-    "limits-is-a-directory": ({LIMITS + "/x": ""}, "limits:*", LIMITS, None, "cannot read"),
+    "limits-is-a-directory": ({LIMITS + "/x": ""}, "limits:*", LIMITS, None, "cannot read: not a regular file"),
+    "limits-is-a-fifo": ({LIMITS: "fifo"}, "limits:*", LIMITS, None, "cannot read: not a regular file"),
+    "limits-is-dev-zero": ({LIMITS: "->/dev/zero"}, "limits:*", LIMITS, None, "cannot read: not a regular file"),
     "systemd-minus-one": ({DROPIN: "[Service]\nLimitNOFILE=-1\n"}, "service:*", DROPIN, 2,
                           "LimitNOFILE='-1' is not a number"),
     "systemd-unlimited": ({DROPIN: "[Service]\nLimitNOFILE=unlimited\n"}, "service:*", DROPIN, 2,
@@ -189,10 +191,16 @@ HOST_CASES = {
 
 
 def write_host_files(root, files: dict) -> None:
+    """Files under root: text, bytes, "fifo" for a named pipe, "->TARGET" for a symlink."""
     for rel, content in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        if content == "fifo":
+            os.mkfifo(path)
+        elif isinstance(content, str) and content.startswith("->"):
+            path.symlink_to(content[2:])
+        else:
+            path.write_bytes(content if isinstance(content, bytes) else content.encode())
 
 
 def check_json(result_stdout: str, only: str) -> dict:

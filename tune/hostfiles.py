@@ -6,9 +6,13 @@ Whatever cannot be read or parsed becomes a HostFileError naming
 concerns, so check, plan, apply and doctor keep working and say where.
 """
 
+import os
+import stat
 from pathlib import Path
 
 from .errors import BackendError
+
+MAX_BYTES = 16 << 20        # far beyond any real config file
 
 
 class HostFileError(BackendError):
@@ -21,15 +25,32 @@ class HostFileError(BackendError):
 
 
 def read(path: Path) -> str | None:
-    """The file's text; None when it does not exist; HostFileError when it cannot be read."""
+    """The file's text; None when it does not exist; HostFileError when it cannot be read,
+    is not a regular file (a FIFO would block, /dev/zero never ends) or is implausibly large."""
     try:
-        return Path(path).read_text()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
         return None
-    except UnicodeDecodeError as e:
-        raise HostFileError(path, None, f"cannot read: not UTF-8 text (byte {e.start})")
     except OSError as e:
         raise HostFileError(path, None, f"cannot read: {e.strerror or e}")
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise HostFileError(path, None, "cannot read: not a regular file")
+        chunks, size = [], 0
+        while size <= MAX_BYTES and (chunk := os.read(fd, 1 << 20)):
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    except OSError as e:
+        raise HostFileError(path, None, f"cannot read: {e.strerror or e}")
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BYTES:
+        raise HostFileError(path, None, f"cannot read: larger than {MAX_BYTES >> 20} MiB")
+    try:
+        return data.decode()
+    except UnicodeDecodeError as e:
+        raise HostFileError(path, None, f"cannot read: not UTF-8 text (byte {e.start})")
 
 
 def lines(text: str | None):
