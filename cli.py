@@ -127,6 +127,7 @@ def plan_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist, 
     """Show exactly what `tune apply` would do. Changes nothing."""
     plan = plan_mod.build(profile_ref, host, cli_params(service, user, cache_dirs), only, skip)
     steps, notes = apply_mod.steps_for(plan, host, persist)
+    notes += plan_mod.boot_warnings(plan) if persist else []
     if as_json:
         from reports.schema import envelope
         emit_json(envelope("plan", {**plan.to_json(), "steps": steps, "persist": persist, "step_notes": notes}))
@@ -155,7 +156,10 @@ def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist,
     """
     params = cli_params(service, user, cache_dirs)
     plan = plan_mod.build(profile_ref, host, params, only, skip)
+    plan_mod.refuse_errors(plan)
     apply_mod.refuse_blocked(plan)
+    for warning in plan_mod.boot_warnings(plan) if persist else []:
+        click.echo(f"proxytune: warning: {warning}", err=True)
     steps, _ = apply_mod.steps_for(plan, host, persist)
     if steps and not yes:
         if not sys.stdin.isatty():

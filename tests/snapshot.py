@@ -32,6 +32,8 @@ def tree_state(root: Path) -> dict[str, tuple]:
                 out[rel] = ("link", mode, st.st_uid, st.st_gid, os.readlink(path))
             elif stat.S_ISDIR(st.st_mode):
                 out[rel] = ("dir", mode, st.st_uid, st.st_gid, None)
+            elif not stat.S_ISREG(st.st_mode):     # a FIFO or device: never read it (it may block)
+                out[rel] = ("special", mode, st.st_uid, st.st_gid, stat.S_IFMT(st.st_mode), st.st_rdev)
             else:
                 digest = hashlib.sha256(path.read_bytes()).hexdigest()
                 out[rel] = ("file", mode, st.st_uid, st.st_gid, digest)

@@ -4,14 +4,27 @@ Everything the CLI catches is a ProxytuneError; anything else is a bug and
 keeps its traceback.
 """
 
+import re
+
+
+# C0 and C1 controls, DEL, and what Python's splitlines() or a terminal also takes as a line
+# break or a reordering (U+2028/2029, bidi overrides): none may pass in a name or a message.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def one_line(text: str) -> str:
+    """Control characters (newline, tab, NUL, ESC ...) written as escapes, so a message stays one line."""
+    return CONTROL.sub(lambda m: ascii(m.group())[1:-1], str(text))
+
 
 class ProxytuneError(Exception):
     """A user-facing error: `message` is one line, `hint` says what to do."""
 
     def __init__(self, message: str, hint: str | None = None):
+        message = one_line(message)     # a hostile name inside must not start a second line
         super().__init__(message)
         self.message = message
-        self.hint = hint
+        self.hint = hint and one_line(hint)
 
 
 class ProfileError(ProxytuneError):

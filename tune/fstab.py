@@ -19,6 +19,24 @@ def find_entry(text: str, mountpoint: str) -> int | None:
     return None
 
 
+def check_entry(text: str, mountpoint: str, path) -> None:
+    """Refuse an entry for `mountpoint` that mount(8) cannot use (fewer than 4 fields),
+    naming FILE:LINE, instead of treating the mount as having no entry."""
+    from .hostfiles import HostFileError
+    for number, line in enumerate(text.splitlines(), 1):
+        fields = line.split()
+        if len(fields) in (2, 3) and not fields[0].startswith("#") and unescape(fields[1]) == mountpoint:
+            raise HostFileError(path, number, f"fstab entry for {mountpoint} has {len(fields)} fields; "
+                                "it needs at least 4 (device, mount point, type, options)")
+
+
+def check_host(host, mountpoint: str) -> None:
+    """check_entry on the host's /etc/fstab (both mount backends' at_boot)."""
+    from .hostfiles import read
+    path = host.path("/etc/fstab")
+    check_entry(read(path) or "", mountpoint, path)
+
+
 def options_of(text: str, mountpoint: str) -> list[str] | None:
     i = find_entry(text, mountpoint)
     return None if i is None else text.splitlines()[i].split()[3].split(",")
@@ -63,9 +81,9 @@ def unescape(field: str) -> str:
 def persist_edits(host, flags: dict[str, str]) -> list[tuple[Path, str]]:
     """File edits setting each mount point's atime flag in the host's fstab,
     with a backup of the old fstab beside it; none when nothing changes."""
-    from .files import read_text
+    from .hostfiles import read
     path = host.path("/etc/fstab")
-    text = read_text(path)
+    text = read(path)
     if text is None:
         return []
     new = text

@@ -38,11 +38,17 @@ class Change:
     current: Value | None = None
     target: Value | None = None
     status: str = MET
-    note: str = ""
+    note: str = ""            # why it cannot be applied here (apply refuses), or the error
+    boot: str = ""            # "overridden at boot by FILE:LINE (...)": a later file undoes it
 
     @property
     def needed(self) -> bool:
-        return self.status == DRIFT
+        """Something to write now; a drift that only the next boot causes has no target."""
+        return self.status == DRIFT and self.target is not None
+
+    @property
+    def notes(self) -> str:
+        return "; ".join(n for n in (self.note, self.boot) if n)
 
     def to_json(self) -> dict:
         s = self.setting
@@ -52,7 +58,8 @@ class Change:
             "current_text": self.current_text(), "wanted_text": s.wanted_text,
             "mode": s.mode, "target": as_json(self.target) if self.needed else None,
             "status": self.status, "reason": s.reason, "source": s.source,
-            "note": self.note,
+            "note": self.notes, "boot_override": self.boot or None,
+            "error": self.note if self.status == ERROR else None,
         }
 
     def current_text(self) -> str:

@@ -22,7 +22,7 @@ def proc_limits(pid: int) -> tuple[int | str, int | str] | None:
         text = Path(f"/proc/{pid}/limits").read_text()
     except OSError:
         return None
-    m = re.search(r"^Max open files\s+(\S+)\s+(\S+)", text, re.M)
+    m = re.search(r"^Max open files\s+([0-9]+|unlimited)\s+([0-9]+|unlimited)", text, re.M)
     conv = lambda v: v if v == "unlimited" else int(v)
     return (conv(m.group(1)), conv(m.group(2))) if m else None
 
@@ -36,9 +36,9 @@ def listeners() -> list[dict]:
     rows = []
     for line in out.splitlines():
         f = line.split()
-        if len(f) < 5:
-            continue
-        pids = [int(p) for p in re.findall(r"pid=(\d+)", line)]
+        if len(f) < 5 or not (f[1].isdigit() and f[2].isdigit()):
+            continue        # not a socket row we understand: skip it rather than fail the audit
+        pids = [int(p) for p in re.findall(r"pid=([0-9]+)", line)]
         rows.append({"local": f[3], "queued": int(f[1]), "backlog": int(f[2]), "pids": pids})
     return rows
 

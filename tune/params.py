@@ -9,13 +9,15 @@ import glob
 import pwd
 import re
 
-from .files import read_text
+from . import hostfiles, names
+from .errors import ProxytuneError
 from .host import Host
 from .procs import KNOWN_PROXIES, pids_of
 
 DEFAULT_USERS = {"squid": "proxy", "nginx": "www-data", "haproxy": "haproxy",
                  "varnishd": "varnish", "traffic_server": "trafficserver"}
 PARAMS = {"service": str, "user": str, "cache_dirs": list}
+OPTIONS = {"service": "--service", "user": "--user", "cache_dirs": "--cache-dir"}
 
 
 def resolve(host: Host, cli: dict, profile: dict) -> tuple[dict, dict]:
@@ -23,7 +25,7 @@ def resolve(host: Host, cli: dict, profile: dict) -> tuple[dict, dict]:
     values, sources = {}, {}
 
     def pick(name, detect):
-        if cli.get(name):
+        if cli.get(name) not in (None, [], ()):      # an empty --service '' is checked, not ignored
             values[name], sources[name] = cli[name], "command line"
         elif profile.get(name):
             values[name], sources[name] = profile[name], "profile"
@@ -34,7 +36,22 @@ def resolve(host: Host, cli: dict, profile: dict) -> tuple[dict, dict]:
     pick("user", lambda: detect_user(values["service"]))
     pick("cache_dirs", lambda: detect_cache_dirs(host, values["service"]))
     values["cache_dirs"] = list(values["cache_dirs"])
+    for name in PARAMS:
+        check(name, values[name], sources[name])
     return values, sources
+
+
+def check(name: str, value, source: str) -> None:
+    """Refuse a hostile or malformed parameter, naming where it came from
+    (`--service: ...` for an option), before it reaches any backend or export."""
+    try:
+        names.param(name, value)
+    except ValueError as e:
+        problem = str(e)
+        if source == "command line":
+            raise ProxytuneError(f"{OPTIONS[name]}: {problem}", "nothing was changed")
+        raise ProxytuneError(f"{name} from {source}: {problem}",
+                             f"pass {OPTIONS[name]} to override; nothing was changed")
 
 
 def detect_service(host: Host) -> tuple[str, str]:
@@ -67,13 +84,24 @@ def squid_cache_dirs(conf_text: str) -> list[str]:
 
 def detect_cache_dirs(host: Host, service: str) -> tuple[list[str], str]:
     if service == "squid":
-        text = "".join(read_text(host.path(p)) or "" for p in ("/etc/squid/squid.conf", "/usr/local/etc/squid/squid.conf"))
-        dirs = squid_cache_dirs(text)
-        return dirs, "/etc/squid/squid.conf" if dirs else "none configured"
+        texts = [_read_conf(host.path(p)) for p in ("/etc/squid/squid.conf", "/usr/local/etc/squid/squid.conf")]
+        dirs = squid_cache_dirs("".join(t for t, _ in texts))
+        unread = [why for _, why in texts if why]
+        return dirs, "/etc/squid/squid.conf" if dirs else (unread[0] if unread else "none configured")
     if service == "nginx":
-        dirs = []
+        dirs, unread = [], []
         for pattern in ("/etc/nginx/nginx.conf", "/etc/nginx/conf.d/*.conf", "/etc/nginx/sites-enabled/*"):
             for f in sorted(glob.glob(str(host.path(pattern)))):
-                dirs += re.findall(r"^\s*proxy_cache_path\s+([^\s;]+)", read_text(f) or "", re.M)
-        return dirs, "nginx config" if dirs else "none configured"
+                text, why = _read_conf(f)
+                dirs += re.findall(r"^\s*proxy_cache_path\s+([^\s;]+)", text, re.M)
+                unread += [why] if why else []
+        return dirs, "nginx config" if dirs else (unread[0] if unread else "none configured")
     return [], "not detected for this service"
+
+
+def _read_conf(path) -> tuple[str, str]:
+    """(text, why it could not be read): an unreadable proxy config leaves the cache dirs unknown."""
+    try:
+        return hostfiles.read(path) or "", ""
+    except hostfiles.HostFileError as e:
+        return "", e.message

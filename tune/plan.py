@@ -51,6 +51,25 @@ def evaluate(s: Setting, os_name: str, host: Host) -> Change:
     except ValueError as e:
         return Change(s, current=current, status=ERROR, note=str(e))
     change = Change(s, current=current, target=target, status=MET if ok else DRIFT)
+    try:
+        change = backend.at_boot(change)
+    except (BackendError, OSError) as e:
+        return Change(s, current=current, status=ERROR, note=getattr(e, "message", str(e)))
     if change.needed:
         change.note = backend.obstacle(change) or ""
     return change
+
+
+def refuse_errors(plan: Plan) -> None:
+    """apply changes nothing while a selected setting is in error (a host file it cannot parse)."""
+    errors = [c for c in plan.changes if c.status == ERROR]
+    if errors:
+        address = errors[0].setting.address
+        raise ProxytuneError(f"{address}: {errors[0].note}",
+                             f"fix it, or leave it out with --skip '{address}'; nothing was changed")
+
+
+def boot_warnings(plan: Plan) -> list[str]:
+    """What --persist cannot make stick: settings a file read after ours undoes at boot."""
+    return [f"{c.setting.address}: {c.boot}; edit that file, or --persist cannot make it stick"
+            for c in plan.changes if c.boot]

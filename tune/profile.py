@@ -24,7 +24,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import backends, tomlpos
+from . import backends, names, tomlpos
 from .errors import ProfileError
 from .model import Setting
 from .modes import MODES
@@ -88,28 +88,9 @@ def load(ref: str, _stack: tuple = ()) -> Profile:
 
     def fail(keypath: tuple, problem: str, label: str | None = None):
         line = tomlpos.line_of(where, keypath) or 1
-        raise ProfileError(path, line, label or ".".join(keypath), problem)
+        raise ProfileError(path, line, label or ".".join(keypath), problem)   # made one line there
 
-    head = doc.get("profile")
-    if not isinstance(head, dict):
-        fail(("profile",), "missing [profile] table (with os = \"linux\" or \"freebsd\")")
-    for k, v in head.items():
-        if k not in PROFILE_KEYS:
-            fail(("profile", k), f"unknown key (known: {', '.join(PROFILE_KEYS)})")
-        if not isinstance(v, PROFILE_KEYS[k]):
-            fail(("profile", k), f"expected {PROFILE_KEYS[k].__name__}, got {type(v).__name__}")
-    os_name = head.get("os")
-    if os_name not in backends.OSES:
-        fail(("profile", "os"), f"os must be one of {', '.join(backends.OSES)}, got {os_name!r}")
-
-    params = doc.get("params", {})
-    if not isinstance(params, dict):
-        fail(("params",), "expected a table")
-    for k, v in params.items():
-        if k not in PARAMS:
-            fail(("params", k), f"unknown parameter (known: {', '.join(PARAMS)})")
-        if not isinstance(v, PARAMS[k]):
-            fail(("params", k), f"expected {PARAMS[k].__name__}, got {type(v).__name__}")
+    head, os_name, params = _check_head(doc, fail)
 
     merged_params: dict = {}
     settings: dict[str, RawSetting] = {}
@@ -148,8 +129,44 @@ def load(ref: str, _stack: tuple = ()) -> Profile:
                    params=merged_params, raw=list(settings.values()))
 
 
+def _check_head(doc: dict, fail) -> tuple[dict, str, dict]:
+    """The [profile] and [params] tables, every key known, typed and its value checked."""
+    head = doc.get("profile")
+    if not isinstance(head, dict):
+        fail(("profile",), "missing [profile] table (with os = \"linux\" or \"freebsd\")")
+    _check_table(head, "profile", PROFILE_KEYS, "unknown key",
+                 lambda k, v: names.text(v, k) if k == "description" else v, fail)
+    os_name = head.get("os")
+    if os_name not in backends.OSES:
+        fail(("profile", "os"), f"os must be one of {', '.join(backends.OSES)}, got {os_name!r}")
+    params = doc.get("params", {})
+    if not isinstance(params, dict):
+        fail(("params",), "expected a table")
+    _check_table(params, "params", PARAMS, "unknown parameter", names.param, fail)
+    return head, os_name, params
+
+
+def _check_table(table: dict, section: str, known: dict, unknown: str, check, fail) -> None:
+    """Every key of the table known and of its type, and its value passing `check`."""
+    for k, v in table.items():
+        if k not in known:
+            fail((section, k), f"{unknown} (known: {', '.join(known)})")
+        if not isinstance(v, known[k]):
+            fail((section, k), f"expected {known[k].__name__}, got {type(v).__name__}")
+        _checked(check, (k, v), (section, k), fail)
+
+
+def _checked(check, args: tuple, keypath: tuple, fail, label: str | None = None):
+    """Run a names.* check; its ValueError becomes the profile's `file:line: key: problem`."""
+    try:
+        return check(*args)
+    except ValueError as e:
+        fail(keypath, str(e), label)
+
+
 def _raw_setting(kind, key, spec, path, where, fail) -> RawSetting:
     address = f"{kind}:{key}"
+    _checked(names.text, (key, "setting name", 4096), (kind, key), fail, address)
     given = [m for m in MODES if m in spec]
     for k in spec:
         if k not in MODES and k not in SETTING_TEXT:
@@ -159,9 +176,14 @@ def _raw_setting(kind, key, spec, path, where, fail) -> RawSetting:
     for k in SETTING_TEXT:
         if not isinstance(spec.get(k), str) or not spec[k].strip():
             fail((kind, key, k) if k in spec else (kind, key), f"needs a non-empty text field {k!r}", address)
+        _checked(names.text, (spec[k], k), (kind, key, k), fail, address)
     mode = given[0]
+    raw_value = spec[mode]
     try:
-        wanted = parse(spec[mode])
+        for item in raw_value if isinstance(raw_value, list) else [raw_value]:
+            if isinstance(item, str):       # before parse(): "1\n2" must not pass as a range
+                names.value(item)
+        wanted = names.value(parse(raw_value))
     except ValueError as e:
         fail((kind, key, mode), str(e), address)
     if mode == "covers" and not (isinstance(wanted, tuple) and len(wanted) == 2):
@@ -198,11 +220,23 @@ def expand(profile: Profile, params: dict, host) -> tuple[list[Setting], list[st
                         str(raw.path), raw.line)
             try:
                 backends.get(profile.os, raw.backend, host).validate(s)
+                _check_names(s)
             except ValueError as e:
                 raise ProfileError(raw.path, raw.line, s.address, str(e))
             out.append(s)
     _check_across(profile, out)
     return out, notes
+
+
+def _check_names(s: Setting) -> None:
+    """The same rules for every backend, whoever wrote it: the owner of an
+    OWNER:LIMIT key (service, limits domain, login class) and a sane maximum
+    for every resource limit."""
+    owner, _, limit = s.key.rpartition(":")
+    if s.backend in names.OWNERS:
+        names.OWNERS[s.backend](owner)
+    if limit in names.LIMIT_MAX or limit in names.DIRECTIVE_LIMIT:
+        names.limit_value(limit, s.wanted)
 
 
 def _check_across(profile: Profile, settings: list[Setting]) -> None:

@@ -35,8 +35,8 @@ def plan_table(plan: Plan, title: str, show_target: bool = False) -> Table:
         if show_target:
             row.append(render(c.target) if c.needed else "")
         status = f"[{STYLE[c.status]}]{c.status}[/]"
-        note = escape(c.note or c.setting.reason)
-        if c.status == DRIFT and c.note:
+        note = escape(c.notes or c.setting.reason)
+        if c.status == DRIFT and c.notes:
             note = f"[red]{note}[/]"
         row += [status, note]
         t.add_row(*row)

@@ -46,6 +46,11 @@ class Backend(ABC):
     def restore(self, key: str, snap) -> None:
         self.write(key, parse(snap))
 
+    def at_boot(self, change: Change) -> Change:
+        """The change seen from the next boot: files read after ours that undo it
+        (Change.boot), or a host file line that cannot be parsed (raise HostFileError)."""
+        return change
+
     def obstacle(self, change: Change) -> str | None:
         """Why applying this change will fail here, if we can tell in advance."""
         return None

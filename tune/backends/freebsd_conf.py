@@ -9,11 +9,10 @@ replace the runner.
 import re
 
 from ..errors import BackendError, NotApplicable
-from ..files import read_text
+from ..hostfiles import HostFileError, read as read_text
+from ..names import freebsd_sysctl
 from ..values import parse, render
 from .base import Backend
-
-NAME = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
 
 
 def set_keys(text: str, values: dict[str, str], quote: bool = False) -> str:
@@ -33,12 +32,18 @@ def set_keys(text: str, values: dict[str, str], quote: bool = False) -> str:
 
 
 def get_key(text: str, key: str) -> str | None:
-    value = None
-    for line in text.splitlines():
-        m = re.match(rf"^\s*{re.escape(key)}\s*=\s*\"?([^\"#]*)\"?", line)
+    found = find_key(text, key)
+    return found and found[0]
+
+
+def find_key(text: str, key: str) -> tuple[str, int] | None:
+    """(value, line number) of the last `key=value` line."""
+    found = None
+    for number, line in enumerate(text.splitlines(), 1):
+        m = re.match(rf"\s*{re.escape(key)}\s*=\s*\"?([^\"#]*)\"?", line)
         if m:
-            value = m.group(1).strip()
-    return value
+            found = m.group(1).strip(), number
+    return found
 
 
 def _line(key, value, quote):
@@ -46,13 +51,12 @@ def _line(key, value, quote):
 
 
 def _check(setting):
-    if not NAME.match(setting.key):
-        raise ValueError(f"not a FreeBSD sysctl name: {setting.key!r}")
+    freebsd_sysctl(setting.key)
     v = setting.wanted
     if isinstance(v, bool) or not isinstance(v, int):
         raise ValueError(f"expected an integer, got {v!r}")
-    if v < 0:
-        raise ValueError(f"negative value {v}")
+    if not 0 <= v < 2**63:
+        raise ValueError(f"{v} is out of range 0..{2**63 - 1}")
     if setting.key.startswith("net.inet.ip.portrange.") and not 1 <= v <= 65535:
         raise ValueError(f"port {v} is out of range 1..65535")
 
@@ -95,9 +99,13 @@ class FreeBSDLoaderBackend(Backend):
         _check(setting)
 
     def read(self, key):
-        configured = get_key(read_text(self.host.path(self.FILE)) or "", key)
+        path = self.host.path(self.FILE)
+        configured = find_key(read_text(path) or "", key)
         if configured is not None:
-            return parse(configured)
+            value, number = configured
+            if not (value.isascii() and value.isdigit()):
+                raise HostFileError(path, number, f"{key}={value!r} is not a number")
+            return int(value)
         return FreeBSDSysctlBackend(self.host).read(key)
 
     def file_edits(self, changes):

@@ -8,9 +8,9 @@ database with cap_mkdb, as login.conf(5) requires.
 
 import re
 
-from ..files import read_text
+from ..hostfiles import HostFileError, read as read_text
+from ..names import limit_value, login_class
 from .base import Backend, split_pair
-from .rlimit import check_limit_value
 
 FILE = "/etc/login.conf"
 CAPS = ("openfiles",)
@@ -31,13 +31,19 @@ def _entry_span(lines: list[str], klass: str) -> tuple[int, int] | None:
 
 
 def get_cap(text: str, klass: str, cap: str) -> str | None:
+    found = find_cap(text, klass, cap)
+    return found and found[0]
+
+
+def find_cap(text: str, klass: str, cap: str) -> tuple[str, int] | None:
+    """(value, line number of the class entry) of a capability."""
     lines = text.splitlines()
     span = _entry_span(lines, klass)
     if span is None:
         return None
     body = "".join(lines[span[0]:span[1] + 1])
     m = re.search(rf":{cap}(?:-cur)?=([^:\\]+)", body)
-    return m.group(1).strip() if m else None
+    return (m.group(1).strip(), span[0] + 1) if m else None
 
 
 def set_cap(text: str, klass: str, cap: str, value: str) -> str:
@@ -66,15 +72,22 @@ class FreeBSDLoginBackend(Backend):
 
     def validate(self, setting):
         super().validate(setting)
-        split_pair(setting.key, "CLASS:CAPABILITY, e.g. daemon:openfiles", CAPS)
-        check_limit_value(setting.wanted)
+        klass, cap = split_pair(setting.key, "CLASS:CAPABILITY, e.g. daemon:openfiles", CAPS)
+        login_class(klass)
+        limit_value(cap, setting.wanted)
 
     def read(self, key):
         klass, _, cap = key.rpartition(":")
-        value = get_cap(read_text(self.host.path(FILE)) or "", klass, cap)
-        if value is None:
+        path = self.host.path(FILE)
+        found = find_cap(read_text(path) or "", klass, cap)
+        if found is None:
             return None
-        return value if value in ("unlimited", "infinity") else int(value)
+        value, number = found
+        if value in ("unlimited", "infinity"):
+            return value
+        if not (value.isascii() and value.isdigit()):
+            raise HostFileError(path, number, f"{klass}: {cap}={value!r} is not a number, unlimited or infinity")
+        return int(value)
 
     def file_edits(self, changes):
         path = self.host.path(FILE)

@@ -48,6 +48,11 @@ class FreeBSDMountBackend(Backend):
     def restore(self, key, snap):
         self.host.runner.run(["mount", "-u", "-o", snap["atime"], snap["mountpoint"]])
 
+    def at_boot(self, change):
+        """An fstab entry for this mount that mount(8) cannot use is an error (FILE:LINE)."""
+        fstab.check_host(self.host, self._mount(change.setting.key)[0])
+        return change
+
     def file_edits(self, changes):
         flags = {self._mount(c.setting.key)[0]: "noatime" if c.target else "atime" for c in changes}
         return fstab.persist_edits(self.host, flags)

@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 
 from ..errors import NotApplicable
-from ..files import read_text
+from ..hostfiles import read as read_host_file
+from ..names import directory
 from .. import fstab
 from .base import Backend
 
@@ -52,6 +53,7 @@ def check_setting(setting) -> None:
     path, option = split_key(setting.key)
     if not path.startswith("/"):
         raise ValueError(f"expected an absolute path before ':{option}'")
+    directory(path, "mount path")
     if option not in OPTIONS:
         raise ValueError(f"unknown mount option {option!r}; known: {', '.join(OPTIONS)}")
     if not isinstance(setting.wanted, bool):
@@ -91,13 +93,18 @@ class MountBackend(Backend):
     def remount(self, mountpoint, mode):
         self.host.runner.run(["mount", "-o", f"remount,{REMOUNT_WORDS[mode]}", mountpoint])
 
+    def at_boot(self, change):
+        """An fstab entry for this mount that mount(8) cannot use is an error (FILE:LINE)."""
+        fstab.check_host(self.host, self._mount(change.setting.key)[0])
+        return change
+
     def file_edits(self, changes):
         flags = {self._mount(c.setting.key)[0]: "noatime" if c.target else "relatime" for c in changes}
         return fstab.persist_edits(self.host, flags)
 
     def persist_notes(self, changes):
         """Mount points with no fstab entry: runtime only, said out loud."""
-        text = read_text(self.host.path("/etc/fstab")) or ""
+        text = read_host_file(self.host.path("/etc/fstab")) or ""
         notes = []
         for c in changes:
             mp, _ = self._mount(c.setting.key)

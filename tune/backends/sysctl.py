@@ -5,17 +5,16 @@ Network sysctls are per network namespace; one that the namespace lacks
 not applicable rather than failing the plan.
 """
 
-import re
 from pathlib import Path
 
+from .. import modes, names, sysctld
 from ..errors import BackendError, NotApplicable
-from ..files import read_text
-from ..model import Change
+from ..hostfiles import HostFileError, read as read_host_file
+from ..model import DRIFT, MET, Change
 from ..values import parse, render
 from .base import Backend
 
 PERSIST_FILE = "/etc/sysctl.d/90-proxytune.conf"
-NAME = re.compile(r"^[a-z0-9_\-]+(\.[a-zA-Z0-9_\-]+)+$")
 INT_MAX = 2**31 - 1
 
 # Documented kernel bounds for the knobs our profiles use (Documentation/
@@ -43,8 +42,8 @@ class SysctlBackend(Backend):
     def validate(self, setting):
         super().validate(setting)
         key, value = setting.key, setting.wanted
-        if not NAME.match(key):
-            raise ValueError(f"not a sysctl name: {key!r}")
+        names.linux_sysctl(key)
+        names.value(value)
         if key in PORT_RANGES:
             check_port_range(value)
         elif key in BOUNDS:
@@ -88,11 +87,43 @@ class SysctlBackend(Backend):
             raise BackendError(f"cannot write sysctl {key}={text!r}: {e.strerror}",
                                "run as root; some sysctls are read-only in containers")
 
+    def at_boot(self, change):
+        """Does a file the boot reads after ours set a value that fails this setting?"""
+        s = change.setting
+        lines = sysctld.lines_for(self.host, s.key)
+        broken = [ln for ln in lines if ln.value is None]
+        if broken:
+            raise HostFileError(broken[-1].path, broken[-1].number,
+                                f"not a `key = value` line, boot ignores it: {names.shown(broken[-1].text)}")
+        ours = str(self.host.path(PERSIST_FILE))
+        persisted = any(ln.path == ours for ln in lines)
+        later = [ln for ln in lines if _after_ours(ln.path, ours)]
+        if not later:
+            return change
+        last = later[-1]
+        try:
+            holds = modes.satisfied(s.mode, parse(last.value), s.wanted)
+        except ValueError:
+            raise HostFileError(last.path, last.number, f"{s.key} = {names.shown(last.value)} is not a value "
+                                "the kernel takes for it")
+        if holds:
+            return change
+        change.boot = f"overridden at boot by {last.where} ({s.key} = {last.value})"
+        if persisted and change.status == MET:
+            change.status, change.target = DRIFT, None
+        return change
+
     def file_edits(self, changes):
         path = self.host.path(PERSIST_FILE)
-        values = parse_conf(read_text(path) or "")
+        values = parse_conf(read_host_file(path) or "")
         values.update({c.setting.key: render(c.target) for c in changes})
         return [(path, render_conf(values))]
+
+
+def _after_ours(path: str, ours: str) -> bool:
+    """Is this boot file applied after our 90-proxytune.conf? (/etc/sysctl.conf comes last.)"""
+    name = Path(path).name
+    return path != ours and (path.endswith(sysctld.LEGACY) or name > Path(ours).name)
 
 
 def check_port_range(value):

@@ -1,23 +1,37 @@
 """systemd unit limits (`service:UNIT:LimitNOFILE`) through a drop-in.
 
 The effective value is what the unit files say, read in systemd's order
-(vendor unit, /etc unit, then drop-ins sorted by name; the last assignment
-wins), falling back to DefaultLimitNOFILE of system.conf. We write
+(the unit file from the most important directory, then drop-ins sorted by
+name, a drop-in in /etc masking the same name in /run or /usr/lib; the last
+assignment wins, an empty `LimitNOFILE=` resets to the default), falling
+back to DefaultLimitNOFILE of system.conf and system.conf.d. We write
 /etc/systemd/system/UNIT.service.d/proxytune.conf, which sorts after the
 usual override.conf, then ask a running systemd to reload.
+
+Values are read as systemd reads them: a number (sizes may carry K, M, G,
+T, P, E for LimitMEMLOCK/LimitCORE), `infinity`, or SOFT:HARD. What systemd
+would reject (`-1`, `unlimited`, `64k` for LimitNOFILE) is an error naming
+FILE:LINE, since systemd ignores that line and keeps the earlier value.
 """
 
 import re
 from pathlib import Path
 
-from ..files import read_text
+from ..hostfiles import HostFileError, lines, read as read_host_file
+from ..names import limit_value, service as check_service
+from ..model import DRIFT
 from .base import Backend, split_pair
 
 DIRECTIVES = ("LimitNOFILE", "LimitNPROC", "LimitMEMLOCK", "LimitCORE")
-UNIT_DIRS = ("/lib/systemd/system", "/usr/lib/systemd/system", "/etc/systemd/system", "/run/systemd/system")
+SIZES = ("LimitMEMLOCK", "LimitCORE")
+# Least to most important: a later directory's unit or drop-in replaces an earlier one's.
+UNIT_DIRS = ("/lib/systemd/system", "/usr/lib/systemd/system", "/usr/local/lib/systemd/system",
+             "/run/systemd/system", "/etc/systemd/system")
+CONF_DIRS = ("/lib/systemd/system.conf.d", "/usr/lib/systemd/system.conf.d",
+             "/usr/local/lib/systemd/system.conf.d", "/run/systemd/system.conf.d", "/etc/systemd/system.conf.d")
 DROPIN_NAME = "proxytune.conf"
 SYSTEMD_DEFAULT_NOFILE = 1024       # systemd's DefaultLimitNOFILE soft value since v240
-UNIT = re.compile(r"^[A-Za-z0-9@_.\-]+$")
+SUFFIX = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50, "E": 2**60}
 
 
 class SystemdBackend(Backend):
@@ -27,41 +41,33 @@ class SystemdBackend(Backend):
 
     def validate(self, setting):
         super().validate(setting)
-        unit, _ = split_pair(setting.key, "UNIT:DIRECTIVE, e.g. squid:LimitNOFILE", DIRECTIVES)
-        if not UNIT.match(unit):
-            raise ValueError(f"not a systemd unit name: {unit!r}")
-        if isinstance(setting.wanted, bool) or not isinstance(setting.wanted, int) or setting.wanted < 1:
-            raise ValueError(f"expected a positive integer, got {setting.wanted!r}")
+        unit, directive = split_pair(setting.key, "UNIT:DIRECTIVE, e.g. squid:LimitNOFILE", DIRECTIVES)
+        check_service(unit)
+        limit_value(directive, setting.wanted)
 
     def _files(self, unit: str) -> list[Path]:
         """Unit file then drop-ins, in the order systemd applies them."""
         name = f"{unit}.service"
-        files = [self.host.path(f"{d}/{name}") for d in UNIT_DIRS]
-        mains = [f for f in files if f.exists()]
-        dropins: dict[str, Path] = {}
-        for d in UNIT_DIRS:       # later directories override same-named drop-ins
-            for f in sorted(self.host.path(f"{d}/{name}.d").glob("*.conf")):
-                dropins[f.name] = f
-        return mains[-1:] + [dropins[n] for n in sorted(dropins)]
+        mains = [f for f in (self.host.path(f"{d}/{name}") for d in UNIT_DIRS) if f.exists()]
+        return mains[-1:] + _dropins([self.host.path(f"{d}/{name}.d") for d in UNIT_DIRS])
 
     def read(self, key):
         unit, _, directive = key.rpartition(":")
-        value = None
-        for f in self._files(unit):
-            for line in (read_text(f) or "").splitlines():
-                m = re.match(rf"^\s*{directive}\s*=\s*(\S*)", line)
-                if m:
-                    value = m.group(1)
+        value, _ = _last(self._files(unit), directive)
         if value is None:
-            value = self._default(directive)
-        return parse_limit(value)
+            conf = [self.host.path("/etc/systemd/system.conf")]
+            value, _ = _last(conf + _dropins([self.host.path(d) for d in CONF_DIRS]), f"Default{directive}")
+        if value is None:
+            return SYSTEMD_DEFAULT_NOFILE if directive == "LimitNOFILE" else "infinity"
+        return value
 
-    def _default(self, directive):
-        conf = read_text(self.host.path("/etc/systemd/system.conf")) or ""
-        m = re.search(rf"^\s*Default{directive}\s*=\s*(\S+)", conf, re.M)
-        if m:
-            return m.group(1)
-        return str(SYSTEMD_DEFAULT_NOFILE) if directive == "LimitNOFILE" else "infinity"
+    def at_boot(self, change):
+        """A drop-in that sorts after ours and sets a failing value wins over ours at every start."""
+        unit, _, directive = change.setting.key.rpartition(":")
+        _, where = _last(self._files(unit), directive)
+        if change.status == DRIFT and where and where[0].name > DROPIN_NAME and where[0].parent.name.endswith(".d"):
+            change.boot = f"overridden at service start by {where[0]}:{where[1]}, which sorts after {DROPIN_NAME}"
+        return change
 
     def dropin(self, unit: str) -> Path:
         return self.host.path(f"/etc/systemd/system/{unit}.service.d/{DROPIN_NAME}")
@@ -74,7 +80,7 @@ class SystemdBackend(Backend):
         edits = []
         for unit, directives in by_unit.items():
             path = self.dropin(unit)
-            old = parse_dropin(read_text(path) or "")
+            old = parse_dropin(read_host_file(path) or "")
             old.update({k: str(v) for k, v in directives.items()})
             edits.append((path, render_dropin(old)))
         return edits
@@ -86,10 +92,49 @@ class SystemdBackend(Backend):
         return ["systemd is not running here: the drop-in takes effect when systemd next starts the unit"]
 
 
-def parse_limit(text: str):
-    """'65536', '1024:524288' (soft:hard) or 'infinity' -> the soft value."""
-    soft = text.split(":")[0]
-    return soft if soft == "infinity" else int(soft)
+def _dropins(directories: list[Path]) -> list[Path]:
+    """*.conf of these directories sorted by name; a later directory masks the same name."""
+    found: dict[str, Path] = {}
+    for d in directories:
+        if d.is_dir():
+            found.update({f.name: f for f in d.glob("*.conf")})
+    return [found[n] for n in sorted(found)]
+
+
+def _last(files: list[Path], directive: str):
+    """(soft value, (file, line)) of the last `directive=` in these files; value None when unset or
+    reset by `directive=`.
+    A last assignment systemd would reject is an error: the value then is not what its author meant."""
+    value, where, ignored = None, None, None
+    for f in files:
+        for number, line in lines(read_host_file(f)):
+            name, eq, raw = line.strip().partition("=")
+            if eq and name.strip() == directive:
+                try:
+                    value, ignored = parse_limit(raw.strip(), directive, f, number) if raw.strip() else None, None
+                    where = (f, number)
+                except HostFileError as e:
+                    ignored = e         # systemd skips the line and keeps the value before it
+    if ignored:
+        raise ignored
+    return value, where
+
+
+def parse_limit(text: str, directive: str = "LimitNOFILE", path="", number: int = 0):
+    """'65536', '1024:524288' (soft:hard), 'infinity', or a size for memlock/core -> the soft value."""
+    soft, _, hard = text.partition(":")
+    for part in (soft, hard) if hard else (soft,):
+        if part != "infinity" and _number(part, directive) is None:
+            raise HostFileError(path, number, f"{directive}={text!r} is not a number, infinity or "
+                                "SOFT:HARD; systemd ignores this line")
+    return soft if soft == "infinity" else _number(soft, directive)
+
+
+def _number(text: str, directive: str) -> int | None:
+    m = re.fullmatch(r"([0-9]+)([BKMGTPE]?)", text)
+    if not m or (m.group(2) and directive not in SIZES):
+        return None
+    return int(m.group(1)) * SUFFIX[m.group(2)]
 
 
 def parse_dropin(text: str) -> dict[str, str]:
