@@ -17,6 +17,7 @@ from tune import apply as apply_mod, export as export_mod, journal, observe, pla
 from tune import profile as profile_mod, render
 from tune.errors import ProxytuneError
 from tune.host import Host
+from probes.target import MAX_SECONDS, duration_option
 
 __version__ = "0.1.0"
 DEFAULT_PROFILE = {"linux": "linux/proxy", "freebsd": "freebsd/proxy"}.get(platform.system().lower(), "linux/proxy")
@@ -33,6 +34,9 @@ class Main(click.Group):
             if e.hint:
                 click.echo(f"hint: {e.hint}", err=True)
             sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("proxytune: interrupted", err=True)
+            sys.exit(130)
 
 
 def emit_json(doc) -> None:
@@ -399,8 +403,8 @@ def target_options(f):
     for opt in reversed([
             click.option("--pid", type=int, metavar="PID", help="The process to probe."),
             click.option("--comm", metavar="NAME", help="Every process with this name (e.g. nginx: master and workers)."),
-            click.option("--duration", "-d", type=float, default=10.0, show_default=True, metavar="S",
-                         help="Length of the observation window, seconds.")]):
+            click.option("--duration", "-d", default="10", show_default=True, metavar="S", callback=duration_option,
+                         help=f"Length of the observation window, seconds (at most {MAX_SECONDS:g}).")]):
         f = opt(f)
     return f
 
@@ -458,8 +462,6 @@ def probe_run(name, pid, comm, duration, as_json):
     if name not in cat:
         raise ProxytuneError(f"no probe named {name!r}", f"known: {', '.join(cat)}")
     pids = proc.resolve(pid, comm)
-    if duration <= 0 or duration > 300:
-        raise ProxytuneError("--duration must be between 1 and 300 seconds")
     if missing := bpftrace.missing_tracepoints(cat[name]):
         raise ProxytuneError(f"{name} needs tracepoints this kernel lacks: {', '.join(missing)}")
     maps = bpftrace.run_for([cat[name]], pids, duration)
@@ -475,13 +477,15 @@ def probe_run(name, pid, comm, duration, as_json):
 def probe_hotspots(pid, comm, duration, as_json):
     """Where the target's CPU goes: perf record -e cpu-clock -a, filtered by
     pid; functions by self time, and the proxy / kernel / shared-library split."""
-    import time as _time
-    from probes import children, perf, proc
+    from probes import children, perf, proc, target
     pids = proc.resolve(pid, comm)
     with children.Children() as kids:
         rec = perf.Record(kids)
-        _time.sleep(duration)
+        watch = target.Watch(pids)
+        watch.wait(duration)
         r = rec.stop(pids)
+    if watch.all_gone:
+        raise watch.gone_error(duration)
     if as_json:
         emit_json(r)
         return
@@ -514,7 +518,8 @@ def probe_cachemiss(command, as_json):
 
 
 @probe.command("overhead")
-@click.option("--seconds", type=float, default=8, show_default=True, help="Length of each wrk run.")
+@click.option("--seconds", default="8", show_default=True, callback=duration_option,
+              help="Length of each wrk run, seconds.")
 @click.option("--reps", type=click.IntRange(1, 20), default=3, show_default=True, help="Pairs of runs (off, on).")
 @click.option("--connections", type=click.IntRange(1, 5000), default=50, show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")

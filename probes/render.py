@@ -22,7 +22,9 @@ def caps_table(c: dict) -> None:
     for col in ("script", "ok", "tracepoints", "purpose"):
         t.add_column(col)
     for name, s in c["scripts"].items():
-        t.add_row(name, "[green]yes[/]" if s["ok"] else f"[red]no[/] {', '.join(s['missing'])}",
+        verdict = ("[green]yes[/]" if s["ok"] else "[yellow]unknown[/] (tracefs unreadable)" if not s.get("checked", True)
+                   else f"[red]no[/] {', '.join(s['missing'])}")
+        t.add_row(name, verdict,
                   ", ".join(s["tracepoints"]), s["purpose"])
     out.print(t)
 

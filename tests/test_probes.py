@@ -153,7 +153,7 @@ def test_findings_are_ranked_by_severity():
     (["doctor"], "--pid PID or --comm NAME"),
     (["doctor", "--comm", "no-such-proxy-x"], "no running process named"),
     (["probe", "run", "nosuchprobe", "--pid", "1"], "no probe named 'nosuchprobe'"),
-    (["probe", "run", "pollscan", "--pid", "1", "--duration", "0"], "--duration must be between"),
+    (["probe", "run", "pollscan", "--pid", "1", "--duration", "0"], "--duration must be more than 0"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, words):
     p = proxytune(*args)
