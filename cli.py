@@ -313,9 +313,11 @@ def bench_fdscan(quick, output, as_json):
 @click.option("--fs", "fss", metavar="LIST", help="Filesystems to make and test, e.g. ext4,xfs [ext2,ext4,xfs,btrfs].")
 @click.option("--engine", "engines", multiple=True, type=click.Choice(["sync", "threads", "posix-aio", "io_uring"]),
               help="Only these I/O engines (repeatable).")
-@click.option("--device", metavar="DEV", help="Block device for rawdev [a loop device over a sparse file].")
+@click.option("--device", metavar="DEV", help="Block device for rawdev [a loop device over a sparse file]. "
+              "Refused unless unused and blank (signatures, and reads across it); held O_EXCL during the run.")
 @click.option("--force-destroy-data", is_flag=True,
-              help="Let --device be used although it is mounted, held, or carries a signature. Destroys its data.")
+              help="Let --device be used although it carries a signature or non-zero data. Destroys its data. "
+                   "A mounted, swap or held device is refused even so.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
 def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_json):
@@ -334,8 +336,6 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
     from microbench import devices, render as mrender, storage
     if os.geteuid() != 0:
         raise ProxytuneError("bench storage needs root: it makes loop devices and mounts them")
-    if device:
-        devices.check_device(device, force_destroy_data)
     fs_list = [f.strip() for f in fss.split(",")] if fss else None
     if fs_list and (bad := [f for f in fs_list if f not in devices.MKFS]):
         raise ProxytuneError(f"unknown filesystem {bad[0]!r}", f"known: {', '.join(devices.MKFS)}")

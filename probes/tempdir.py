@@ -57,14 +57,15 @@ def signals_held():
 class RunDir:
     """`with RunDir("probe") as d:` d.path is private to this run and removed on leaving."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, before_remove=None):
         self.kind = kind
+        self.before_remove = before_remove      # called with a dead run's dir before it is removed
         self.path: Path | None = None
         self.reaped: list[str] = []
         self._old = {}
 
     def __enter__(self):
-        self.reaped = reap_dead(self.kind)
+        self.reaped = reap_dead(self.kind, self.before_remove)
         if threading.current_thread() is threading.main_thread():      # handlers can only be set there
             for sig in (signal.SIGTERM, signal.SIGHUP):
                 self._old[sig] = signal.signal(sig, _interrupt)
