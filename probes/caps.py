@@ -117,7 +117,8 @@ def check() -> dict:
     root = os.geteuid() == 0
     caps = {}
     caps["root"] = (root, "running as root" if root else
-                    f"not root: {', '.join(NEEDS_ROOT)}, doctor and probe run/hotspots need root (sudo ./proxytune ...)")
+                    f"not root: {', '.join(NEEDS_ROOT)}, doctor and probe run/hotspots need root "
+                    "(sudo ./proxytune ...)")
     caps["tracefs"] = ensure_tracefs()
     v = bpftrace.version()
     caps["bpftrace"] = (bool(v), v or "not installed (Debian: bpftrace): no tracepoint probes")

@@ -17,14 +17,16 @@ from pathlib import Path
 from . import tempdir
 
 PR_SET_PDEATHSIG = 1
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl      # looked up here: the child only calls it
+except (OSError, AttributeError):
+    _prctl = None
 
 
 def _die_with_parent() -> None:
-    """Runs in the child between fork and exec."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    """Runs in the child between fork and exec: SIGKILL it when the thread that started it dies."""
+    if _prctl is not None:
+        _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
 class Children:

@@ -10,7 +10,6 @@ uprobes on its hot paths; every tracer is reaped on exit and on Ctrl-C.
 """
 
 import subprocess
-import time
 from pathlib import Path
 
 from tune.errors import ProxytuneError
@@ -20,7 +19,6 @@ from . import bpftrace, caps, children, findings, netstat, perf, proc, target
 
 DEFAULT_SCRIPTS = ["pollscan", "fd_errors", "connect_errors", "file_lifecycle", "loop_blocking"]
 DEEP_SCRIPTS = ["epoll_events", "biolatency", "runqlat"]
-MAX_DURATION = target.MAX_SECONDS
 
 
 def port_range(pid: int) -> str | None:
@@ -147,5 +145,6 @@ def diagnose(pids: list[int], duration: float, **kw) -> dict:
     if ev["all_exited"]:
         raise target.gone_error(pids, ev["exited"], duration)
     found = findings.evaluate(ev)
-    return {"target": {"pids": pids, "comm": ev["comm"], "exited": ev["exited"]}, "window_s": round(ev["window_s"], 2),
+    return {"target": {"pids": pids, "comm": ev["comm"], "exited": ev["exited"]},
+            "window_s": round(ev["window_s"], 2),
             "findings": [f.to_json() for f in found], "evidence": ev}

@@ -84,7 +84,8 @@ def check(pid: int) -> ProcStat:
         raise ProxytuneError(f"no process with pid {pid}", "list them with: ps -e -o pid,comm")
     why = unwatchable(st)
     if why:
-        raise ProxytuneError(f"refusing to watch pid {pid} ({shown(st.comm)}): {why}", "pick a running user process: ps -e -o pid,stat,comm")
+        raise ProxytuneError(f"refusing to watch pid {pid} ({shown(st.comm)}): {why}",
+                             "pick a running user process: ps -e -o pid,stat,comm")
     return st
 
 

@@ -9,7 +9,6 @@ loop and mount lists from tests/snapshot.py are compared on the names this
 test made (its images and its TMPDIR).
 """
 
-import ctypes
 import hashlib
 import json
 import os
@@ -149,7 +148,8 @@ def refused_and_untouched(images, dev, tmp, args, words):
 @needs_root
 def test_random_bytes_without_signature_are_data(images, private_tmp):
     dev = images.make("random", random_bytes)
-    refused_and_untouched(images, dev, private_tmp, ["--device", dev], f"refusing to write to {dev}: it holds data: byte 0")
+    refused_and_untouched(images, dev, private_tmp, ["--device", dev],
+                          f"refusing to write to {dev}: it holds data: byte 0")
 
 
 @needs_root

@@ -4,7 +4,6 @@ SIGINT mid-run leaves no loop device, mount or temp file behind; and the
 log-structured store fills faster than file-per-object (wide margin)."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
