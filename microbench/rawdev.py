@@ -16,6 +16,7 @@ without O_EXCL, which O_EXCL permits).
 import contextlib
 import errno
 import os
+import shutil
 import stat
 import subprocess
 from dataclasses import dataclass, field
@@ -119,6 +120,8 @@ def open_exclusive(real: str) -> int:
 
 
 def signatures(real: str) -> list[str]:
+    if not shutil.which("wipefs"):
+        raise ProxytuneError("wipefs is not installed: cannot look for signatures", "Debian: apt-get install util-linux")
     p = subprocess.run(["wipefs", "--no-act", "--noheadings", "--output", "TYPE", real], capture_output=True, text=True)
     if p.returncode != 0:
         raise ProxytuneError(f"cannot read {real}'s signatures (wipefs: {p.stderr.strip()[-80:]})")
@@ -171,6 +174,8 @@ def claim(dev: str, force: bool):
     fd = open_exclusive(real)
     try:
         size = os.lseek(fd, 0, os.SEEK_END)
+        if size == 0:
+            raise ProxytuneError(f"--device {name} has size 0: no medium, or a loop device with nothing bound")
         claimed = Claimed(real, dev, size, notes=[via] if via else [])
         why, claimed.checked_bytes = data_problem(fd, real, size)
         if why and not force:

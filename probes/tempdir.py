@@ -119,7 +119,7 @@ def dead_runs(kind: str) -> list[tuple[Path, tuple[int, int, str]]]:
 
 
 def orphans(d: Path, owner: tuple[int, int, str]) -> list[int]:
-    """Processes a dead run left working in d: started after it, naming d in their argv or cwd."""
+    """Processes a dead run left working in d: ours (same uid), started after it, naming d in argv or cwd."""
     mark = os.fsencode(f"{d}/")
     found = []
     for entry in Path("/proc").iterdir():
@@ -129,6 +129,8 @@ def orphans(d: Path, owner: tuple[int, int, str]) -> list[int]:
         if st is None or st.start < owner[1] or owner[2] != boot_id():
             continue
         try:
+            if entry.stat().st_uid != os.geteuid():
+                continue
             argv = (entry / "cmdline").read_bytes()
             cwd = os.fsencode(os.readlink(entry / "cwd")) + b"/"
         except OSError:

@@ -222,12 +222,15 @@ def test_a_symlink_is_resolved_and_said(images, private_tmp):
     ("missing", "does not exist"),
     ("newline", "contains control characters"),
     ("chardev", "is not a block device: it is a character device"),
+    ("unbound", "has size 0: no medium, or a loop device with nothing bound"),
 ])
 def test_a_path_that_is_no_block_device_is_one_line(kind, words, private_tmp, images):
     f = images.root / "plain.img"
     f.write_bytes(b"\0" * 4096)
     dev = {"empty": "", "blank": "  ", "file": str(f), "dir": str(images.root), "missing": "/dev/no-such-disk",
-           "newline": "/dev/loop0\nproxytune: error: fake", "chardev": "/dev/null"}[kind]
+           "newline": "/dev/loop0\nproxytune: error: fake", "chardev": "/dev/null", "unbound": "unbound"}[kind]
+    if kind == "unbound":           # a loop device with nothing behind it
+        dev = subprocess.run(["losetup", "--find"], capture_output=True, text=True, check=True).stdout.strip()
     before = SandboxState.take(images.root)
     p = pt("bench", "storage", "--quick", "--device", dev, tmp=private_tmp)
     one_line_error(p, words)
@@ -240,7 +243,8 @@ def test_a_zeroed_device_is_accepted_held_o_excl_and_written(images, private_tmp
     """The documented change: the bench writes the device; while it runs nobody else can claim it."""
     dev = images.make("zero")
     blank = sha(dev)
-    p = popen("bench", "storage", "--quick", "--engine", "sync", "--device", dev, "--json", tmp=private_tmp)
+    p = popen("bench", "storage", "--quick", "--engine", "sync", "--device", dev, "--json",
+              "-o", str(images.root / "result.json"), tmp=private_tmp)
     rdev = os.stat(dev).st_rdev
     assert wait_for(lambda: p.poll() is not None or holds(p.pid, rdev)), "the bench never opened the device"
     try:                                              # only tried once the bench holds it: never steals it
@@ -392,6 +396,23 @@ def test_every_duration_is_validated(args, value, private_tmp):
 
 def test_probe_overhead_seconds_are_validated(private_tmp):
     one_line_error(pt("probe", "overhead", "--seconds", "nan", tmp=private_tmp), "--duration must be")
+
+
+def test_a_recycled_pid_is_not_the_same_process():
+    """Identity is pid + start time: the same pid with another start time counts as exited."""
+    from probes import target
+    child = sleeper()
+    try:
+        start = target.read_stat(child.pid).start
+        assert target.alive(child.pid, start) and not target.alive(child.pid, start + 1)
+        w = target.Watch([child.pid])
+        w.ids[child.pid] += 1                         # as if the pid now belonged to a later process
+        w.poll(1.5)
+        assert w.all_gone and w.exited == {child.pid: 1.5}
+    finally:
+        child.kill()
+        child.wait()
+    assert not target.alive(child.pid, start)
 
 
 def sleeper(seconds: int = 60) -> subprocess.Popen:
