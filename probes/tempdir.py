@@ -23,6 +23,8 @@ import threading
 import time
 from pathlib import Path
 
+from tune.errors import ProxytuneError
+
 from . import target
 
 PREFIX = "proxytune-"
@@ -69,11 +71,16 @@ class RunDir:
         if threading.current_thread() is threading.main_thread():      # handlers can only be set there
             for sig in (signal.SIGTERM, signal.SIGHUP):
                 self._old[sig] = signal.signal(sig, _interrupt)
-        self.path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{self.kind}-"))
-        me = target.read_stat(os.getpid())
-        tmp = self.path / f".{OWNER}"
-        tmp.write_text(f"{os.getpid()} {me.start if me else 0} {boot_id()}\n")
-        tmp.rename(self.path / OWNER)
+        try:
+            self.path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{self.kind}-"))
+            me = target.read_stat(os.getpid())
+            tmp = self.path / f".{OWNER}"
+            tmp.write_text(f"{os.getpid()} {me.start if me else 0} {boot_id()}\n")
+            tmp.rename(self.path / OWNER)
+        except OSError as e:
+            self.__exit__(None, None, None)
+            raise ProxytuneError(f"cannot make this run's temp dir in {tempfile.gettempdir()}: {e.strerror}",
+                                 "free some space there, or point TMPDIR elsewhere") from None
         return self
 
     def __exit__(self, *exc):

@@ -398,6 +398,31 @@ def test_probe_overhead_seconds_are_validated(private_tmp):
     one_line_error(pt("probe", "overhead", "--seconds", "nan", tmp=private_tmp), "--duration must be")
 
 
+FAKE = {"bpftrace": "#!/bin/sh\necho 'ERROR: injected attach failure' >&2\nexit 1\n",
+        "perf": "#!/bin/sh\n[ \"$1\" = record ] && exit 3\nexec /usr/bin/perf \"$@\"\n"}
+
+
+@needs_root
+@pytest.mark.parametrize("tool, args, words", [
+    ("bpftrace", ["probe", "run", "pollscan"], "bpftrace did not attach: ERROR: injected attach failure"),
+    ("perf", ["probe", "hotspots"], "perf record wrote nothing"),
+])
+def test_a_failing_tracer_is_one_line_and_leaves_no_files(tool, args, words, private_tmp, tmp_path):
+    """Fault injection: the tracer itself fails (a stand-in earlier on PATH); the error path cleans up too."""
+    (tmp_path / tool).write_text(FAKE[tool])
+    (tmp_path / tool).chmod(0o755)
+    target = sleeper()
+    try:
+        env = {**os.environ, "TMPDIR": str(private_tmp), "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+        p = subprocess.run([str(REPO / ".venv/bin/python"), str(REPO / "cli.py"), *args, "--pid", str(target.pid),
+                            "-d", "1"], capture_output=True, text=True, env=env, timeout=120)
+        one_line_error(p, words)
+        assert tmp_left(private_tmp) == [] and target.poll() is None
+    finally:
+        target.kill()
+        target.wait()
+
+
 def test_a_recycled_pid_is_not_the_same_process():
     """Identity is pid + start time: the same pid with another start time counts as exited."""
     from probes import target
