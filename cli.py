@@ -666,8 +666,12 @@ def report(ctx, out_dir, profile_ref, no_bench, with_proxy, from_files):
         return
     from reports import build
     saved = build.saved_benches(list(from_files)) if from_files else None
-    paths = build.write_report(ctx.obj, profile_ref, out_dir, benches=not no_bench and not saved,
-                               with_proxy=with_proxy and not (saved and "proxy" in saved), saved=saved)
+    paths, doc = build.write_report(ctx.obj, profile_ref, out_dir, benches=not no_bench and not saved,
+                                    with_proxy=with_proxy and not (saved and "proxy" in saved), saved=saved)
+    for item in doc["data"]["summary"][:5]:
+        click.echo(f"{item['rank']}. {item['what']}\n   why: {item['why']}\n   do:  {item['command']}")
+    for row in doc["data"]["sections"]["seeds"]["rows"]:
+        click.echo(f"seed: {row['seed']}: {row['verdict']} ({row['reason']})")
     for p in paths:
         click.echo(f"wrote {p}")
 

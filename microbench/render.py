@@ -4,6 +4,8 @@ from rich.table import Table
 
 from tune.render import console
 
+from . import fio
+
 
 def events_table(r: dict) -> None:
     out = console()
@@ -93,7 +95,7 @@ def storage_table(r: dict) -> None:
                   fmt(c["steady_objects_per_s"]), fmt(c["steady_hit_ratio"], "{:.2f}"),
                   fmt((c["steady_latency_us"] or {}).get("p99")), fmt(c["fill_syscalls_per_object"], "{:.2f}"),
                   fmt(c["steady_syscalls_per_object"], "{:.2f}"), fmt(c["steady_cpu_us_per_object"], "{:.1f}"),
-                  fmt(c.get("fill_vs_fio"), "{:.2f}"), fmt(c.get("steady_vs_fio"), "{:.2f}"))
+                  fio.cell(c, "fill"), fio.cell(c, "steady"))
     out.print(t)
     for why in sorted({f"{c['store']} + {c['engine']}: {c['reason']}" for c in r["combos"] if not c["available"]}):
         out.print(f"[dim]unavailable: {why}[/]")

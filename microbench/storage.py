@@ -13,21 +13,19 @@ before the filesystems are benched, so a refusal comes first.
 
 import contextlib
 import json
-import random
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from . import devices, polymix, rawdev, stats
+from . import devices, fio, rawdev, stats
 from .build import build
 from .runner import progress
 
 ENGINES = ["sync", "threads", "posix-aio", "io_uring"]
 FS_STORES = ["ufs", "largefile"]
-QUICK = {"fs": ["ext4"], "capacity_mb": 64, "requests": 20000, "reps": 1, "fio_runtime": 3}
+QUICK = {"fs": ["ext4"], "capacity_mb": 64, "requests": 20000, "reps": 1, "fio_runtime": 2}
 FULL = {"fs": ["ext2", "ext4", "xfs", "btrfs"], "capacity_mb": 128, "requests": 40000, "reps": 2, "fio_runtime": 10}
-UNIVERSE_ZIPF = 0.8
 
 
 def perf_counts_syscalls() -> str | None:
@@ -76,57 +74,6 @@ def _run_phase(exe, store, engine, phase, path, state, cap, requests, count: boo
     return doc
 
 
-def mix_bssplit(samples: int = 20000, seed: int = 7) -> str:
-    """fio bssplit for the PolyMix-3 sizes, rounded up to powers of two from 4 KiB to 1 MiB."""
-    rng = random.Random(seed)
-    counts: dict[int, int] = {}
-    for _ in range(samples):
-        kb = polymix.size_kb(rng)
-        bs = 4
-        while bs < kb and bs < 1024:
-            bs *= 2
-        counts[bs] = counts.get(bs, 0) + 1
-    parts = [(bs, round(100 * n / samples)) for bs, n in sorted(counts.items())]
-    parts = [(bs, pct) for bs, pct in parts if pct > 0]
-    drift = 100 - sum(p for _, p in parts)
-    parts[0] = (parts[0][0], parts[0][1] + drift)
-    return ":".join(f"{bs}k/{pct}" for bs, pct in parts)
-
-
-def fio_jobs(target: str, size_mb: int, read_mb: int, runtime: int, direct: int, bssplit: str) -> dict[str, str]:
-    """The stores' patterns: writing twice the cache, as a fill does, at the
-    mix's sizes (ufs's fill) or in whole stripes (a log store's), then fsync,
-    so that overwrites absorbed by the page cache count alike; and
-    Zipf-popular reads over it at the mix's sizes, as many bytes as a steady
-    phase reads, so repeats hit the page cache just as the stores' do."""
-    common = (f"[global]\nfilename={target}\nsize={size_mb}M\nioengine=psync\ndirect={direct}\n"
-              f"runtime={runtime}\ninvalidate=1\nrandrepeat=1\n")
-    mode = "direct" if direct else "buffered"
-    return {
-        f"randwrite-mix-{mode}": common + (f"[randwrite-mix]\nrw=randwrite\nbssplit={bssplit}\n"
-                                            f"io_size={2 * size_mb}M\nend_fsync=1\n"),
-        # what a log-structured store's fill does: whole 1 MiB stripes, in order, twice round, then a sync
-        f"seqwrite-stripe-{mode}": common + f"[seqwrite-stripe]\nrw=write\nbs=1M\nio_size={2 * size_mb}M\nend_fsync=1\n",
-        f"randread-mix-{mode}": common + (f"[randread-mix]\nrw=randread\nbssplit={bssplit}\n"
-                                          f"random_distribution=zipf:{UNIVERSE_ZIPF}\nio_size={read_mb}M\n"),
-    }
-
-
-def run_fio(name: str, job: str, workdir: Path) -> dict:
-    if not shutil.which("fio"):
-        return {"name": name, "available": False, "reason": "fio is not installed (Debian: fio)"}
-    path = workdir / f"{name}.fio"
-    path.write_text(job)
-    p = devices.run_child(["fio", "--output-format=json", str(path)], timeout=600)
-    try:
-        j = json.loads(p.stdout[p.stdout.index("{"):])["jobs"][0]
-    except (ValueError, KeyError, IndexError):
-        return {"name": name, "available": False, "reason": (p.stderr or p.stdout)[-200:], "job": job}
-    side = j["write"] if "write" in name else j["read"]
-    return {"name": name, "available": True, "mb_per_s": side["bw_bytes"] / 1048576, "iops": side["iops"],
-            "job": job, "command": f"fio --output-format=json {path.name}"}
-
-
 def run(quick: bool = False, fss: list[str] | None = None, device: str | None = None, force: bool = False,
         engines: list[str] | None = None, quiet: bool = False) -> dict:
     plan = dict(QUICK if quick else FULL)
@@ -139,9 +86,9 @@ def run(quick: bool = False, fss: list[str] | None = None, device: str | None = 
         for line in sb.reaped:
             print(f"proxytune: {line}", file=sys.stderr)
         claimed = held.enter_context(rawdev.claim(sb.loop(image_mb, "rawdev") if device is None else device, force))
-        exe, nosys, result, usable = _prepare(plan, fss or plan["fs"], quick)
+        exe, nosys, result, usable = _prepare(plan, fss or plan["fs"], quick, engines)
         result["reaped_leftovers"] = sb.reaped
-        n_fio = len(fio_jobs("x", 1, 1, 1, 0, "4k/100"))
+        n_fio = len(fio.PATTERNS) * len(engines)
         reps = plan["reps"]
         total = len(usable) * (2 * len(FS_STORES) * len(engines) * reps + n_fio) + len(engines) * reps + n_fio
         bar = held.enter_context(progress(quiet))
@@ -152,14 +99,15 @@ def run(quick: bool = False, fss: list[str] | None = None, device: str | None = 
     return result
 
 
-def _prepare(plan: dict, fss: list[str], quick: bool):
+def _prepare(plan: dict, fss: list[str], quick: bool, engines: list[str]):
     """The harness, whether perf counts syscalls, the result skeleton, and the filesystems we can make."""
     exe = build("objbench")
     nosys = perf_counts_syscalls()
     result = {"bench": "storage", "quick": quick, "capacity_mb": plan["capacity_mb"], "requests": plan["requests"],
               "reps": plan["reps"],
               "syscall_counting": "perf stat -e raw_syscalls:sys_enter" if not nosys else f"unavailable: {nosys}",
-              "fs_skipped": {}, "runs": [], "fio": [], "bssplit": mix_bssplit()}
+              "fs_skipped": {}, "runs": [], "fio": [], "bssplit": fio.mix_bssplit(),
+              "fio_family": {e: dict(zip(("ioengine", "iodepth", "numjobs"), fio.FAMILY[e])) for e in engines}}
     usable = []
     for fs in fss:
         why = devices.mkfs_available(fs)
@@ -185,10 +133,12 @@ def _bench_filesystems(result, sb, bar, task, exe, usable, plan, image_mb, read_
                         bar.advance(task)
             if atime == "relatime":         # each filesystem's own limit
                 bar.update(task, description=f"fio (buffered, on {fs})")
-                for name, job in fio_jobs(str(mp / "fio.dat"), plan["capacity_mb"], read_mb, plan["fio_runtime"], 0,
-                                          result["bssplit"]).items():
-                    result["fio"].append({**run_fio(name, job, sb.dir), "fs": fs, "target": f"{fs} file"})
-                    bar.advance(task)
+                for engine in engines:
+                    for name, job in fio.jobs(str(mp / "fio.dat"), plan["capacity_mb"], read_mb, plan["fio_runtime"],
+                                              0, result["bssplit"], engine).items():
+                        result["fio"].append({**fio.best_of(name, job, sb.dir), "fs": fs, "target": f"{fs} file",
+                                              "engine": engine})
+                        bar.advance(task)
                 (mp / "fio.dat").unlink(missing_ok=True)
             sb.umount(mp)
 
@@ -235,9 +185,11 @@ def _bench_rawdev(result, sb, bar, task, exe, claimed, device, plan, read_mb, en
             state.unlink(missing_ok=True)
             bar.advance(task)
     bar.update(task, description="fio (direct, on the raw device)")
-    for name, job in fio_jobs(raw, cap, read_mb, plan["fio_runtime"], 1, result["bssplit"]).items():
-        result["fio"].append({**run_fio(name, job, sb.dir), "fs": "raw", "target": "raw device"})
-        bar.advance(task)
+    for engine in engines:
+        for name, job in fio.jobs(raw, cap, read_mb, plan["fio_runtime"], 1, result["bssplit"], engine).items():
+            result["fio"].append({**fio.best_of(name, job, sb.dir), "fs": "raw", "target": "raw device",
+                                  "engine": engine})
+            bar.advance(task)
 
 
 def _median(runs, phase, key):
@@ -283,19 +235,15 @@ def derive(r: dict) -> dict:
                     "noatime_hit_write_ios": noa["hit_write_ios"],
                     "relatime_syscalls_per_object": rel["hit_syscalls_per_object"],
                     "noatime_syscalls_per_object": noa["hit_syscalls_per_object"]}
-    fio = {(f.get("fs"), f["name"]): f for f in r["fio"] if f.get("available")}
+    limits = {(f.get("fs"), f["name"]): f for f in r["fio"] if f.get("available")}
     for c in out["combos"]:
         if not c["available"]:
             continue
-        mode = "direct" if c["store"] == "rawdev" else "buffered"
-        rd = fio.get((c["fs"], f"randread-mix-{mode}"))
-        wr_name = "randwrite-mix" if c["store"] == "ufs" else "seqwrite-stripe"
-        wr = fio.get((c["fs"], f"{wr_name}-{mode}"))
         key = f"{c['fs']}/{c['atime']}/{c['store']}/{c['engine']}"
-        out["fraction_of_fio"][key] = {
-            "steady_vs": f"randread-mix-{mode}", "fill_vs": f"{wr_name}-{mode}",
-            "steady_vs_randread": c["steady_mb_per_s"] / rd["mb_per_s"] if rd and c.get("steady_mb_per_s") else None,
-            "fill_vs_write": c["fill_mb_per_s"] / wr["mb_per_s"] if wr and c.get("fill_mb_per_s") else None}
-        c["steady_vs_fio"] = out["fraction_of_fio"][key]["steady_vs_randread"]
-        c["fill_vs_fio"] = out["fraction_of_fio"][key]["fill_vs_write"]
+        out["fraction_of_fio"][key] = {}
+        for phase in ("fill", "steady"):
+            name, limit = fio.limit_for(limits, c["fs"], c["store"], c["engine"], phase)
+            f = {"vs": name, **fio.fraction(c.get(f"{phase}_mb_per_s"), limit)}
+            out["fraction_of_fio"][key][phase] = f
+            c[f"{phase}_vs_fio"], c[f"{phase}_fio_error"] = f["fraction"], f["error"]
     return out

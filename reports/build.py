@@ -12,7 +12,7 @@ from tune import observe, plan as plan_mod
 from tune.errors import ProxytuneError
 from tune.host import Host
 
-from . import html, markdown
+from . import html, markdown, seeds, summary
 from .schema import envelope
 from .tables import sections
 
@@ -77,7 +77,9 @@ def saved_benches(paths: list[Path]) -> dict:
         if doc["kind"] == "bench":
             out[doc["data"]["bench"]] = doc["data"]
         elif doc["kind"] == "report":
-            out.update({k: v for k, v in doc["data"]["sections"].items() if k != "audit"})
+            out.update({k: v for k, v in doc["data"]["sections"].items() if k not in ("audit", "seeds")})
+        elif doc["kind"] == "probe" and doc["data"].get("probe") == "doctor":
+            out["doctor"] = doc["data"]
         else:
             raise ProxytuneError(f"a {doc['kind']} result cannot be a report section", "give bench or report results")
     return out
@@ -97,10 +99,11 @@ def write_doc(doc: dict, out_dir: Path) -> list[Path]:
 
 
 def write_report(host: Host, profile_ref: str, out_dir: Path, benches: bool = True, quiet: bool = False,
-                 with_proxy: bool = False, saved: dict | None = None) -> list[Path]:
+                 with_proxy: bool = False, saved: dict | None = None) -> tuple[list[Path], dict]:
     done, skipped = collect(host, profile_ref, benches, quiet, with_proxy, saved)
     if "audit" not in done:
         raise ProxytuneError(f"the host audit failed: {skipped['audit']}")
-    doc = envelope("report", {"title": "proxytune report", "sections": done, "skipped": skipped},
-                   done["audit"]["params"]["values"]["cache_dirs"])
-    return write_doc(doc, out_dir)
+    done["seeds"] = {"rows": seeds.rows(done)}
+    doc = envelope("report", {"title": "proxytune report", "summary": summary.build(done), "sections": done,
+                              "skipped": skipped}, done["audit"]["params"]["values"]["cache_dirs"])
+    return write_doc(doc, out_dir), doc

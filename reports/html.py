@@ -8,9 +8,11 @@ from .tables import Section, Table, host_table, sections
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
-table{border-collapse:collapse;margin:.6em 0 1.4em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
+table{border-collapse:collapse;margin:.6em 0 1.4em;display:block;overflow-x:auto;max-width:100%}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}.met,.ok{color:#17802c}.drift,.warn{color:#a66300;font-weight:600}.error{color:#b00020;font-weight:600}
-.na{color:#888}code{background:#f5f5f5;padding:0 3px}h1{margin-bottom:0}.sub{color:#666}
+.na{color:#888}.holds{color:#17802c}.grew{color:#1b5fa8;font-weight:600}.shrank{color:#a66300}.reversed{color:#b00020;font-weight:600}code{background:#f5f5f5;padding:0 3px}h1{margin-bottom:0}.sub{color:#666}
+@media (max-width:700px){body{margin:1em .5em;font-size:13px}td,th{padding:2px 4px}}
 figure{margin:1em 0}figure img{max-width:100%;border:1px solid #ddd}figcaption{color:#555}
 """
 
@@ -27,7 +29,7 @@ def table(t: Table, level: str = "h3") -> str:
     for r in t.rows:
         cells = []
         for i, c in enumerate(r):
-            cls = {"n/a": "na"}.get(c, c) if i == t.status_col else ""
+            cls = {"n/a": "na", "not measurable here": "na"}.get(c, c) if i == t.status_col else ""
             cells.append(f'<td class="{_e(cls)}">{_e(c)}</td>' if cls else f"<td>{_e(c)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     return "\n".join(out) + "</table>"
@@ -50,5 +52,5 @@ def render(doc: dict) -> str:
     d = doc["data"]
     body = [f"<h1>{_e(d['title'])}</h1>", f"<p class=sub>created {_e(doc['created'])}</p>",
             table(host_table(doc["host"]), "h2")] + [section(s) for s in sections(doc)]
-    return ("<!doctype html><html lang=en><head><meta charset=utf-8><title>proxytune report</title>"
+    return ("<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content='width=device-width,initial-scale=1'><title>proxytune report</title>"
             f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -3,6 +3,8 @@ markdown.py and html.py only format them."""
 
 from dataclasses import dataclass, field
 
+from microbench import fio
+
 from . import plots
 
 
@@ -135,14 +137,18 @@ def storage_section(r: dict) -> Section:
                      fmt(c["steady_objects_per_s"]), fmt(c["steady_hit_ratio"], "{:.2f}"),
                      fmt((c["steady_latency_us"] or {}).get("p99")), fmt(c["fill_syscalls_per_object"], "{:.2f}"),
                      fmt(c["steady_syscalls_per_object"], "{:.2f}"), fmt(c["steady_cpu_us_per_object"], "{:.1f}"),
-                     fmt(c.get("fill_vs_fio"), "{:.2f}"), fmt(c.get("steady_vs_fio"), "{:.2f}")])
+                     fio.cell(c, "fill"), fio.cell(c, "steady")])
     sec.tables.append(Table("Throughput and cost per object (medians)",
                             ["fs", "atime", "store", "engine", "fill obj/s", "steady obj/s", "hit ratio",
                              "steady p99 us", "syscalls/obj fill", "syscalls/obj steady", "cpu us/obj steady", "fill / fio", "steady / fio"], rows))
     fio = [f for f in r["fio"] if f.get("available")]
     if fio:
-        sec.tables.append(Table("fio limits (same patterns: mix-sized random writes, Zipf reads)",
-                                ["job", "target", "MB/s"], [[f["name"], f["target"], f"{f['mb_per_s']:,.1f}"] for f in fio]))
+        sec.tables.append(Table("fio limits (each store engine's own fio engine and depth, same mix, file size "
+                                "and cold start)", ["job", "target", "engine", "MB/s"],
+                                [[f["name"], f["target"], f.get("engine", "psync"), f"{f['mb_per_s']:,.1f}"]
+                                 for f in fio]))
+    sec.notes += [f"{c['fs']}/{c['atime']}/{c['store']}/{c['engine']} {phase}: {c[phase + '_fio_error']}"
+                  for c in r["combos"] for phase in ("fill", "steady") if c.get(f"{phase}_fio_error")]
     for name, png, caption in (
             ("storage-throughput.png", plots.storage_throughput(r["combos"]), "Objects per second by store and engine"),
             ("storage-latency.png", plots.storage_latency(r["combos"]), "I/O latency percentiles, steady phase"),
@@ -206,9 +212,36 @@ def proxy_section(r: dict) -> Section:
     return sec
 
 
-SECTIONS = {"audit": audit_section, "events": events_section, "fdscan": fdscan_section, "storage": storage_section,
+def summary_section(items: list[dict]) -> Section:
+    sec = Section("What to do on this host first",
+                  "Ranked: what a watched proxy runs into now, then settings below the profile, then the choices "
+                  "this host's benches measured, by the factor measured.")
+    sec.tables.append(Table("Actions", ["#", "what", "why (measured here)", "command", "from"],
+                            [[i["rank"], i["what"], i["why"], i["command"], i["source"]] for i in items]))
+    if not items:
+        sec.notes.append("nothing to do: every selected setting is met and no bench favoured a change")
+    return sec
+
+
+def seeds_section(r: dict) -> Section:
+    sec = Section("The classic results, today",
+                  "Each headline of the reference papers against this run's own measurements, effects compared on a log "
+                  "scale (ln of the ratio). Verdicts: holds "
+                  "(within x2 of the original effect), grew / shrank (beyond x2), reversed, or not measurable here.")
+    sec.tables.append(Table("Seeds", ["seed", "claim", "original", "today", "ratio", "verdict", "reason"],
+                            [[x["seed"], x["claim"], x["original"], x["today"],
+                              "-" if x["ratio"] is None else f"x{x['ratio']:,.2f}", x["verdict"], x["reason"]]
+                             for x in r["rows"]], status_col=5))
+    return sec
+
+
+SECTIONS = {"seeds": seeds_section, "audit": audit_section, "events": events_section, "fdscan": fdscan_section, "storage": storage_section,
             "proxy": proxy_section}
 
 
 def sections(doc: dict) -> list[Section]:
-    return [SECTIONS[name](data) for name, data in doc["data"]["sections"].items() if name in SECTIONS]
+    """The summary first (when the document has one), the seeds next, then the measured sections in order."""
+    secs = doc["data"]["sections"]
+    order = ["seeds"] + [n for n in secs if n != "seeds"]
+    out = [summary_section(doc["data"]["summary"])] if "summary" in doc["data"] else []
+    return out + [SECTIONS[name](secs[name]) for name in order if name in secs and name in SECTIONS]

@@ -112,7 +112,7 @@ def test_report_with_benchmarks_has_every_section_and_figure(sandbox, cli, tmp_p
     doc = json.loads((out / "report.json").read_text())
     validate(doc)
     import os
-    expected = {"audit", "events", "fdscan"} | ({"storage"} if os.geteuid() == 0 else set())
+    expected = {"audit", "seeds", "events", "fdscan"} | ({"storage"} if os.geteuid() == 0 else set())
     assert set(doc["data"]["sections"]) == expected, doc["data"].get("skipped")
     figures = ["events-cost.png", "events-batching.png", "fdscan.png"]
     if "storage" in expected:

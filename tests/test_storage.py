@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, needs_root
-from microbench import devices, rawdev, storage
+from microbench import devices, fio, rawdev, storage
 from microbench.build import build
 from reports.schema import envelope, validate
 from tune.errors import ProxytuneError
@@ -104,7 +104,7 @@ def test_sigint_mid_run_leaves_nothing_behind(tmp_path, own_tmp):
 
 
 def test_bssplit_follows_the_mix():
-    split = dict(part.split("/") for part in storage.mix_bssplit().split(":"))
+    split = dict(part.split("/") for part in fio.mix_bssplit().split(":"))
     assert split["4k"] > split["64k"] and sum(map(int, split.values())) == 100
 
 

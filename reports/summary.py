@@ -1,0 +1,83 @@
+"""What to do on this host first: the report's conclusions, ranked, each with its command.
+
+Ranking, highest first: what a watched proxy is running into now (doctor
+findings), then settings in drift (a host that fails the profile's floors
+drops connections under load), then the choices the benches measured here
+(event mechanism, object store), ordered by the factor they measured. Every
+item is derived from this report's sections; none is written in advance.
+"""
+
+from probes.findings import SEVERITY_RANK
+
+
+def from_doctor(doc: dict | None) -> list[dict]:
+    out = []
+    for f in (doc or {}).get("findings", []):
+        evidence = "; ".join(f"{k} {v}" for k, v in list(f.get("evidence", {}).items())[:4])
+        out.append({"rank_key": (0, SEVERITY_RANK.get(f["severity"], 1), -f.get("impact", 0.0)),
+                    "what": f"{f['id']}: {f['title']}", "why": evidence, "command": f["fix"], "source": "doctor"})
+    return out
+
+
+def from_audit(audit: dict | None) -> list[dict]:
+    if not audit:
+        return []
+    drift = [r for r in audit["settings"] if r["status"] == "drift"]
+    errors = [r for r in audit["settings"] if r["status"] == "error"]
+    out = []
+    if errors:
+        out.append({"rank_key": (1, 0), "what": f"{len(errors)} setting(s) cannot be read: "
+                    + ", ".join(r["setting"] for r in errors),
+                    "why": "; ".join(r["note"] or "" for r in errors)[:200],
+                    "command": f"proxytune tune check -p {audit['profile']}", "source": "audit"})
+    if drift:
+        names = ", ".join(r["setting"] for r in drift[:6]) + (" ..." if len(drift) > 6 else "")
+        out.append({"rank_key": (1, 1), "what": f"{len(drift)} setting(s) below profile {audit['profile']}: {names}",
+                    "why": f"{len(drift)} of {len(audit['settings'])} settings miss the profile's floors; "
+                           f"{drift[0]['setting']}: {drift[0]['reason']}",
+                    "command": f"proxytune tune plan -p {audit['profile']} --persist, then "
+                               f"proxytune tune apply -p {audit['profile']} --persist --yes", "source": "audit"})
+    return out
+
+
+def from_events(ev: dict | None) -> list[dict]:
+    sc = (ev or {}).get("scaling", {})
+    if "poll" not in sc or not ({"epoll", "io_uring"} & set(sc)):
+        return []
+    best = min((b for b in ("epoll", "io_uring") if b in sc), key=lambda b: sc[b]["ratio"])
+    n = sc["poll"]["n_large"]
+    costs = {p["backend"]: p["ns_per_call"]["median"] for p in ev["idle"]
+             if p["n"] == n and p["k"] == 1 and p["ready"] == "hot" and p["available"]}
+    if best not in costs or "poll" not in costs:
+        return []
+    factor = costs["poll"] / costs[best]
+    return [{"rank_key": (2, -factor), "what": f"run the proxy on {best}, not select/poll",
+             "why": f"at {n:,} idle descriptors one poll() costs {costs['poll']:,.0f} ns, {best} {costs[best]:,.0f} ns "
+                    f"(x{factor:,.0f}) on this host",
+             "command": "squid: build with --enable-epoll; nginx: use epoll; (haproxy/varnish/ats use it by default)",
+             "source": "bench events"}]
+
+
+def from_storage(st: dict | None) -> list[dict]:
+    combos = [c for c in (st or {}).get("combos", []) if c["available"] and c.get("steady_objects_per_s")]
+    ufs = [c for c in combos if c["store"] == "ufs"]
+    if not combos or not ufs:
+        return []
+    best = max(combos, key=lambda c: c["steady_objects_per_s"])
+    base = max(ufs, key=lambda c: c["steady_objects_per_s"])
+    factor = best["steady_objects_per_s"] / base["steady_objects_per_s"]
+    if best["store"] == "ufs" or factor < 1.1:
+        return []
+    return [{"rank_key": (2, -factor), "what": f"store objects in a {best['store']} store with {best['engine']} I/O",
+             "why": f"{best['steady_objects_per_s']:,.0f} obj/s against {base['steady_objects_per_s']:,.0f} for the best "
+                    f"file-per-object store ({base['engine']}), x{factor:.1f}, on {best['fs']}",
+             "command": "squid: cache_dir rock; trafficserver: storage.config on a raw device or one large file",
+             "source": "bench storage"}]
+
+
+def build(sections: dict) -> list[dict]:
+    """Ranked actions, each {rank, what, why, command, source}."""
+    items = (from_doctor(sections.get("doctor")) + from_audit(sections.get("audit"))
+             + from_events(sections.get("events")) + from_storage(sections.get("storage")))
+    items.sort(key=lambda i: i["rank_key"])
+    return [{"rank": n, **{k: v for k, v in i.items() if k != "rank_key"}} for n, i in enumerate(items, 1)]

@@ -1,0 +1,90 @@
+"""The report's conclusions: seed verdicts and the ranked summary are computed from
+the run's own data (a measured result from docs/results, and variations of it), never typed in."""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from reports import seeds, summary
+
+REPO = Path(__file__).resolve().parent.parent
+MEASURED = json.loads((REPO / "docs/results/report-with-proxy.json").read_text())["data"]["sections"]
+
+
+@pytest.mark.parametrize("today, original, expected", [
+    (None, 2.0, "not measurable here"), (float("nan"), 2.0, "not measurable here"),
+    (0.5, 2.0, "reversed"), (1.05, 2.0, "shrank"), (1.2, 2.0, "shrank"), (1.5, 2.0, "holds"),
+    (3.9, 2.0, "holds"), (4.1, 2.0, "grew"), (0.95, 1.53, "shrank"), (209.7, 78.9, "holds"), (7000, 78.9, "grew")])
+def test_verdict_rules(today, original, expected):
+    assert seeds.verdict(today, original)[0] == expected
+
+
+def test_every_seed_has_a_row_with_a_verdict_and_a_reason():
+    rows = seeds.rows(MEASURED)
+    assert [r["seed"] for r in rows] == ["select/poll O(N)", "Mogul's comm_select fix", "kqueue",
+                                          "large file vs file per object", "noatime", "Cooper's host settings",
+                                          "CPU per request split"]
+    for r in rows:
+        assert r["verdict"] in ("holds", "grew", "shrank", "reversed", "not measurable here")
+        assert r["reason"] and "\n" not in r["reason"]
+
+
+def test_ratios_are_the_measured_ones():
+    by = {r["seed"]: r for r in seeds.rows(MEASURED)}
+    assert by["select/poll O(N)"]["ratio"] == pytest.approx(MEASURED["events"]["scaling"]["poll"]["ratio"], rel=1e-3)
+    n = max(p["n"] for p in MEASURED["fdscan"]["points"])
+    v = {p["variant"]: p["ns_per_call"]["median"] for p in MEASURED["fdscan"]["points"] if p["n"] == n}
+    assert by["Mogul's comm_select fix"]["ratio"] == pytest.approx(v[1] / v[5], rel=1e-3)
+    gains = sorted(e["gain"] + 1 for e in MEASURED["storage"]["noatime_effect"].values())
+    assert by["noatime"]["ratio"] == pytest.approx(gains[len(gains) // 2], rel=1e-3)
+
+
+def test_kqueue_on_linux_is_not_measurable_and_shows_epoll_in_its_place():
+    row = seeds.rows(MEASURED)[2]
+    assert row["verdict"] == "not measurable here" and "kqueue" in row["reason"]
+    assert "epoll" in row["today"]
+
+
+def test_a_slower_large_file_store_is_reported_reversed():
+    data = copy.deepcopy(MEASURED)
+    for c in data["storage"]["combos"]:
+        if c["store"] == "largefile" and c["available"]:
+            c["steady_objects_per_s"] /= 20
+    assert seeds.largefile(data["storage"])["verdict"] == "reversed"
+
+
+def test_missing_sections_are_not_measurable_with_the_reason():
+    rows = seeds.rows({})
+    assert {r["verdict"] for r in rows} == {"not measurable here"}
+    assert "bench storage did not run" in rows[3]["reason"]
+
+
+def test_cooper_and_cpu_split_from_a_before_after_run_and_a_doctor_result():
+    px = {"compare_profile": "linux/squid", "stores": [
+        {"steady": {"rps": 2802.0}, "error_count": 381}, {"steady": {"rps": 4563.0}, "error_count": 7}]}
+    row = seeds.cooper(px)
+    assert row["ratio"] == pytest.approx(4563 / 2802, rel=1e-3) and row["verdict"] == "holds"
+    doc = {"evidence": {"loop": {"cpu_split": {"kernel": 0.7, "proxy": 0.2, "shared library": 0.1}}}}
+    assert seeds.cpu_split(doc)["verdict"] == "holds"
+    doc["evidence"]["loop"]["cpu_split"] = {"kernel": 0.1, "proxy": 0.8}
+    assert seeds.cpu_split(doc)["verdict"] == "reversed"
+
+
+def test_summary_ranks_findings_then_drift_then_bench_choices_each_with_a_command():
+    data = copy.deepcopy(MEASURED)
+    data["doctor"] = {"findings": [{"id": "fd-exhaustion", "severity": "high", "title": "out of fds",
+                                    "evidence": {"emfile_per_s": 9}, "fix": "raise LimitNOFILE", "impact": 1.0}]}
+    items = summary.build(data)
+    assert [i["source"] for i in items] == ["doctor", "audit", "bench events", "bench storage"]
+    assert [i["rank"] for i in items] == [1, 2, 3, 4]
+    assert all(i["command"] for i in items)
+    assert "tune apply" in items[1]["command"]
+
+
+def test_summary_is_empty_when_everything_is_met_and_nothing_was_benched():
+    audit = copy.deepcopy(MEASURED["audit"])
+    for r in audit["settings"]:
+        r["status"] = "met"
+    assert summary.build({"audit": audit}) == []
