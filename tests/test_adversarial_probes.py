@@ -385,6 +385,18 @@ def test_a_kernel_thread_is_refused_never_a_finding(which, private_tmp):
     assert tmp_left(private_tmp) == []
 
 
+@pytest.mark.parametrize("target, words", [
+    (["--comm", "kthreadd"], "no process named 'kthreadd' can be watched: pid 2 (kthreadd): it is a kernel thread"),
+    (["--pid", "0"], "--pid must be a positive process id, not 0"),
+    (["--pid", "-7"], "--pid must be a positive process id, not -7"),
+    (["--comm", "no\nsuch"], "no running process named 'no\\nsuch'"),
+])
+def test_a_target_that_names_no_user_process_is_one_line(target, words, private_tmp):
+    p = pt("probe", "run", "pollscan", *target, "-d", "1", tmp=private_tmp)
+    one_line_error(p, words)
+    assert tmp_left(private_tmp) == []
+
+
 @pytest.mark.parametrize("value", ["1e9", "nan", "-1", "0", "inf", "-inf", "3601", "ten", "1e-400"])
 @pytest.mark.parametrize("args", [["doctor", "--pid", "1"], ["probe", "run", "pollscan", "--pid", "1"],
                                   ["probe", "hotspots", "--pid", "1"]])
