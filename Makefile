@@ -3,7 +3,7 @@
 #   - Debian packages the tests drive, when run as root (else: a message naming them)
 SHELL := /bin/bash
 DEBIAN_TEST_PACKAGES := ansible e2fsprogs iproute2 procps systemd util-linux gcc libc6-dev valgrind linux-perf \
-	bpftrace fio wrk nginx-light squid chromium
+	bpftrace fio wrk nginx-light squid chromium python3-click python3-rich
 PYTEST_ARGS ?=
 
 .PHONY: test deps venv clean

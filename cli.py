@@ -17,6 +17,7 @@ from tune import apply as apply_mod, export as export_mod, journal, observe, pla
 from tune import profile as profile_mod, render
 from tune.errors import ProxytuneError
 from tune.host import Host
+from probes.target import MAX_SECONDS, duration_option
 
 __version__ = "0.1.0"
 DEFAULT_PROFILE = {"linux": "linux/proxy", "freebsd": "freebsd/proxy"}.get(platform.system().lower(), "linux/proxy")
@@ -33,6 +34,9 @@ class Main(click.Group):
             if e.hint:
                 click.echo(f"hint: {e.hint}", err=True)
             sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("proxytune: interrupted", err=True)
+            sys.exit(130)
 
 
 def emit_json(doc) -> None:
@@ -313,9 +317,11 @@ def bench_fdscan(quick, output, as_json):
 @click.option("--fs", "fss", metavar="LIST", help="Filesystems to make and test, e.g. ext4,xfs [ext2,ext4,xfs,btrfs].")
 @click.option("--engine", "engines", multiple=True, type=click.Choice(["sync", "threads", "posix-aio", "io_uring"]),
               help="Only these I/O engines (repeatable).")
-@click.option("--device", metavar="DEV", help="Block device for rawdev [a loop device over a sparse file].")
+@click.option("--device", metavar="DEV", help="Block device for rawdev [a loop device over a sparse file]. "
+              "Refused unless unused and blank (signatures, and reads across it); held O_EXCL during the run.")
 @click.option("--force-destroy-data", is_flag=True,
-              help="Let --device be used although it is mounted, held, or carries a signature. Destroys its data.")
+              help="Let --device be used although it carries a signature or non-zero data. Destroys its data. "
+                   "A mounted, swap or held device is refused even so.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
 def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_json):
@@ -334,8 +340,6 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
     from microbench import devices, render as mrender, storage
     if os.geteuid() != 0:
         raise ProxytuneError("bench storage needs root: it makes loop devices and mounts them")
-    if device:
-        devices.check_device(device, force_destroy_data)
     fs_list = [f.strip() for f in fss.split(",")] if fss else None
     if fs_list and (bad := [f for f in fs_list if f not in devices.MKFS]):
         raise ProxytuneError(f"unknown filesystem {bad[0]!r}", f"known: {', '.join(devices.MKFS)}")
@@ -403,8 +407,8 @@ def target_options(f):
     for opt in reversed([
             click.option("--pid", type=int, metavar="PID", help="The process to probe."),
             click.option("--comm", metavar="NAME", help="Every process with this name (e.g. nginx: master and workers)."),
-            click.option("--duration", "-d", type=float, default=10.0, show_default=True, metavar="S",
-                         help="Length of the observation window, seconds.")]):
+            click.option("--duration", "-d", default="10", show_default=True, metavar="S", callback=duration_option,
+                         help=f"Length of the observation window, seconds (at most {MAX_SECONDS:g}).")]):
         f = opt(f)
     return f
 
@@ -462,8 +466,6 @@ def probe_run(name, pid, comm, duration, as_json):
     if name not in cat:
         raise ProxytuneError(f"no probe named {name!r}", f"known: {', '.join(cat)}")
     pids = proc.resolve(pid, comm)
-    if duration <= 0 or duration > 300:
-        raise ProxytuneError("--duration must be between 1 and 300 seconds")
     if missing := bpftrace.missing_tracepoints(cat[name]):
         raise ProxytuneError(f"{name} needs tracepoints this kernel lacks: {', '.join(missing)}")
     maps = bpftrace.run_for([cat[name]], pids, duration)
@@ -479,13 +481,15 @@ def probe_run(name, pid, comm, duration, as_json):
 def probe_hotspots(pid, comm, duration, as_json):
     """Where the target's CPU goes: perf record -e cpu-clock -a, filtered by
     pid; functions by self time, and the proxy / kernel / shared-library split."""
-    import time as _time
-    from probes import children, perf, proc
+    from probes import children, perf, proc, target
     pids = proc.resolve(pid, comm)
     with children.Children() as kids:
         rec = perf.Record(kids)
-        _time.sleep(duration)
+        watch = target.Watch(pids)
+        watch.wait(duration)
         r = rec.stop(pids)
+    if watch.all_gone:
+        raise watch.gone_error(duration)
     if as_json:
         emit_json(r)
         return
@@ -518,7 +522,8 @@ def probe_cachemiss(command, as_json):
 
 
 @probe.command("overhead")
-@click.option("--seconds", type=float, default=8, show_default=True, help="Length of each wrk run.")
+@click.option("--seconds", default="8", show_default=True, callback=duration_option,
+              help="Length of each wrk run, seconds.")
 @click.option("--reps", type=click.IntRange(1, 20), default=3, show_default=True, help="Pairs of runs (off, on).")
 @click.option("--connections", type=click.IntRange(1, 5000), default=50, show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")

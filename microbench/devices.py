@@ -3,17 +3,19 @@ with chosen options, and the safety checks a raw device must pass.
 
 Everything made here is recorded and removed in reverse order when the
 Sandbox closes, also on Ctrl-C (SIGINT) and SIGTERM, which are turned into
-KeyboardInterrupt so that the `finally` runs.
+KeyboardInterrupt so that the `finally` runs; what a SIGKILLed run left is
+removed by the next one. The raw device's checks live in rawdev.py.
 """
 
 import os
 import shutil
 import signal
-import stat
 import subprocess
-import tempfile
 from pathlib import Path
 
+from probes import tempdir
+
+from . import rawdev
 from tune.errors import ProxytuneError
 
 MKFS = {"ext2": ["mkfs.ext2", "-q", "-F"], "ext4": ["mkfs.ext4", "-q", "-F"], "xfs": ["mkfs.xfs", "-q", "-f"],
@@ -43,24 +45,30 @@ def mkfs_available(fs: str) -> str | None:
 
 
 class Sandbox:
-    """Temp dir, loop devices and mounts of one bench run; close() undoes all of it."""
+    """Temp dir, loop devices and mounts of one bench run; close() undoes all of it.
+
+    The dir is a tempdir.RunDir: if this run is SIGKILLed, the next one finds
+    its owner gone and removes what it left (reap_leftovers)."""
 
     def __init__(self):
-        self.dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
+        self.run = tempdir.RunDir("storage", before_remove=reap_leftovers)
+        self.dir: Path | None = None
         self.loops: list[str] = []
         self.mounts: list[Path] = []
-        self._old = {}
+
+    @property
+    def reaped(self) -> list[str]:
+        return self.run.reaped
 
     def __enter__(self):
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            self._old[sig] = signal.signal(sig, _interrupt)
+        self.run.__enter__()
+        self.dir = self.run.path
         return self
 
     def __exit__(self, *exc):
-        self.close()
-        for sig, handler in self._old.items():
-            signal.signal(sig, handler)
-        return False
+        with tempdir.signals_held():
+            self.close()
+        return self.run.__exit__(*exc)
 
     def loop(self, size_mb: int, name: str) -> str:
         """A loop device over a sparse file, with direct I/O so the host's page cache stays out."""
@@ -100,56 +108,26 @@ class Sandbox:
         for dev in reversed(self.loops):
             subprocess.run(["losetup", "-d", dev], capture_output=True)
         self.loops.clear()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def device_problems(dev: str) -> list[str]:
-    """Why writing to `dev` could destroy data: mounted, held, swap, or carrying a signature."""
-    problems = []
-    try:
-        st = os.stat(dev)
-    except FileNotFoundError:
-        return [f"{dev} does not exist"]
-    if not stat.S_ISBLK(st.st_mode):
-        return [f"{dev} is not a block device"]
-    real = os.path.realpath(dev)
-    name = Path(real).name
-    majmin = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields = line.split()
-        if fields[2] == majmin:
-            problems.append(f"{dev} is mounted on {fields[4]}")
-    if any(line.split()[0] == real for line in Path("/proc/swaps").read_text().splitlines()[1:]):
-        problems.append(f"{dev} is in use as swap")
-    sysdir = Path("/sys/class/block") / name
-    holders = sorted(p.name for p in (sysdir / "holders").glob("*")) if sysdir.exists() else []
-    if holders:
-        problems.append(f"{dev} is held by {', '.join(holders)} (LVM, md or dm)")
-    children = [p.name for p in sysdir.glob(f"{name}*")] if sysdir.exists() else []
-    for child in children:
-        cdev = f"/dev/{child}"
-        if os.path.exists(cdev):
-            problems += [p.replace(cdev, f"its partition {cdev}") for p in device_problems(cdev)]
-    sigs = subprocess.run(["wipefs", "--no-act", "--noheadings", "--output", "TYPE", dev], capture_output=True, text=True)
-    if sigs.returncode != 0:
-        problems.append(f"cannot read {dev}'s signatures (wipefs: {sigs.stderr.strip()[-80:]})")
-    found = sorted({t.strip() for t in sigs.stdout.splitlines() if t.strip()})
-    if found:
-        problems.append(f"{dev} carries a signature ({', '.join(found)}): it holds a filesystem or partition table")
-    return problems
-
-
-def check_device(dev: str, force: bool) -> None:
-    problems = device_problems(dev)
-    if problems and not force:
-        raise ProxytuneError(f"refusing to write to {dev}: {problems[0]}",
-                             "pick an unused device, or pass --force-destroy-data if its contents may be destroyed")
-    if any("does not exist" in p or "not a block device" in p for p in problems):
-        raise ProxytuneError(f"cannot use {dev}: {problems[0]}")
+def reap_leftovers(d: Path) -> list[str]:
+    """Unmount what a dead run mounted under d and detach the loop devices over its images."""
+    said = []
+    inside = f"{d}/"
+    points = [rawdev.unescape(line.split()[4]) for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    for mp in sorted((p for p in points if p.startswith(inside)), key=len, reverse=True):
+        if subprocess.run(["umount", mp], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", mp], capture_output=True)
+        said.append(f"unmounted {mp}")
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            if backing.read_text().strip().startswith(inside):
+                dev = f"/dev/{backing.parent.parent.name}"
+                subprocess.run(["losetup", "-d", dev], capture_output=True)
+                said.append(f"detached {dev}")
+        except OSError:
+            continue
+    return said
 
 
 def run_child(argv: list[str], timeout: int) -> subprocess.CompletedProcess:

@@ -6,16 +6,19 @@ capacity written, final sync timed), then the filesystem is unmounted and
 mounted again (its page cache dropped, nothing else on the host), then a
 steady phase of Zipf-popular hits and misses. Each phase runs under
 `perf stat -e raw_syscalls:sys_enter`, so syscalls per object are counted.
-rawdev runs on a loop device over a sparse file unless --device is given
-(which must pass devices.check_device).
+rawdev runs on a loop device over a sparse file unless --device is given;
+either is claimed (rawdev.claim: unused, blank, held O_EXCL) for the whole run,
+before the filesystems are benched, so a refusal comes first.
 """
 
+import contextlib
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
-from . import devices, fio, stats
+from . import devices, fio, rawdev, stats
 from .build import build
 from .runner import progress
 
@@ -74,14 +77,34 @@ def _run_phase(exe, store, engine, phase, path, state, cap, requests, count: boo
 def run(quick: bool = False, fss: list[str] | None = None, device: str | None = None, force: bool = False,
         engines: list[str] | None = None, quiet: bool = False) -> dict:
     plan = dict(QUICK if quick else FULL)
-    fss = fss or plan["fs"]
     engines = engines or ENGINES
+    image_mb = plan["capacity_mb"] * 3 + 64
+    read_mb = max(plan["capacity_mb"], int(plan["requests"] * 10.6 / 1024))     # steady phase: ~10.6 KB per request
+    if device is not None:
+        rawdev.resolve(device)          # '' or not a block device: an error before anything is made
+    with devices.Sandbox() as sb, contextlib.ExitStack() as held:
+        for line in sb.reaped:
+            print(f"proxytune: {line}", file=sys.stderr)
+        claimed = held.enter_context(rawdev.claim(sb.loop(image_mb, "rawdev") if device is None else device, force))
+        exe, nosys, result, usable = _prepare(plan, fss or plan["fs"], quick, engines)
+        result["reaped_leftovers"] = sb.reaped
+        n_fio = len(fio.PATTERNS) * len(engines)
+        reps = plan["reps"]
+        total = len(usable) * (2 * len(FS_STORES) * len(engines) * reps + n_fio) + len(engines) * reps + n_fio
+        bar = held.enter_context(progress(quiet))
+        task = bar.add_task("bench storage", total=total)
+        _bench_filesystems(result, sb, bar, task, exe, usable, plan, image_mb, read_mb, engines, nosys)
+        _bench_rawdev(result, sb, bar, task, exe, claimed, device, plan, read_mb, engines, nosys)
+    result.update(derive(result))
+    return result
+
+
+def _prepare(plan: dict, fss: list[str], quick: bool, engines: list[str]):
+    """The harness, whether perf counts syscalls, the result skeleton, and the filesystems we can make."""
     exe = build("objbench")
     nosys = perf_counts_syscalls()
-    cap, reps = plan["capacity_mb"], plan["reps"]
-    image_mb = cap * 3 + 64
-    read_mb = max(cap, int(plan["requests"] * 10.6 / 1024))     # steady phase: ~10.6 KB per request
-    result = {"bench": "storage", "quick": quick, "capacity_mb": cap, "requests": plan["requests"], "reps": reps,
+    result = {"bench": "storage", "quick": quick, "capacity_mb": plan["capacity_mb"], "requests": plan["requests"],
+              "reps": plan["reps"],
               "syscall_counting": "perf stat -e raw_syscalls:sys_enter" if not nosys else f"unavailable: {nosys}",
               "fs_skipped": {}, "runs": [], "fio": [], "bssplit": fio.mix_bssplit(),
               "fio_family": {e: dict(zip(("ioengine", "iodepth", "numjobs"), fio.FAMILY[e])) for e in engines}}
@@ -92,72 +115,81 @@ def run(quick: bool = False, fss: list[str] | None = None, device: str | None = 
             result["fs_skipped"][fs] = why
         else:
             usable.append(fs)
-    n_fio = len(fio.PATTERNS) * len(engines)
-    total = len(usable) * (2 * len(FS_STORES) * len(engines) * reps + n_fio) + len(engines) * reps + n_fio
-    with devices.Sandbox() as sb, progress(quiet) as bar:
-        task = bar.add_task("bench storage", total=total)
-        for fs in usable:
-            dev = sb.loop(image_mb, fs)
-            sb.mkfs(fs, dev)
-            for atime in ("relatime", "noatime"):
-                mp = sb.mount(dev, f"{fs}-{atime}", atime)
-                for store in FS_STORES:
-                    for engine in engines:
-                        for rep in range(reps):
-                            bar.update(task, description=f"{fs} {atime} {store} {engine} #{rep + 1}")
-                            path = mp / (f"ufs-{engine}" if store == "ufs" else f"cache-{engine}.log")
-                            if store == "ufs":
-                                path.mkdir()
-                            state = sb.dir / f"{fs}-{atime}-{store}-{engine}.state"
-                            sb.remount_cold(dev, mp, atime)     # the last run's deletions are on disk, not in this fill's sync
-                            fill = run_phase(exe, store, engine, "fill", path, state, cap, plan["requests"], not nosys,
-                                             dev)
-                            steady = hit = None
-                            if fill.get("available"):
-                                sb.remount_cold(dev, mp, atime)
-                                steady = run_phase(exe, store, engine, "steady", path, state, cap, plan["requests"],
-                                                   not nosys, dev)
-                                if store == "ufs":      # reads alone, from a cold page cache: the atime question
-                                    sb.remount_cold(dev, mp, atime)
-                                    hit = run_phase(exe, store, engine, "hit", path, state, cap, plan["requests"],
-                                                    not nosys, dev)
-                            result["runs"].append({"fs": fs, "atime": atime, "store": store, "engine": engine,
-                                                   "rep": rep, "fill": fill, "steady": steady, "hit": hit})
-                            shutil.rmtree(path, ignore_errors=True) if store == "ufs" else path.unlink(missing_ok=True)
-                            state.unlink(missing_ok=True)
-                            bar.advance(task)
-                if atime == "relatime":         # each filesystem's own limit
-                    bar.update(task, description=f"fio (buffered, on {fs})")
-                    for engine in engines:
-                        for name, job in fio.jobs(str(mp / "fio.dat"), cap, read_mb, plan["fio_runtime"], 0,
-                                                  result["bssplit"], engine).items():
-                            result["fio"].append({**fio.best_of(name, job, sb.dir), "fs": fs, "target": f"{fs} file",
-                                                  "engine": engine})
-                            bar.advance(task)
-                    (mp / "fio.dat").unlink(missing_ok=True)
-                sb.umount(mp)
-        raw = device or sb.loop(image_mb, "rawdev")
-        devices.check_device(raw, force)
-        result["rawdev_target"] = device or "loop device over a sparse file"
-        for engine in engines:
-            for rep in range(reps):
-                bar.update(task, description=f"rawdev {engine} #{rep + 1}")
-                state = sb.dir / f"rawdev-{engine}.state"
-                fill = run_phase(exe, "rawdev", engine, "fill", raw, state, cap, plan["requests"], not nosys, raw)
-                steady = run_phase(exe, "rawdev", engine, "steady", raw, state, cap, plan["requests"], not nosys,
-                                   raw) if fill.get("available") else None
-                result["runs"].append({"fs": "raw", "atime": "-", "store": "rawdev", "engine": engine, "rep": rep,
-                                       "fill": fill, "steady": steady, "hit": None})
-                state.unlink(missing_ok=True)
-                bar.advance(task)
-        bar.update(task, description="fio (direct, on the raw device)")
-        for engine in engines:
-            for name, job in fio.jobs(raw, cap, read_mb, plan["fio_runtime"], 1, result["bssplit"], engine).items():
-                result["fio"].append({**fio.best_of(name, job, sb.dir), "fs": "raw", "target": "raw device",
-                                      "engine": engine})
-                bar.advance(task)
-    result.update(derive(result))
-    return result
+    return exe, nosys, result, usable
+
+
+def _bench_filesystems(result, sb, bar, task, exe, usable, plan, image_mb, read_mb, engines, nosys) -> None:
+    """ufs and largefile on each filesystem, relatime then noatime; fio's buffered limit on each."""
+    for fs in usable:
+        dev = sb.loop(image_mb, fs)
+        sb.mkfs(fs, dev)
+        for atime in ("relatime", "noatime"):
+            mp = sb.mount(dev, f"{fs}-{atime}", atime)
+            for store in FS_STORES:
+                for engine in engines:
+                    for rep in range(plan["reps"]):
+                        bar.update(task, description=f"{fs} {atime} {store} {engine} #{rep + 1}")
+                        result["runs"].append(_fs_run(sb, exe, dev, mp, fs, atime, store, engine, rep, plan, nosys))
+                        bar.advance(task)
+            if atime == "relatime":         # each filesystem's own limit
+                bar.update(task, description=f"fio (buffered, on {fs})")
+                for engine in engines:
+                    for name, job in fio.jobs(str(mp / "fio.dat"), plan["capacity_mb"], read_mb, plan["fio_runtime"],
+                                              0, result["bssplit"], engine).items():
+                        result["fio"].append({**fio.best_of(name, job, sb.dir), "fs": fs, "target": f"{fs} file",
+                                              "engine": engine})
+                        bar.advance(task)
+                (mp / "fio.dat").unlink(missing_ok=True)
+            sb.umount(mp)
+
+
+def _fs_run(sb, exe, dev, mp, fs, atime, store, engine, rep, plan, nosys) -> dict:
+    """One fill / steady / hit sequence of a store on a mounted filesystem, each from a cold page cache."""
+    cap, requests = plan["capacity_mb"], plan["requests"]
+    path = mp / (f"ufs-{engine}" if store == "ufs" else f"cache-{engine}.log")
+    if store == "ufs":
+        path.mkdir()
+    state = sb.dir / f"{fs}-{atime}-{store}-{engine}.state"
+    sb.remount_cold(dev, mp, atime)     # the last run's deletions are on disk, not in this fill's sync
+    fill = run_phase(exe, store, engine, "fill", path, state, cap, requests, not nosys, dev)
+    steady = hit = None
+    if fill.get("available"):
+        sb.remount_cold(dev, mp, atime)
+        steady = run_phase(exe, store, engine, "steady", path, state, cap, requests, not nosys, dev)
+        if store == "ufs":      # reads alone, from a cold page cache: the atime question
+            sb.remount_cold(dev, mp, atime)
+            hit = run_phase(exe, store, engine, "hit", path, state, cap, requests, not nosys, dev)
+    shutil.rmtree(path, ignore_errors=True) if store == "ufs" else path.unlink(missing_ok=True)
+    state.unlink(missing_ok=True)
+    return {"fs": fs, "atime": atime, "store": store, "engine": engine, "rep": rep, "fill": fill, "steady": steady,
+            "hit": hit}
+
+
+def _bench_rawdev(result, sb, bar, task, exe, claimed, device, plan, read_mb, engines, nosys) -> None:
+    """The log store straight on the claimed device (O_DIRECT), then fio's direct limit on it."""
+    cap, raw = plan["capacity_mb"], claimed.path
+    result["rawdev_target"] = raw if device is not None else "loop device over a sparse file"
+    result["rawdev_check"] = {"device": raw, "size_bytes": claimed.size, "sampled_bytes": claimed.checked_bytes,
+                              "notes": claimed.notes}
+    for note in claimed.notes:
+        print(f"proxytune: {note}", file=sys.stderr)
+    for engine in engines:
+        for rep in range(plan["reps"]):
+            bar.update(task, description=f"rawdev {engine} #{rep + 1}")
+            state = sb.dir / f"rawdev-{engine}.state"
+            fill = run_phase(exe, "rawdev", engine, "fill", raw, state, cap, plan["requests"], not nosys, raw)
+            steady = run_phase(exe, "rawdev", engine, "steady", raw, state, cap, plan["requests"], not nosys,
+                               raw) if fill.get("available") else None
+            result["runs"].append({"fs": "raw", "atime": "-", "store": "rawdev", "engine": engine, "rep": rep,
+                                   "fill": fill, "steady": steady, "hit": None})
+            state.unlink(missing_ok=True)
+            bar.advance(task)
+    bar.update(task, description="fio (direct, on the raw device)")
+    for engine in engines:
+        for name, job in fio.jobs(raw, cap, read_mb, plan["fio_runtime"], 1, result["bssplit"], engine).items():
+            result["fio"].append({**fio.best_of(name, job, sb.dir), "fs": "raw", "target": "raw device",
+                                  "engine": engine})
+            bar.advance(task)
 
 
 def _median(runs, phase, key):

@@ -13,14 +13,13 @@ import json
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tune.errors import ProxytuneError
 
-from . import children
+from . import children, target
 
 HERE = Path(__file__).parent
 TRACING = Path("/sys/kernel/tracing")
@@ -51,7 +50,10 @@ def catalog() -> dict[str, Script]:
 
 def tracepoint_exists(tp: str) -> bool:
     cat, name = tp.split(":")
-    return (TRACING / "events" / cat / name / "format").exists()
+    try:
+        return (TRACING / "events" / cat / name / "format").exists()
+    except PermissionError:         # tracefs is root-only: unknown counts as missing
+        return False
 
 
 def missing_tracepoints(s: Script) -> list[str]:
@@ -101,12 +103,11 @@ class Run:
     def __init__(self, kids: children.Children, program: str):
         if not shutil.which("bpftrace"):
             raise ProxytuneError("bpftrace is not installed", "Debian: apt-get install bpftrace")
-        self.file = tempfile.NamedTemporaryFile("w", prefix="proxytune-", suffix=".bt", delete=False)
-        self.file.write(program)
-        self.file.close()
+        self.file = kids.dir / "program.bt"             # the run's private dir: removed with the tracers
+        self.file.write_text(program)
         self.program = program
         self.started = None
-        self.proc = kids.start(["bpftrace", "-f", "json", self.file.name])
+        self.proc = kids.start(["bpftrace", "-f", "json", str(self.file)])
 
     def wait_attached(self, timeout: float = 30.0) -> None:
         """bpftrace prints attached_probes once every probe is attached: the window starts then."""
@@ -121,12 +122,10 @@ class Run:
                 return
         err = self.proc.stderr.read() if self.proc.poll() is not None else ""
         children.kill(self.proc)
-        Path(self.file.name).unlink(missing_ok=True)
         raise ProxytuneError(f"bpftrace did not attach: {_clean(err)[-300:] or 'timed out'}")
 
     def stop(self) -> dict:
         out, err = children.stop(self.proc)
-        Path(self.file.name).unlink(missing_ok=True)
         maps = parse_output(out)
         maps["_window_s"] = time.monotonic() - self.started if self.started else 0.0
         maps["_stderr"] = _clean(err)
@@ -143,8 +142,12 @@ def run_for(scripts: list[Script], pids: list[int], seconds: float) -> dict:
     with children.Children() as kids:
         run = Run(kids, compose(scripts, pids))
         run.wait_attached()
-        time.sleep(seconds)
-        return run.stop()
+        watch = target.Watch(pids)
+        watch.wait(seconds)
+        maps = run.stop()
+    if watch.all_gone:
+        raise watch.gone_error(seconds)
+    return maps
 
 
 def version() -> str | None:

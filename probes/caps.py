@@ -23,10 +23,21 @@ def _run(argv, timeout=20) -> subprocess.CompletedProcess | None:
         return None
 
 
+def _is_dir(path: Path) -> bool | None:
+    """None when we may not look (tracefs is root-only)."""
+    try:
+        return path.is_dir()
+    except PermissionError:
+        return None
+
+
 def ensure_tracefs() -> tuple[bool, str]:
     """tracefs mounted at /sys/kernel/tracing; mounts it when root."""
-    if (bpftrace.TRACING / "events").is_dir():
+    seen = _is_dir(bpftrace.TRACING / "events")
+    if seen:
         return True, "mounted at /sys/kernel/tracing"
+    if seen is None:
+        return False, "/sys/kernel/tracing is readable by root only"
     if os.geteuid() != 0:
         return False, "not mounted, and mounting it needs root"
     p = _run(["mount", "-t", "tracefs", "nodev", str(bpftrace.TRACING)])
@@ -57,10 +68,17 @@ def hardware_counters() -> tuple[bool, str]:
 def perf_sampling() -> tuple[bool, str]:
     if not shutil.which("perf"):
         return False, "perf is not installed (Debian: linux-perf): no CPU hotspots"
-    p = _run(["perf", "record", "-e", "cpu-clock", "-F", "99", "-o", "/dev/null", "-q", "--", "true"])
+    p = _run(["perf", "record", "-e", "cpu-clock", "-F", "99", "-a", "-N", "-o", "/dev/null", "-q", "--", "true"])
     if p and p.returncode == 0:
-        return True, "perf record -e cpu-clock works"
-    return False, f"perf record -e cpu-clock failed: {(p.stderr.strip()[-160:] if p else 'timed out')}"
+        return True, "perf record -e cpu-clock -a works"
+    if os.geteuid() != 0:
+        try:
+            level = Path("/proc/sys/kernel/perf_event_paranoid").read_text().strip()
+        except OSError:
+            level = "?"
+        return False, f"system-wide sampling needs root here (kernel.perf_event_paranoid = {level})"
+    why = next((l for l in (p.stderr.splitlines() if p else []) if l.strip()), "timed out")
+    return False, f"perf record -e cpu-clock -a failed: {why.strip()[:160]}"
 
 
 INIT_PIDNS_INO = 0xEFFFFFFC       # PROC_PID_INIT_INO: the kernel's initial pid namespace
@@ -90,11 +108,17 @@ def container() -> tuple[bool, str]:
     return bool(marks), f"{where}; pid namespace unknown"
 
 
+NEEDS_ROOT = ("tracefs", "bpftrace", "kprobes", "perf_sampling")     # what a normal user cannot use here
+
+
 def check() -> dict:
-    """Every capability as {"ok": bool, "detail": str}, plus tracepoints per catalog script."""
+    """Every capability as {"ok": bool, "detail": str, "needs_root": bool}, plus tracepoints per
+    catalog script. Works as any user: what only root may use is said, not crashed on."""
+    root = os.geteuid() == 0
     caps = {}
-    caps["root"] = (os.geteuid() == 0, "running as root" if os.geteuid() == 0 else
-                    "not root: bpftrace and system-wide perf need root (sudo ./proxytune ...)")
+    caps["root"] = (root, "running as root" if root else
+                    f"not root: {', '.join(NEEDS_ROOT)}, doctor and probe run/hotspots need root "
+                    "(sudo ./proxytune ...)")
     caps["tracefs"] = ensure_tracefs()
     v = bpftrace.version()
     caps["bpftrace"] = (bool(v), v or "not installed (Debian: bpftrace): no tracepoint probes")
@@ -109,7 +133,9 @@ def check() -> dict:
     caps["container"] = container()
     scripts = {}
     for name, s in bpftrace.catalog().items():
-        missing = bpftrace.missing_tracepoints(s) if caps["tracefs"][0] else s.tracepoints
-        scripts[name] = {"ok": not missing and caps["bpftrace"][0], "tracepoints": s.tracepoints,
-                         "missing": missing, "purpose": s.purpose}
-    return {"capabilities": {k: {"ok": ok, "detail": d} for k, (ok, d) in caps.items()}, "scripts": scripts}
+        seen = caps["tracefs"][0]
+        missing = bpftrace.missing_tracepoints(s) if seen else []
+        scripts[name] = {"ok": seen and not missing and caps["bpftrace"][0], "tracepoints": s.tracepoints,
+                         "missing": missing, "checked": seen, "purpose": s.purpose}
+    return {"capabilities": {k: {"ok": ok, "detail": d, "needs_root": k in NEEDS_ROOT + ("root",) and not root}
+                             for k, (ok, d) in caps.items()}, "scripts": scripts}

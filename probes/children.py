@@ -1,36 +1,57 @@
 """Tracers we start (bpftrace, perf) run in their own process groups and are
 always reaped: stopped with SIGINT so they print what they gathered, killed
-if they do not stop, and killed on any exception (Ctrl-C included)."""
+if they do not stop, and killed on any exception (Ctrl-C included).
 
+A Children set also owns the run's private temp dir (tempdir.RunDir): the
+tracers run with it as their working directory and write their files (the
+bpftrace program, perf.data) there, and it is removed once they are reaped.
+They get SIGKILL if we die (PR_SET_PDEATHSIG), so a SIGKILLed doctor leaves
+no system-wide perf running."""
+
+import ctypes
 import os
 import signal
 import subprocess
-import threading
+from pathlib import Path
+
+from . import tempdir
+
+PR_SET_PDEATHSIG = 1
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl      # looked up here: the child only calls it
+except (OSError, AttributeError):
+    _prctl = None
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec: SIGKILL it when the thread that started it dies."""
+    if _prctl is not None:
+        _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
 class Children:
-    """A set of background tracer processes; leaving the `with` block reaps them all."""
+    """A set of background tracer processes; leaving the `with` block reaps them all
+    and removes their temp dir (`dir`)."""
 
-    def __init__(self):
+    def __init__(self, kind: str = "probe"):
         self.procs: list[subprocess.Popen] = []
-        self._old = {}
+        self.run = tempdir.RunDir(kind)
+        self.dir: Path | None = None
 
     def __enter__(self):
-        if threading.current_thread() is threading.main_thread():   # handlers can only be set there
-            for sig in (signal.SIGTERM, signal.SIGHUP):
-                self._old[sig] = signal.signal(sig, _interrupt)
+        self.run.__enter__()
+        self.dir = self.run.path
         return self
 
     def __exit__(self, *exc):
-        for p in self.procs:
-            kill(p)
-        for sig, handler in self._old.items():
-            signal.signal(sig, handler)
-        return False
+        with tempdir.signals_held():
+            for p in self.procs:
+                kill(p)
+        return self.run.__exit__(*exc)
 
     def start(self, argv: list[str], **kw) -> subprocess.Popen:
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True, **kw)
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=self.dir,
+                             start_new_session=True, preexec_fn=_die_with_parent, **kw)
         self.procs.append(p)
         return p
 
@@ -59,7 +80,3 @@ def kill(p: subprocess.Popen) -> None:
         p.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")

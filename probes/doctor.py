@@ -10,17 +10,15 @@ uprobes on its hot paths; every tracer is reaped on exit and on Ctrl-C.
 """
 
 import subprocess
-import time
 from pathlib import Path
 
 from tune.errors import ProxytuneError
 from tune import observe, params
 
-from . import bpftrace, caps, children, findings, netstat, perf, proc
+from . import bpftrace, caps, children, findings, netstat, perf, proc, target
 
 DEFAULT_SCRIPTS = ["pollscan", "fd_errors", "connect_errors", "file_lifecycle", "loop_blocking"]
 DEEP_SCRIPTS = ["epoll_events", "biolatency", "runqlat"]
-MAX_DURATION = 300
 
 
 def port_range(pid: int) -> str | None:
@@ -68,8 +66,7 @@ def audit(host, profile_ref: str, service: str, cache_dirs: list[str]) -> dict:
 def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linux/proxy",
            cache_dirs: list[str] | None = None, deep: bool = False, use_perf: bool = True, tick=None) -> dict:
     """Run the probes for `duration` seconds against `pids`; return the evidence dict the rules read."""
-    if not 0 < duration <= MAX_DURATION:
-        raise ProxytuneError(f"--duration must be between 1 and {MAX_DURATION} seconds, not {duration:g}")
+    duration = target.duration(duration)
     ok, why = caps.ensure_tracefs()
     if not ok:
         raise ProxytuneError(f"tracefs is not available: {why}", "run as root")
@@ -96,16 +93,10 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
         run = bpftrace.Run(kids, bpftrace.compose(scripts, pids))
         run.wait_attached()
         rec = perf.Record(kids) if perf_ok else None
-        before, ns0 = proc.snapshot(pids), netstat.snapshot(nspath)
-        t0 = time.monotonic()
-        while (left := duration - (time.monotonic() - t0)) > 0:
-            time.sleep(min(0.25, left))
-            if tick:
-                tick(min(time.monotonic() - t0, duration))
-            if not any(Path(f"/proc/{p}").exists() for p in pids):
-                break
-        window = time.monotonic() - t0
-        after, ns1 = proc.snapshot(pids), (netstat.snapshot(nspath) if Path(nspath).exists() else ns0)
+        watch = target.Watch(pids)
+        before, ns0 = proc.snapshot(pids, watch.ids), netstat.snapshot(nspath)
+        window = watch.wait(duration, tick)
+        after, ns1 = proc.snapshot(pids, watch.ids), (netstat.snapshot(nspath) if Path(nspath).exists() else ns0)
         maps = run.stop()
         prof = rec.stop(pids) if rec else {"available": False, "reason": perf_why}
     ev["window_s"] = window
@@ -113,8 +104,10 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
     ev["bpftrace_stderr"] = maps.get("_stderr", "")
     ev["bpf_window_s"] = maps.get("_window_s") or window
     ev["netstat"] = netstat.delta(ns0, ns1)
+    ev["exited"] = {str(p): s for p, s in watch.exited.items()}
+    ev["all_exited"] = watch.all_gone
     procs, cpu = {}, 0.0
-    for pid in pids:
+    for pid in (p for p in pids if p in before):
         a, b = before[pid], after.get(pid, before[pid])
         soft = b["nofile_soft"]
         fds = b["fds_open"] if b["fds_open"] is not None else a["fds_open"]
@@ -149,6 +142,9 @@ def loop_summary(ev: dict) -> dict:
 
 def diagnose(pids: list[int], duration: float, **kw) -> dict:
     ev = gather(pids, duration, **kw)
+    if ev["all_exited"]:
+        raise target.gone_error(pids, ev["exited"], duration)
     found = findings.evaluate(ev)
-    return {"target": {"pids": pids, "comm": ev["comm"]}, "window_s": round(ev["window_s"], 2),
+    return {"target": {"pids": pids, "comm": ev["comm"], "exited": ev["exited"]},
+            "window_s": round(ev["window_s"], 2),
             "findings": [f.to_json() for f in found], "evidence": ev}

@@ -7,13 +7,12 @@ counters where they exist, else from cachegrind on a reproduction run."""
 import re
 import shutil
 import subprocess
-import tempfile
 from collections import Counter
 from pathlib import Path
 
 from tune.errors import ProxytuneError
 
-from . import children, proc
+from . import children, proc, tempdir
 
 SAMPLE_HZ = 199
 STACK_BYTES = 8192      # user stack copied per sample for DWARF unwinding (Debian's squid/nginx have no frame pointers)
@@ -27,12 +26,11 @@ class Record:
     def __init__(self, kids: children.Children, hz: int = SAMPLE_HZ, callgraph: bool = True):
         if not shutil.which("perf"):
             raise ProxytuneError("perf is not installed", "Debian: apt-get install linux-perf")
-        self.dir = Path(tempfile.mkdtemp(prefix="proxytune-perf-"))
-        self.data = self.dir / "perf.data"
+        self.data = kids.dir / "perf.data"              # the run's private dir, never cwd: it holds user stacks
         self.hz = hz
         cg = ["--call-graph", f"dwarf,{STACK_BYTES}"] if callgraph else []
-        self.proc = kids.start(["perf", "record", "-e", "cpu-clock", "-F", str(hz), "-a", "-q", *cg,
-                                "-o", str(self.data)])
+        self.proc = kids.start(["perf", "record", "-e", "cpu-clock", "-F", str(hz), "-a", "-q", "--no-buildid-cache",
+                                *cg, "-o", str(self.data)])
 
     def stop(self, pids: list[int]) -> dict:
         _, err = children.stop(self.proc, grace=60)
@@ -43,7 +41,7 @@ class Record:
                                 "--pid", ",".join(map(str, pids))], capture_output=True, text=True, timeout=300)
             return {**summarise(p.stdout, pids), "hz": self.hz}
         finally:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            self.data.unlink(missing_ok=True)
 
 
 def classify(dso: str, exes: set[str]) -> str:
@@ -129,8 +127,8 @@ def cachegrind(argv: list[str], d1: str = "32768,8,64") -> dict:
     """Run CMD under cachegrind (simulated D1), and rank functions by D1 read+write misses."""
     if not shutil.which("valgrind"):
         raise ProxytuneError("valgrind is not installed", "Debian: apt-get install valgrind")
-    with tempfile.TemporaryDirectory(prefix="proxytune-cg-") as d:
-        out = Path(d) / "cg.out"
+    with tempdir.RunDir("cachegrind") as d:
+        out = d.path / "cg.out"
         p = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=yes", f"--D1={d1}",
                             "--LL=8388608,16,64", f"--cachegrind-out-file={out}"] + argv,
                            capture_output=True, text=True)

@@ -7,17 +7,22 @@ from tune.observe import proc_limits
 from tune.procs import fd_count, pids_of
 from tune.errors import ProxytuneError
 
+from . import target
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def resolve(pid: int | None, comm: str | None) -> list[int]:
-    """The target pids: one --pid, or every process whose comm is NAME (nginx master + workers)."""
+    """The target pids: one --pid, or every process whose comm is NAME (nginx master + workers).
+    Zombies, kernel threads and exiting processes are refused (--pid) or left out (--comm)."""
     if pid is not None:
-        if not Path(f"/proc/{pid}").is_dir():
-            raise ProxytuneError(f"no process with pid {pid}", "list them with: ps -e -o pid,comm")
+        target.check(pid)
         return [pid] + workers_of(pid)
     if comm:
-        pids = pids_of(comm)
+        found = pids_of(comm)
+        pids = target.watchable(found)
+        if found and not pids:
+            raise ProxytuneError(f"no process named {comm!r} can be watched: {target.why_not(found[0])}")
         if not pids:
             raise ProxytuneError(f"no running process named {comm!r}", "names are the 15-char comm, see: ps -e -o comm")
         return pids
@@ -25,17 +30,14 @@ def resolve(pid: int | None, comm: str | None) -> list[int]:
 
 
 def workers_of(pid: int) -> list[int]:
-    """Children with the parent's name: nginx's workers under its master, squid's kids."""
+    """Live children with the parent's name: nginx's workers under its master, squid's kids."""
     name, kids = comm_of(pid), []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and comm_of(int(entry.name)) == name:
-                kids.append(int(entry.name))
-    return sorted(kids)
+            st = target.read_stat(int(entry.name))
+            if st is not None and st.ppid == pid and comm_of(st.pid) == name:
+                kids.append(st.pid)
+    return sorted(target.watchable(kids))
 
 
 def comm_of(pid: int) -> str:
@@ -61,9 +63,12 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(f[11]) + int(f[12])) / CLK_TCK
 
 
-def snapshot(pids: list[int]) -> dict[int, dict]:
+def snapshot(pids: list[int], ids: dict[int, int] | None = None) -> dict[int, dict]:
+    """/proc figures per pid; with `ids` (pid -> start time) only the pids still the same process."""
     out = {}
     for pid in pids:
+        if ids is not None and not target.alive(pid, ids.get(pid, -1)):
+            continue
         lim = proc_limits(pid)
         out[pid] = {"comm": comm_of(pid), "cpu_s": cpu_seconds(pid), "fds_open": fd_count(pid),
                     "nofile_soft": lim[0] if lim else None, "nofile_hard": lim[1] if lim else None}

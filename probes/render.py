@@ -7,6 +7,8 @@ from rich.table import Table
 
 from tune.render import console
 
+from .target import shown
+
 SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
 
@@ -22,7 +24,10 @@ def caps_table(c: dict) -> None:
     for col in ("script", "ok", "tracepoints", "purpose"):
         t.add_column(col)
     for name, s in c["scripts"].items():
-        t.add_row(name, "[green]yes[/]" if s["ok"] else f"[red]no[/] {', '.join(s['missing'])}",
+        verdict = ("[green]yes[/]" if s["ok"] else
+                   "[yellow]unknown[/] (tracefs unreadable)" if not s.get("checked", True) else
+                   f"[red]no[/] {', '.join(s['missing'])}")
+        t.add_row(name, verdict,
                   ", ".join(s["tracepoints"]), s["purpose"])
     out.print(t)
 
@@ -35,12 +40,15 @@ def _short(v) -> str:
 def doctor_report(r: dict) -> None:
     out = console()
     ev = r["evidence"]
-    out.print(f"[bold]doctor[/]: {r['target']['comm']} (pids {', '.join(map(str, r['target']['pids']))}), "
+    pids = ", ".join(map(str, r["target"]["pids"]))
+    out.print(f"[bold]doctor[/]: {escape(shown(r['target']['comm']))} (pids {pids}), "
               f"{r['window_s']:.1f} s window; probes: {', '.join(ev['scripts'])}"
               + ("; perf: cpu-clock sampling" if ev["perf"].get("available") else
                  f"; perf: {ev['perf'].get('reason')}"))
     for name, why in ev["skipped_scripts"].items():
         out.print(f"[dim]skipped {name}: {why}[/]")
+    for pid, at in r["target"].get("exited", {}).items():
+        out.print(f"[yellow]pid {pid} exited {at:g} s into the window[/]: its figures end there")
     if not r["findings"]:
         out.print("[green]no findings[/]: nothing in this window crossed a rule's threshold")
     for i, f in enumerate(r["findings"], 1):

@@ -4,32 +4,44 @@ SIGINT mid-run leaves no loop device, mount or temp file behind; and the
 log-structured store fills faster than file-per-object (wide margin)."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO, needs_root
-from microbench import devices, fio, storage
+from microbench import devices, fio, rawdev, storage
 from microbench.build import build
 from reports.schema import envelope, validate
+from tune.errors import ProxytuneError
 
 
-def leftovers() -> dict:
-    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+@pytest.fixture
+def own_tmp(tmp_path, monkeypatch):
+    """A temp dir of this test's own for the bench's sandbox, so other runs on the machine do not count."""
+    d = tmp_path / "tmp"
+    d.mkdir(mode=0o700)
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+    monkeypatch.setenv("TMPDIR", str(d))
+    return d
+
+
+def leftovers(tmp: Path) -> dict:
+    """Loop devices, mounts and dirs of sandboxes under tmp."""
+    mark = f"{tmp}/{devices.TEMP_PREFIX}"
     loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
-    return {"loops": [l for l in loops.splitlines() if devices.TEMP_PREFIX in l],
-            "mounts": [l for l in Path("/proc/self/mountinfo").read_text().splitlines() if devices.TEMP_PREFIX in l],
+    return {"loops": [l for l in loops.splitlines() if mark in l],
+            "mounts": [l for l in Path("/proc/self/mountinfo").read_text().splitlines() if mark in l],
             "dirs": sorted(p.name for p in tmp.glob(devices.TEMP_PREFIX + "*"))}
 
 
 @needs_root
-def test_every_store_and_engine_reads_back_what_it_wrote():
-    before = leftovers()
+def test_every_store_and_engine_reads_back_what_it_wrote(own_tmp):
+    before = leftovers(own_tmp)
     r = storage.run(quick=True, quiet=True)
     validate(envelope("bench", r))
     ran = [c for c in r["combos"] if c["available"]]
@@ -51,7 +63,7 @@ def test_every_store_and_engine_reads_back_what_it_wrote():
     # counted, not estimated: a ufs hit is at least open + read + close
     ufs = next(c for c in ran if c["store"] == "ufs" and c["engine"] == "sync" and c["atime"] == "relatime")
     assert ufs["hit_syscalls_per_object"] >= 3
-    assert leftovers() == before
+    assert leftovers(own_tmp) == before
 
 
 @needs_root
@@ -59,32 +71,36 @@ def test_refuses_a_device_with_a_filesystem_signature(tmp_path, cli):
     with devices.Sandbox() as sb:
         dev = sb.loop(16, "signed")
         sb.mkfs("ext4", dev)
-        problems = devices.device_problems(dev)
-        assert any("signature" in p and "ext4" in p for p in problems)
+        with pytest.raises(ProxytuneError, match="carries a signature .*ext4"):
+            with rawdev.claim(dev, force=False):
+                pass
         r = cli("bench", "storage", "--quick", "--device", dev)
         assert r.exit_code == 2 and "refusing to write" in r.stderr and "ext4" in r.stderr
         mp = sb.mount(dev, "m", "relatime")
-        assert any("mounted" in p for p in devices.device_problems(dev))
+        assert any("mounted" in p for p in rawdev.in_use(dev))
         sb.umount(mp)
         clean = sb.loop(16, "clean")
-        assert devices.device_problems(clean) == []
-    assert devices.device_problems(str(tmp_path)) == [f"{tmp_path} is not a block device"]
+        assert rawdev.in_use(clean) == []
+        with rawdev.claim(clean, force=False) as c:
+            assert c.path == clean and c.checked_bytes == 16 << 20     # small: read whole
+    with pytest.raises(ProxytuneError, match="is not a block device: it is a directory"):
+        rawdev.resolve(str(tmp_path))
 
 
 @needs_root
-def test_sigint_mid_run_leaves_nothing_behind(tmp_path):
-    before = leftovers()
+def test_sigint_mid_run_leaves_nothing_behind(tmp_path, own_tmp):
+    before = leftovers(own_tmp)
     proc = subprocess.Popen([str(REPO / ".venv/bin/python"), str(REPO / "cli.py"), "bench", "storage", "--quick",
                              "-o", str(tmp_path / "r.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 60
-    while time.time() < deadline and not leftovers()["mounts"]:
+    while time.time() < deadline and not leftovers(own_tmp)["mounts"]:
         time.sleep(0.2)
-    assert leftovers()["mounts"], "the bench never mounted anything to interrupt"
+    assert leftovers(own_tmp)["mounts"], "the bench never mounted anything to interrupt"
     time.sleep(1.5)
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=120)
-    assert proc.returncode != 0
-    assert leftovers() == before
+    assert proc.returncode == 130
+    assert leftovers(own_tmp) == before
 
 
 def test_bssplit_follows_the_mix():

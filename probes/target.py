@@ -1,0 +1,160 @@
+"""Is this pid a process we can watch, and is it still the same process?
+
+A probe window is only meaningful on a live user process: a zombie has no
+address space or fds left, a kernel thread has no rlimits or user stack worth
+a finding, and a pid that is exiting will be gone (or recycled) before the
+window ends. Each is refused with one line. A process is its pid plus its
+start time (field 22 of /proc/PID/stat), so a pid recycled mid-window is
+seen as the original process having exited.
+"""
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tune.errors import ProxytuneError
+
+MAX_SECONDS = 300.0         # a window longer than this fills the disk with perf samples and is never what one wants
+PF_EXITING = 0x00000004     # include/linux/sched.h
+PF_KTHREAD = 0x00200000
+KTHREADD = 2                # every kernel thread is kthreadd or its child
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    pid: int
+    comm: str
+    state: str
+    ppid: int
+    flags: int
+    start: int              # clock ticks after boot
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    """/proc/PID/stat parsed past the comm (which may hold spaces and parentheses); None when gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    head, _, rest = text.rpartition(")")
+    f = rest.split()
+    if len(f) < 20:
+        return None
+    return ProcStat(pid, head.partition("(")[2], f[0], int(f[1]), int(f[6]), int(f[19]))
+
+
+def shown(name: str) -> str:
+    """A process name as one printable line: anyone can set their comm to control characters."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in name)
+
+
+def unwatchable(st: ProcStat) -> str | None:
+    """Why this process cannot be watched, or None."""
+    if st.state in ("Z", "X", "x"):
+        return "it is a zombie (exited, not yet reaped): nothing left to watch"
+    if st.flags & PF_KTHREAD or st.pid == KTHREADD or st.ppid == KTHREADD:
+        return "it is a kernel thread: doctor and probes watch user processes"
+    if st.flags & PF_EXITING:
+        return "it is exiting"
+    try:
+        os.readlink(f"/proc/{st.pid}/exe")
+    except FileNotFoundError:
+        return "it has no executable any more (exiting)"
+    except OSError:
+        pass                # EACCES: another user's process; not ours to judge here
+    return None
+
+
+def why_not(pid: int) -> str:
+    """Why pid cannot be watched (it may have exited meanwhile)."""
+    st = read_stat(pid)
+    if st is None:
+        return f"pid {pid} has exited"
+    return f"pid {pid} ({shown(st.comm)}): {unwatchable(st) or 'it can be watched'}"
+
+
+def check(pid: int) -> ProcStat:
+    """The stat of a watchable pid; ProxytuneError (one line) otherwise."""
+    if pid <= 0:
+        raise ProxytuneError(f"--pid must be a positive process id, not {pid}")
+    st = read_stat(pid)
+    if st is None:
+        raise ProxytuneError(f"no process with pid {pid}", "list them with: ps -e -o pid,comm")
+    why = unwatchable(st)
+    if why:
+        raise ProxytuneError(f"refusing to watch pid {pid} ({shown(st.comm)}): {why}",
+                             "pick a running user process: ps -e -o pid,stat,comm")
+    return st
+
+
+def watchable(pids: list[int]) -> list[int]:
+    """The pids that are live user processes (kernel threads, zombies and the exiting left out)."""
+    return [p for p in pids if (st := read_stat(p)) is not None and unwatchable(st) is None]
+
+
+def identity(pids: list[int]) -> dict[int, int]:
+    """pid -> start time, taken when the window opens."""
+    return {p: st.start for p in pids if (st := read_stat(p)) is not None}
+
+
+def alive(pid: int, start: int) -> bool:
+    """Still the process we started watching: same pid, same start time, not a zombie."""
+    st = read_stat(pid)
+    return st is not None and st.start == start and st.state not in ("Z", "X", "x")
+
+
+def duration(value) -> float:
+    """A window length in seconds: a finite number in (0, MAX_SECONDS]; one line otherwise."""
+    try:
+        s = float(value)
+    except (TypeError, ValueError):
+        raise ProxytuneError(f"--duration must be a number of seconds, not {value!r}") from None
+    if not math.isfinite(s) or not 0 < s <= MAX_SECONDS:
+        raise ProxytuneError(f"--duration must be more than 0 and at most {MAX_SECONDS:g} seconds, not {s:g}")
+    return s
+
+
+def duration_option(ctx, param, value):
+    """click callback: every window length goes through duration()."""
+    return None if value is None else duration(value)
+
+
+class Watch:
+    """The target pids during a window: which exited (or were recycled), and when."""
+
+    def __init__(self, pids: list[int]):
+        self.pids = list(pids)
+        self.ids = identity(self.pids)
+        self.exited: dict[int, float] = {p: 0.0 for p in self.pids if p not in self.ids}
+
+    def poll(self, elapsed: float) -> None:
+        for p in self.pids:
+            if p not in self.exited and not alive(p, self.ids[p]):
+                self.exited[p] = round(elapsed, 2)
+
+    @property
+    def all_gone(self) -> bool:
+        return len(self.exited) == len(self.pids)
+
+    def wait(self, seconds: float, tick=None) -> float:
+        """Sleep through the window, polling; stops early once every pid is gone. Returns its length."""
+        t0 = time.monotonic()
+        while (left := seconds - (time.monotonic() - t0)) > 0 and not self.all_gone:
+            time.sleep(min(0.25, left))
+            elapsed = min(time.monotonic() - t0, seconds)
+            self.poll(elapsed)
+            if tick:
+                tick(elapsed)
+        return time.monotonic() - t0
+
+    def gone_error(self, seconds: float) -> ProxytuneError:
+        return gone_error(self.pids, self.exited, seconds)
+
+
+def gone_error(pids: list[int], exited: dict, seconds: float) -> ProxytuneError:
+    """One line for a window whose every target exited before it closed."""
+    last = max(exited.values(), default=0.0)
+    return ProxytuneError(f"the target (pid {', '.join(map(str, pids))}) exited {last:g} s into the {seconds:g} s "
+                          "window: nothing left to diagnose", "start the window while the process runs")
