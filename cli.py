@@ -221,9 +221,15 @@ def history(host, as_json):
 @click.option("--format", "fmt", type=click.Choice(export_mod.FORMATS), required=True,
               help="Target format.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE [stdout].")
+@click.option("--tuned-include", metavar="NAME",
+              help="Base tuned profile the tuned export includes [tuned-adm recommend, else throughput-performance].")
 @click.pass_obj
-def export(host, profile_ref, only, skip, service, user, cache_dirs, fmt, output):
+def export(host, profile_ref, only, skip, service, user, cache_dirs, fmt, output, tuned_include):
     """Render a profile for sysctl.d, limits.d, systemd, tuned, Ansible or FreeBSD.
+
+    \b
+    sysctl.d (and tuned's ranges) are computed against this host so that
+    loading them never lowers a value: regenerate them on each host.
 
     \b
     Fleet use:  proxytune tune export --format ansible -o proxytune.yml
@@ -233,7 +239,10 @@ def export(host, profile_ref, only, skip, service, user, cache_dirs, fmt, output
     from tune import params as params_mod
     values, _ = params_mod.resolve(host, cli_params(service, user, cache_dirs), prof.params)
     settings, _ = profile_mod.expand(prof, values, host)
-    text = export_mod.export(fmt, plan_mod.select(settings, only, skip), profile_ref, prof.os)
+    if tuned_include is not None and not export_mod.export_host.NAME.fullmatch(tuned_include):
+        raise ProxytuneError(f"--tuned-include {tuned_include!r} is not a tuned profile name")
+    text = export_mod.export(fmt, plan_mod.select(settings, only, skip), profile_ref, prof.os,
+                             export_mod.Target(host, tuned_include))
     if output:
         output.write_text(text)
         click.echo(f"wrote {output}", err=True)

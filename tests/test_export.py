@@ -3,6 +3,7 @@ ansible-playbook --syntax-check and, run with -c local inside a network
 namespace, applies net.* settings without lowering higher values."""
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -20,7 +21,7 @@ def test_every_linux_format_renders(fmt, cli):
             "--cache-dir", "/var/spool/squid")
     assert r.exit_code == 0, r.output
     assert r.output.startswith("# proxytune profile linux/proxy")
-    expected = {"sysctl.d": "net.core.somaxconn = 8192", "limits.d": "proxy\thard\tnofile\t65536",
+    expected = {"sysctl.d": "net.ipv4.tcp_syncookies = 1", "limits.d": "proxy\thard\tnofile\t65536",
                 "systemd": "LimitNOFILE=65536", "tuned": "net.core.somaxconn=>8192",
                 "ansible": "ansible.posix.sysctl:"}[fmt]
     assert expected in r.output
@@ -77,3 +78,122 @@ cat /proc/sys/net/core/somaxconn /proc/sys/net/ipv4/tcp_fin_timeout /proc/sys/ne
     assert "net.core.somaxconn" not in conf.read_text()
     # netdev_max_backlog is absent in the namespace: skipped, not failed
     assert "failed=0" in (tmp_path / "run.log").read_text()
+
+
+# ---------------------------------------------------------------- each export, loaded by its real consumer
+
+# Inside `unshare -m -n`: every sysctl.d directory (and /etc/sysctl.conf) is
+# covered by an empty one, so only the file under test loads, and only into
+# the test's own network namespace.
+HIDE_SYSCTL_DIRS = """
+for d in /etc/sysctl.d /run/sysctl.d /usr/local/lib/sysctl.d /usr/lib/sysctl.d /lib/sysctl.d; do
+  [ -d "$d" ] && mount --bind "$D/empty" "$d"
+done
+[ -e /etc/sysctl.conf ] && mount --bind "$D/empty.conf" /etc/sysctl.conf
+mount --bind "$D/sysctl.d" /etc/sysctl.d
+"""
+# higher (or, for at-most, lower) than the profile wants: met, must stay as they are
+MET_ALREADY = "sysctl -qw net.core.somaxconn=100000 net.ipv4.tcp_fin_timeout=10"
+SHOW = ("net.core.somaxconn", "net.ipv4.tcp_fin_timeout", "net.ipv4.ip_local_port_range",
+        "net.ipv4.tcp_tw_reuse", "net.ipv4.tcp_max_syn_backlog")
+
+
+def sandbox_dirs(tmp_path):
+    for d in ("empty", "sysctl.d", "tuned"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "empty.conf").write_text("")
+    return {**os.environ, "D": str(tmp_path), "PT": f"{REPO}/.venv/bin/python {REPO}/cli.py"}
+
+
+def values(stdout: str) -> dict[str, str]:
+    """The `sysctl -n` block the script ends with: one line per SHOW key."""
+    lines = stdout.strip().splitlines()[-len(SHOW):]
+    return dict(zip(SHOW, (" ".join(line.split()) for line in lines)))
+
+
+def ns_script(body: str, env, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run(["unshare", "-m", "-n", "bash", "-euo", "pipefail", "-c", body], capture_output=True,
+                          text=True, env=env, timeout=timeout)
+
+
+@needs_root
+@pytest.mark.parametrize("loader", ["sysctl --system", "/lib/systemd/systemd-sysctl"])
+def test_sysctl_d_never_lowers_as_its_loader_applies_it(tmp_path, loader):
+    if not os.path.exists(loader.split()[0]) and not shutil.which(loader.split()[0]):
+        pytest.skip(f"{loader} is not installed")
+    env = sandbox_dirs(tmp_path)
+    r = ns_script(f"""{MET_ALREADY}
+$PT tune export --format sysctl.d --only 'sysctl:net.*' -o "$D/sysctl.d/90-proxytune.conf" 2>/dev/null
+{HIDE_SYSCTL_DIRS}
+{loader} >"$D/loader.log" 2>&1 || true
+sysctl -n {' '.join(SHOW)}""", env)
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "sysctl.d/90-proxytune.conf").read_text()
+    assert "Computed on" in text and "regenerate it on each host" in text
+    assert "net.core.somaxconn: already 100000 here" in text
+    assert "net.core.somaxconn =" not in text and "net.ipv4.tcp_fin_timeout =" not in text
+    assert values(r.stdout) == {"net.core.somaxconn": "100000", "net.ipv4.tcp_fin_timeout": "10",
+                                "net.ipv4.ip_local_port_range": "1024 65535", "net.ipv4.tcp_tw_reuse": "1",
+                                "net.ipv4.tcp_max_syn_backlog": "8192"}, (tmp_path / "loader.log").read_text()
+
+
+TUNED_BASE = "[main]\nsummary=test base (net.* only)\n[sysctl]\nnet.ipv4.tcp_keepalive_time=600\n"
+PRIVATE_BUS = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig><type>system</type><listen>unix:path={d}/bus</listen><auth>EXTERNAL</auth>
+<policy context="default"><allow user="root"/><allow own="*"/><allow send_destination="*"/>
+<allow receive_sender="*"/></policy></busconfig>
+"""
+
+
+@needs_root
+@pytest.mark.skipif(not (shutil.which("tuned") and shutil.which("dbus-daemon")),
+                    reason="needs Debian's tuned and dbus-daemon (make test installs them as root)")
+def test_tuned_daemon_loads_the_export_over_its_base_verifies_and_off_restores(tmp_path):
+    """Debian's tuned daemon on a private D-Bus, private /run and /etc/tuned,
+    in a network namespace; the base profile is a test one with net.* only,
+    so nothing outside the namespace is tuned."""
+    env = sandbox_dirs(tmp_path)
+    shutil.copy("/etc/tuned/tuned-main.conf", tmp_path / "tuned/tuned-main.conf")
+    (tmp_path / "tuned/active_profile").write_text("")
+    (tmp_path / "tuned/profile_mode").write_text("manual\n")
+    (tmp_path / "tuned/pt-net-base").mkdir()
+    (tmp_path / "tuned/proxytune").mkdir()
+    (tmp_path / "tuned/pt-net-base/tuned.conf").write_text(TUNED_BASE)
+    (tmp_path / "bus.conf").write_text(PRIVATE_BUS.format(d=tmp_path))
+    show = f"sysctl -n {' '.join(SHOW)} net.ipv4.tcp_keepalive_time"
+    r = ns_script(f"""mount -t tmpfs pt-run /run
+{HIDE_SYSCTL_DIRS}
+mount --bind "$D/tuned" /etc/tuned
+{MET_ALREADY}
+skip="--skip sysctl:net.core.netdev_max_backlog"   # not in a network namespace: tuned would fail verify on it
+$PT tune export --format tuned --only 'sysctl:net.*' $skip --tuned-include pt-net-base -o /etc/tuned/proxytune/tuned.conf 2>/dev/null
+$PT tune export --format sysctl.d --only 'sysctl:net.*' $skip -o /etc/sysctl.d/90-proxytune.conf 2>/dev/null
+dbus-daemon --config-file="$D/bus.conf" --fork --print-pid >"$D/bus.pid"
+export DBUS_SYSTEM_BUS_ADDRESS="unix:path=$D/bus"
+tuned --log "$D/tuned.log" --pid "$D/tuned.pid" 2>/dev/null & tuned_pid=$!
+trap 'kill $tuned_pid; wait $tuned_pid || true; kill $(cat "$D/bus.pid")' EXIT
+for i in $(seq 100); do case "$(tuned-adm active 2>/dev/null || true)" in *"active profile"*) break;; esac; sleep 0.2; done
+echo "== before"; {show}
+tuned-adm profile proxytune >"$D/adm.log"
+tuned-adm active >>"$D/adm.log"
+tuned-adm verify >>"$D/adm.log"
+echo "== active"; {show}
+tuned-adm off
+echo "== off"; {show}
+""", env)
+    log = tmp_path / "tuned.log"
+    assert r.returncode == 0, r.stdout + r.stderr + (log.read_text()[-3000:] if log.exists() else "")
+    blocks = {b.split("\n", 1)[0]: b.split("\n", 1)[1].split() for b in r.stdout.split("== ")[1:]}
+    conf = (tmp_path / "tuned/proxytune/tuned.conf").read_text()
+    assert "include=pt-net-base" in conf and "reapply_sysctl" in conf and "net.core.somaxconn=>8192" in conf
+    adm = (tmp_path / "adm.log").read_text()
+    assert "Current active profile: proxytune" in adm
+    assert re.search(r"Veri?fication succeeded", adm)      # tuned 2.20 prints "Verfication"
+    before, active, after_off = blocks["before"], blocks["active"], blocks["off"]
+    # before: the namespace's own values; somaxconn/fin_timeout better than the profile already
+    assert before[:2] == ["100000", "10"] and before[-1] == "7200"
+    # active: the profile on top of its base (keepalive 600 comes from the base), nothing lowered
+    assert active == ["100000", "10", "1024", "65535", "1", "8192", "600"]
+    # off: tuned put back what was there
+    assert after_off == before
