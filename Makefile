@@ -2,7 +2,7 @@
 #   - the .venv with the test dependencies (through ./proxytune's bootstrap)
 #   - Debian packages the tests drive, when run as root (else: a message naming them)
 SHELL := /bin/bash
-DEBIAN_TEST_PACKAGES := ansible e2fsprogs iproute2 procps util-linux gcc libc6-dev valgrind linux-perf \
+DEBIAN_TEST_PACKAGES := ansible openssh-server tuned dbus-daemon python3-click python3-rich python3-jsonschema python3-matplotlib e2fsprogs iproute2 procps util-linux gcc libc6-dev valgrind linux-perf \
 	bpftrace fio wrk nginx-light squid chromium
 PYTEST_ARGS ?=
 

@@ -2,6 +2,7 @@
 ansible-playbook --syntax-check and, run with -c local inside a network
 namespace, applies net.* settings without lowering higher values."""
 
+import json
 import os
 import re
 import shutil
@@ -197,3 +198,114 @@ echo "== off"; {show}
     assert active == ["100000", "10", "1024", "65535", "1", "8192", "600"]
     # off: tuned put back what was there
     assert after_off == before
+
+
+def recap_changed(log: str) -> int:
+    m = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=0\s+failed=0", log)
+    assert m, log[-2000:]
+    return int(m.group(1))
+
+
+@needs_root
+@pytest.mark.skipif(not has_ansible, reason="ansible-playbook is not installed (make test installs it as root)")
+def test_playbook_check_diff_reports_only_real_changes_then_runs_idempotently(tmp_path, cli):
+    """--check --diff inside a network namespace: the reads run, exactly the
+    drifting settings (and the new drop-in) show as changes; a real run makes
+    them; a second real run changes nothing. No systemd as PID 1 here, so
+    the daemon-reload handler is skipped, not failed."""
+    book = tmp_path / "book.yml"
+    cli("tune", "export", "--format", "ansible", "--only", "sysctl:net.*", "--only", "service:*",
+        "--service", "pttest", "-o", str(book))
+    units = tmp_path / "units"
+    units.mkdir()
+    env = {**ansible_env(tmp_path), "D": str(tmp_path), "PT": f"{REPO}/.venv/bin/python {REPO}/cli.py"}
+    run = (f"ansible-playbook -c local -i localhost, -e proxytune_sysctl_file={tmp_path}/90-proxytune.conf "
+           f"-e proxytune_systemd_dir={units} {book}")
+    r = subprocess.run(["unshare", "-n", "bash", "-euo", "pipefail", "-c", f"""{MET_ALREADY}
+$PT tune check --json --only 'sysctl:net.*' > "$D/audit.json" || true
+{run} --check --diff > "$D/check.log"
+sysctl -n net.ipv4.ip_local_port_range > "$D/after-check.txt"
+ls "$D/units" > "$D/units-after-check.txt"
+{run} > "$D/run1.log"
+{run} > "$D/run2.log"
+sysctl -n {' '.join(SHOW)}"""], capture_output=True, text=True, env=env, timeout=400)
+    logs = {n: (tmp_path / f"{n}.log").read_text() if (tmp_path / f"{n}.log").exists() else "" for n in
+            ("check", "run1", "run2")}
+    assert r.returncode == 0, r.stderr + "".join(logs.values())[-3000:]
+    audit = json.loads((tmp_path / "audit.json").read_text())["data"]["settings"]
+    drifting = [s["key"] for s in audit if s["status"] == "drift"]
+    assert "net.ipv4.ip_local_port_range" in drifting and "net.core.somaxconn" not in drifting
+    # check mode: the drifting sysctls + drop-in directory + drop-in file, nothing else, nothing changed
+    assert recap_changed(logs["check"]) == len(drifting) + 2, logs["check"]
+    assert (tmp_path / "after-check.txt").read_text().split() == ["32768", "60999"]
+    assert (tmp_path / "units-after-check.txt").read_text() == ""
+    assert recap_changed(logs["run1"]) == len(drifting) + 2
+    assert recap_changed(logs["run2"]) == 0
+    assert (units / "pttest.service.d/proxytune.conf").read_text().endswith("LimitNOFILE=65536\n")
+    assert "reload systemd" in logs["run1"] and "failed=0" in logs["run1"]
+    assert values(r.stdout)["net.core.somaxconn"] == "100000"          # never lowered
+    assert values(r.stdout)["net.ipv4.ip_local_port_range"] == "1024 65535"
+
+
+def test_playbook_never_puts_a_name_into_a_shell_unquoted(cli):
+    """Reads are argv lists; the one shell task (prlimit over running
+    processes) gets its service name through shlex quoting."""
+    out = cli("tune", "export", "--format", "ansible", "--service", "squid", "--user", "proxy",
+              "--cache-dir", "/var/spool/squid").output
+    assert "ansible.builtin.command: \"" not in out          # no command strings, only argv
+    assert '"findmnt", "-n", "-o", "TARGET", "--target", "/var/spool/squid"' in out
+    assert "pgrep -x -- squid" in out
+    assert out.count("check_mode: false") == out.count("changed_when: false") + 1    # + the PID 1 stat
+
+
+# A unit with the export's drop-in; `systemd-analyze verify` must read the
+# drop-in (a deliberately wrong one is reported) and find nothing in ours.
+UNIT = "[Unit]\nDescription=proxytune test unit\n[Service]\nExecStart=/bin/true\n"
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="needs systemd-analyze")
+def test_systemd_dropin_passes_systemd_analyze_verify(tmp_path, cli):
+    text = cli("tune", "export", "--format", "systemd", "--only", "service:*", "--service", "pttest").output
+    dropin = text.split("# /etc/systemd/system/pttest.service.d/proxytune.conf\n", 1)[1]
+    (tmp_path / "pttest.service.d").mkdir()
+    (tmp_path / "pttest.service").write_text(UNIT)
+    env = {**os.environ, "SYSTEMD_UNIT_PATH": f"{tmp_path}:"}
+
+    def verify(content):
+        (tmp_path / "pttest.service.d/proxytune.conf").write_text(content)
+        return subprocess.run(["systemd-analyze", "verify", "pttest.service"], capture_output=True, text=True,
+                              env=env, timeout=60)
+    control = verify("[Service]\nLimitNOFILE=lots\n")
+    assert "proxytune.conf" in control.stderr           # the drop-in is read: a bad one is named
+    r = verify(dropin)
+    assert r.returncode == 0 and "proxytune.conf" not in r.stderr, r.stderr
+    assert "LimitNOFILE=65536" in dropin
+
+
+LIMITS_PROFILE = """[profile]
+description = "limits.d test: below this machine's hard nofile cap"
+os = "linux"
+
+[limits."proxy:nofile"]
+at_least = 16384
+reason = "test"
+source = "test"
+"""
+
+
+@needs_root
+def test_limits_d_is_applied_by_pam_limits_at_login(tmp_path, cli):
+    """runuser -l goes through PAM (session pam_limits); a private
+    /etc/security/limits.d in a mount namespace holds only the export."""
+    if subprocess.run(["id", "proxy"], capture_output=True).returncode != 0:
+        pytest.skip("no user 'proxy' here")
+    prof = tmp_path / "limits.toml"
+    prof.write_text(LIMITS_PROFILE)
+    (tmp_path / "limits.d").mkdir()
+    r = cli("tune", "export", "--format", "limits.d", "-p", str(prof), "-o", str(tmp_path / "limits.d/90-proxytune.conf"))
+    assert r.exit_code == 0, r.output
+    script = (f"mount --bind {tmp_path}/limits.d /etc/security/limits.d && "
+              "runuser -l proxy -s /bin/sh -c 'ulimit -Sn; ulimit -Hn'")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["16384", "16384"]
