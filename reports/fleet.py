@@ -17,12 +17,20 @@ def matrix(data: dict) -> Table:
             rows_by_setting.setdefault(row["setting"], {"wanted": row["wanted_text"]})[name] = row
     head = [["host status", ""] + [data["hosts"][n]["status"] for n in names],
             ["kernel", ""] + [(data["hosts"][n].get("fingerprint") or {}).get("kernel", "-") for n in names]]
-    body = []
+    caps = []
+    for name in names:
+        caps += [c for c in data["hosts"][name].get("capabilities", {}) if c not in caps]
+    body = [[f"can: {c}", ""] + [_yes_no(data["hosts"][n].get("capabilities", {}).get(c)) for n in names]
+            for c in caps]
     for setting, per in rows_by_setting.items():
         cells = [f"{per[n]['current_text']} ({MARK.get(per[n]['status'], per[n]['status'])})" if n in per else "-"
                  for n in names]
         body.append([setting, per["wanted"], *cells])
     return Table(f"Fleet {data['fleet']}: profile {data['profile']}", ["setting", "wanted", *names], head + body)
+
+
+def _yes_no(flag) -> str:
+    return "-" if flag is None else ("yes" if flag else "no")
 
 
 def problems(data: dict) -> Table | None:

@@ -186,3 +186,55 @@ def test_apply_with_canary_then_fleet_rollback_restores_every_host(fleet_hosts):
     assert ns_value(fleet_hosts, "pxc", "net.ipv4.tcp_fin_timeout") == ["60"]
     r = fleet(fleet_hosts["dir"], "rollback", *common(fleet_hosts), "--yes")
     assert r.returncode == 2 and "nothing to roll back" in r.stderr
+
+
+def test_plan_and_doctor_change_nothing_and_report_every_host(fleet_hosts):
+    before = ns_value(fleet_hosts, "pxb", "net.ipv4.ip_local_port_range")
+    r = fleet(fleet_hosts["dir"], "plan", *common(fleet_hosts), "--limit", "pxb,pxdown", "--json")
+    assert r.returncode == 2, r.stderr
+    hosts = json.loads(r.stdout)["data"]["hosts"]
+    assert hosts["pxb"]["status"] == "ok" and hosts["pxdown"]["status"] == "unreachable"
+    assert {s["status"] for s in hosts["pxb"]["settings"]} == {"drift"}
+    assert ns_value(fleet_hosts, "pxb", "net.ipv4.ip_local_port_range") == before
+    r = fleet(fleet_hosts["dir"], "doctor", *common(fleet_hosts), "--limit", "pxa")
+    assert r.returncode in (0, 1), r.stderr              # 1: a capability (kprobes, counters) is missing there
+    assert "can: root" in r.stdout and "1 host(s): 1 ok" in r.stdout
+    r = fleet(fleet_hosts["dir"], "doctor", *common(fleet_hosts), "--limit", "pxa", "--json")
+    assert json.loads(r.stdout)["data"]["hosts"]["pxa"]["capabilities"]["root"] is True
+
+
+# ---------------------------------------------------------------- hostile input: refused before any host is touched
+
+HOSTILE_YAML = """all:
+  hosts:
+    {name}:
+      ansible_connection: local
+"""
+
+
+@pytest.mark.parametrize("name", ['"px;touch /tmp/pt-fleet-owned"', '"$(id)"', '"px\\nother"', '"{{ 7 * 7 }}"'])
+def test_hostile_inventory_names_are_refused(tmp_path, name):
+    inv = tmp_path / "inv.yml"
+    inv.write_text(HOSTILE_YAML.format(name=name))
+    r = fleet(tmp_path, "check", "-i", str(inv))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith("proxytune: error:") and "Traceback" not in r.stderr
+    assert not (tmp_path / "controller-state").exists()
+    assert not os.path.exists("/tmp/pt-fleet-owned")
+
+
+@pytest.mark.parametrize("args", [["-p", "linux/proxy{{ lookup('pipe','id') }}"], ["--only", "sysctl:net.*;id"],
+                                  ["--limit", "{{ 7*7 }}"], ["--only", "--yes"]])
+def test_hostile_profile_glob_and_limit_are_refused(tmp_path, args):
+    inv = tmp_path / "inv.ini"
+    inv.write_text("px ansible_connection=local\n")
+    r = fleet(tmp_path, "check", "-i", str(inv), *args)
+    assert r.returncode == 2 and r.stderr.startswith("proxytune: error:"), r.stderr
+
+
+def test_apply_and_rollback_need_yes(tmp_path):
+    inv = tmp_path / "inv.ini"
+    inv.write_text("px ansible_connection=local\n")
+    for cmd in ("apply", "rollback"):
+        r = fleet(tmp_path, cmd, "-i", str(inv))
+        assert r.returncode == 2 and "--yes" in r.stderr

@@ -101,7 +101,7 @@ def _report_progress(fleet: Fleet, ev: dict) -> None:
         fleet.progress(f"{ev['host']}: unreachable: {_first_line(ev.get('msg'))}")
     elif ev["event"] == FAILED:
         fleet.progress(f"{ev['host']}: {ev['task']} failed: {_first_line(ev.get('stderr') or ev.get('msg'))}")
-    elif ev["task"].startswith("proxytune "):
+    elif ev["event"] == OK and ev["task"] in fp.RESULT_TASKS:
         fleet.progress(f"{ev['host']}: {ev['task']} done (exit {ev.get('rc')})")
 
 

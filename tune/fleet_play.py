@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parent.parent
 SHIPPED = ("cli.py", "tune", "reports", "profiles", "probes", "microbench")
 SKIP_PARTS = ("__pycache__", ".build", "build")
 PROFILE_IN_BUNDLE = "fleet-profile.toml"
-RUN_TASK = "proxytune run"
+RUN_TASK, ROLLBACK_TASK = "proxytune run", "proxytune rollback"
+RESULT_TASKS = (RUN_TASK, ROLLBACK_TASK)
 
 
 def _shipped_files(repo: Path):

@@ -11,7 +11,6 @@ next batch starts, so `fleet rollback` can undo what a run reached.
 from . import fleet_inventory as inv, fleet_play as fp, fleet_state
 from .fleet import FAILED, OK, SKIPPED, Fleet, host_result, play, result, verify_locally
 
-ROLLBACK_TASK = "proxytune rollback"
 
 
 def _apply_hosts(fleet: Fleet, run: dict, state_dir, hosts: list[str], serial: int | None) -> dict:
@@ -34,9 +33,9 @@ def rollback_hosts(fleet: Fleet, journals: dict[str, str]) -> dict:
     if not journals:
         return {}
     argv = ["tune", "rollback", "--yes", "--json", "--id", "{{ proxytune_fleet_journal[inventory_hostname] }}"]
-    task = fp.run_task(argv, fleet.digest, (0,), name=ROLLBACK_TASK)
+    task = fp.run_task(argv, fleet.digest, (0,), name=fp.ROLLBACK_TASK)
     events = play(fleet, list(journals), [task], extra_vars={"proxytune_fleet_journal": journals})
-    return {h: host_result(events[h], ROLLBACK_TASK) for h in journals}
+    return {h: host_result(events[h], fp.ROLLBACK_TASK) for h in journals}
 
 
 def apply(fleet: Fleet, state_dir, canary: str | None, serial: int | None, verify_cmd: str | None) -> dict:
