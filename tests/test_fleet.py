@@ -1,7 +1,6 @@
-"""`proxytune fleet` over real hosts on this machine: each host is its own
-network namespace with its own root and state dir, reached by Ansible over
-real ssh that sends no packet: the ssh ProxyCommand starts `sshd -i` inside
-the namespace (with a temp host key and authorized key). One more host's
+"""`proxytune fleet` over real hosts on this machine (tests/fleet_hosts.py):
+each host is its own network namespace with its own root and state dir,
+reached by Ansible over real ssh that sends no packet. One more host's
 ProxyCommand fails: it is unreachable. The hosts get different net.*
 values, so the hosts x settings matrix shows a real difference.
 """
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, needs_root
+from fleet_hosts import namespace_hosts
 
 pytestmark = [needs_root, pytest.mark.skipif(
     not (shutil.which("ansible-playbook") and os.path.exists("/usr/sbin/sshd")),
@@ -45,63 +45,16 @@ HOSTS = {"pxa": {"net.core.somaxconn": "100000", "net.ipv4.tcp_fin_timeout": "20
                  "net.ipv4.ip_local_port_range": "1024 65535"},
          "pxb": {},
          "pxc": {"net.core.somaxconn": "9000"}}
-SSHD_CONFIG = """HostKey {d}/host_key
-AuthorizedKeysFile {d}/authorized_keys
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-PidFile none
-Subsystem sftp /usr/lib/openssh/sftp-server
-"""
-# sshd wants its privilege-separation dir /run/sshd: a private tmpfs /run in
-# a private mount namespace gives it one without touching the host's /run.
-PROXY = """#!/bin/sh
-exec ip netns exec {ns} unshare -m sh -c 'mount -t tmpfs -o mode=0755 pt-run /run && mkdir -m 0755 /run/sshd && \
-exec /usr/sbin/sshd -i -f {d}/sshd_config -E {d}/sshd-{name}.log'
-"""
-
-
-def _sh(*argv, **kw):
-    return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
+def _sh(*argv):
+    return subprocess.run(argv, check=True, capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")
 def fleet_hosts(tmp_path_factory):
     d = tmp_path_factory.mktemp("fleet")
-    _sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_key"))
-    _sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "client_key"))
-    shutil.copy(d / "client_key.pub", d / "authorized_keys")
-    (d / "sshd_config").write_text(SSHD_CONFIG.format(d=d))
-    key = " ".join((d / "host_key.pub").read_text().split()[:2])
-    (d / "known_hosts").write_text("".join(f"{h} {key}\n" for h in HOSTS))
-    namespaces = {h: f"pt-fleet-{os.getpid()}-{h}" for h in HOSTS}
-    lines = ["[proxies]"]
-    try:
-        for h, ns in namespaces.items():
-            _sh("ip", "netns", "add", ns)
-            for k, v in HOSTS[h].items():
-                _sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"{k}={v}")
-            proxy = d / f"proxy-{h}.sh"
-            proxy.write_text(PROXY.format(ns=ns, d=d, name=h))
-            proxy.chmod(0o755)
-            for sub in ("root/etc", "state"):
-                (d / h / sub).mkdir(parents=True)
-            lines.append(f"{h} ansible_ssh_common_args='-o ProxyCommand={proxy}' "
-                         f"proxytune_root={d / h / 'root'} proxytune_state_dir={d / h / 'state'}")
-        lines.append("pxdown ansible_ssh_common_args='-o ProxyCommand=/bin/false'")
-        lines += ["[proxies:vars]", "ansible_user=root", f"ansible_ssh_private_key_file={d / 'client_key'}",
-                  f"ansible_ssh_extra_args='-o UserKnownHostsFile={d / 'known_hosts'} -o StrictHostKeyChecking=yes'",
-                  "ansible_python_interpreter=/usr/bin/python3", f"ansible_remote_tmp={d / 'remote-tmp'}"]
-        (d / "hosts.ini").write_text("\n".join(lines) + "\n")
-        (d / "net-only.toml").write_text(PROFILE)
-        yield {"dir": d, "ns": namespaces}
-    finally:
-        for sock in (d / "cp").glob("*") if (d / "cp").exists() else []:
-            subprocess.run(["ssh", "-S", str(sock), "-O", "exit", "x"], capture_output=True)
-        for ns in namespaces.values():
-            subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+    (d / "net-only.toml").write_text(PROFILE)
+    with namespace_hosts(d, HOSTS, unreachable=("pxdown",)) as fh:
+        yield fh
 
 
 def fleet(env_dir: Path, *args, timeout=240):
