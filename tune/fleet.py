@@ -147,8 +147,9 @@ def _settings_of(doc: dict) -> dict:
 
 
 def exit_code(hosts: dict) -> int:
-    """2 when a host was unreachable, failed or not reached; 1 drift somewhere; else 0."""
-    if any(h["status"] != OK for h in hosts.values()):
+    """2 when a host was unreachable, failed, not reached or could not read a
+    setting; 1 drift somewhere; else 0 (the codes `tune check` uses, fleet-wide)."""
+    if any(h["status"] != OK or h["summary"].get("error") or h.get("exit") == 2 for h in hosts.values()):
         return 2
     return 1 if any(h["summary"].get("drift") or h.get("exit") == 1 for h in hosts.values()) else 0
 
@@ -166,9 +167,9 @@ def run_simple(fleet: Fleet, action: str) -> dict:
     """check / plan / doctor: one play over every host, nothing changed."""
     if action == "doctor":
         tasks = [fp.run_task(["probe", "caps", "--json"], fleet.digest, (0, 1))]
-    else:
+    else:       # exit 2 with a result: a setting could not be read there; shown as ERROR, not a failed host
         extra = ("--persist",) if action == "plan" and fleet.persist else ()
-        tasks = [fp.run_task(fleet.tune_argv(action, *extra), fleet.digest, (0, 1))]
+        tasks = [fp.run_task(fleet.tune_argv(action, *extra), fleet.digest, (0, 1, 2))]
     events = play(fleet, fleet.hosts, tasks)
     hosts = {h: host_result(events[h]) for h in fleet.hosts}
     if action == "doctor":
