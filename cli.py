@@ -270,16 +270,17 @@ def fleet_options(f):
     return f
 
 
-def run_fleet(action, inventory, profile_ref, only, skip, limit, forks, as_json, persist=False, body=None):
+def run_fleet(action, opts: dict, body=None):
     """Prepare the fleet, run `body(fleet)` (default: one read-only play), print, exit with its code."""
     from tune import fleet as fleet_mod
-    fl = fleet_mod.Fleet(inventory, profile_ref, tuple(only), tuple(skip), limit, forks, persist,
+    fl = fleet_mod.Fleet(opts["inventory"], opts["profile_ref"], tuple(opts["only"]), tuple(opts["skip"]),
+                         opts["limit"], opts["forks"], opts.get("persist", False),
                          progress=lambda line: click.echo(f"fleet: {line}", err=True))
     try:
         data = (body or (lambda f: fleet_mod.run_simple(f, action)))(fl.prepare())
     finally:
         fl.cleanup()
-    show_fleet(data, as_json)
+    show_fleet(data, opts["as_json"])
     sys.exit(data["exit"])
 
 
@@ -306,24 +307,24 @@ def fleet():
 
 @fleet.command("check")
 @fleet_options
-def fleet_check(inventory, profile_ref, only, skip, limit, forks, as_json):
+def fleet_check(**opts):
     """`tune check` on every host; one hosts x settings matrix. Changes nothing."""
-    run_fleet("check", inventory, profile_ref, only, skip, limit, forks, as_json)
+    run_fleet("check", opts)
 
 
 @fleet.command("plan")
 @fleet_options
 @click.option("--persist", is_flag=True, help="Include the files that make the changes permanent.")
-def fleet_plan(inventory, profile_ref, only, skip, limit, forks, as_json, persist):
+def fleet_plan(**opts):
     """`tune plan` on every host: what apply would change there. Changes nothing."""
-    run_fleet("plan", inventory, profile_ref, only, skip, limit, forks, as_json, persist)
+    run_fleet("plan", opts)
 
 
 @fleet.command("doctor")
 @fleet_options
-def fleet_doctor(inventory, profile_ref, only, skip, limit, forks, as_json):
+def fleet_doctor(**opts):
     """Can proxytune run on every host: ssh, become, python3 with click/rich/jsonschema, probe caps."""
-    run_fleet("doctor", inventory, profile_ref, only, skip, limit, forks, as_json)
+    run_fleet("doctor", opts)
 
 
 @fleet.command("apply")
@@ -336,28 +337,25 @@ def fleet_doctor(inventory, profile_ref, only, skip, limit, forks, as_json):
                    "e.g. a load test; non-zero exit rolls the canary back and stops.")
 @click.option("--yes", "-y", is_flag=True, help="Needed: this changes every host it reaches.")
 @click.pass_obj
-def fleet_apply(host, inventory, profile_ref, only, skip, limit, forks, as_json, persist, serial, canary,
-                verify_cmd, yes):
+def fleet_apply(host, serial, canary, verify_cmd, yes, **opts):
     """Rolling apply: the canary first, then --serial batches; journaled on every host."""
     from tune import fleet_rollout
     if not yes:
         raise ProxytuneError("fleet apply changes every host it reaches: add --yes",
                              "review `proxytune fleet plan -i INVENTORY` first")
-    run_fleet("apply", inventory, profile_ref, only, skip, limit, forks, as_json, persist,
-              body=lambda f: fleet_rollout.apply(f, host.state_dir, canary, serial, verify_cmd))
+    run_fleet("apply", opts, body=lambda f: fleet_rollout.apply(f, host.state_dir, canary, serial, verify_cmd))
 
 
 @fleet.command("rollback")
 @fleet_options
 @click.option("--yes", "-y", is_flag=True, help="Needed: this changes every host the last apply reached.")
 @click.pass_obj
-def fleet_rollback(host, inventory, profile_ref, only, skip, limit, forks, as_json, yes):
+def fleet_rollback(host, yes, **opts):
     """Undo the last fleet apply on every host it reached (each host's own journal entry)."""
     from tune import fleet_rollout
     if not yes:
         raise ProxytuneError("fleet rollback changes every host the last apply reached: add --yes")
-    run_fleet("rollback", inventory, profile_ref, only, skip, limit, forks, as_json,
-              body=lambda f: fleet_rollout.rollback(f, host.state_dir))
+    run_fleet("rollback", opts, body=lambda f: fleet_rollout.rollback(f, host.state_dir))
 
 
 # ---------------------------------------------------------------- bench

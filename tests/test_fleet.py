@@ -191,3 +191,23 @@ def test_apply_and_rollback_need_yes(tmp_path):
     for cmd in ("apply", "rollback"):
         r = fleet(tmp_path, cmd, "-i", str(inv))
         assert r.returncode == 2 and "--yes" in r.stderr
+
+
+def test_a_failing_host_stops_the_serial_rollout_before_the_next_batch(fleet_hosts):
+    """pxb cannot even get its bundle directory (its state dir is under a
+    regular file): with --serial 1 the rollout stops there; pxc, the next
+    batch, is never touched."""
+    d = fleet_hosts["dir"]
+    inv = d / "broken.ini"
+    blocker = d / "not-a-dir"
+    blocker.write_text("")
+    inv.write_text((d / "hosts.ini").read_text().replace(f"proxytune_state_dir={d / 'pxb' / 'state'}",
+                                                         f"proxytune_state_dir={blocker / 'state'}"))
+    before = ns_value(fleet_hosts, "pxc", "net.ipv4.tcp_fin_timeout")
+    r = fleet(d, "apply", "-i", str(inv), "-p", str(d / "net-only.toml"), "--limit", "pxb,pxc", "--serial", "1",
+              "--yes", "--json")
+    assert r.returncode == 2, r.stderr
+    hosts = json.loads(r.stdout)["data"]["hosts"]
+    assert hosts["pxb"]["status"] == "failed" and "bundle directory" in hosts["pxb"]["error"]
+    assert hosts["pxc"]["status"] == "skipped"
+    assert ns_value(fleet_hosts, "pxc", "net.ipv4.tcp_fin_timeout") == before == ["60"]

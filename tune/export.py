@@ -110,14 +110,14 @@ def tuned(settings, profile, target):
              "# tuned has no plugin for fd limits or mount options (tuned#449, #126):"]
     lines += [f"#   not expressible as tuned: {s.address}" for s in settings if s not in mine]
     need_host = [s for s in mine if s.mode in MODE_NOTE and not isinstance(s.wanted, int)]
-    computed = export_host.computed(need_host, target.host, "linux") or {}
+    computed = export_host.computed(mine, target.host, "linux") or {}
     if need_host:
         lines.append(export_host.computed_on(target.host).rstrip() if computed else
                      "# Not computed against a host: ranges are the profile's values, written exactly.")
     body = ["[main]", f"summary=proxytune {profile}", f"include={base}", "", "[sysctl]"]
     for s in mine:
         line = computed.get(s.address)
-        if s in need_host and line:
+        if line and (s in need_host or not line.readable):
             lines += [f"# {s.key}: {line.note}"] if line.note else []
             if line.value is not None:
                 body.append(f"{s.key}={line.value}")

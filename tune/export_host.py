@@ -29,6 +29,7 @@ class Line:
     """One setting as a static file should carry it on this host."""
     value: str | None      # what to write; None: leave the setting out
     note: str              # why, for the file's comments
+    readable: bool = True  # False: the knob is absent (or unreadable) on this host
 
 
 def computed(settings, host, os_name: str) -> dict[str, Line] | None:
@@ -41,7 +42,7 @@ def computed(settings, host, os_name: str) -> dict[str, Line] | None:
     for s in settings:
         c = evaluate(s, os_name, host)
         if c.status not in (MET, DRIFT):
-            out[s.address] = Line(None, f"not readable here ({c.status}: {c.note}): left out")
+            out[s.address] = Line(None, f"not readable here ({c.status}: {c.note}): left out", readable=False)
         elif s.mode == "value":
             out[s.address] = Line(render(s.wanted), "")
         elif c.status == MET:
