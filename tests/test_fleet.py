@@ -59,7 +59,8 @@ def fleet_hosts(tmp_path_factory):
 
 def fleet(env_dir: Path, *args, timeout=240):
     env = {**os.environ, "PROXYTUNE_STATE_DIR": str(env_dir / "controller-state"),
-           "ANSIBLE_HOME": str(env_dir / "ansible-home"), "ANSIBLE_SSH_CONTROL_PATH_DIR": str(env_dir / "cp")}
+           "ANSIBLE_HOME": str(env_dir / "ansible-home"), "ANSIBLE_SSH_CONTROL_PATH_DIR": str(env_dir / "cp"),
+           "ANSIBLE_TIMEOUT": "60"}     # a busy 2-core machine can take more than ssh's default 10 s to connect
     argv = [str(REPO / ".venv/bin/python"), str(REPO / "cli.py"), "fleet", *args]
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
 
