@@ -122,8 +122,10 @@ def test_canary_that_fails_verify_is_rolled_back_and_nobody_else_changes(fleet_h
 
 def test_apply_with_canary_then_fleet_rollback_restores_every_host(fleet_hosts):
     r = fleet(fleet_hosts["dir"], "apply", *common(fleet_hosts), "--limit", "all:!pxdown", "--canary", "pxc",
-              "--serial", "1", "--yes", "--json")
+              "--serial", "1", "--persist", "--yes", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
+    persisted = fleet_hosts["dir"] / "pxb/root/etc/sysctl.d/90-proxytune.conf"     # under pxb's own root
+    assert "net.ipv4.ip_local_port_range = 1024 65535" in persisted.read_text()
     data = json.loads(r.stdout)["data"]
     assert all(h["status"] == "ok" and h["summary"]["drift"] == 0 for h in data["hosts"].values())
     assert data["hosts"]["pxa"]["journal"] is None       # already met: nothing to journal
@@ -138,6 +140,7 @@ def test_apply_with_canary_then_fleet_rollback_restores_every_host(fleet_hosts):
     assert ns_value(fleet_hosts, "pxb", "net.ipv4.ip_local_port_range") == ["32768", "60999"]
     assert ns_value(fleet_hosts, "pxb", "net.core.somaxconn") == ["4096"]
     assert ns_value(fleet_hosts, "pxc", "net.ipv4.tcp_fin_timeout") == ["60"]
+    assert not persisted.exists()
     r = fleet(fleet_hosts["dir"], "rollback", *common(fleet_hosts), "--yes")
     assert r.returncode == 2 and "nothing to roll back" in r.stderr
 
@@ -212,3 +215,22 @@ def test_a_failing_host_stops_the_serial_rollout_before_the_next_batch(fleet_hos
     assert hosts["pxb"]["status"] == "failed" and "bundle directory" in hosts["pxb"]["error"]
     assert hosts["pxc"]["status"] == "skipped"
     assert ns_value(fleet_hosts, "pxc", "net.ipv4.tcp_fin_timeout") == before == ["60"]
+
+
+def test_the_bundle_is_reproducible_and_the_playbook_passes_no_name_to_a_shell(tmp_path):
+    import sys
+    sys.path.insert(0, str(REPO))
+    from tune import fleet_play as fp
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    one, digest = fp.bundle(tmp_path / "a")
+    two, again = fp.bundle(tmp_path / "b")
+    assert digest == again and one.read_bytes() == two.read_bytes()
+    import tarfile
+    names = tarfile.open(one).getnames()
+    assert "cli.py" in names and "tune/fleet.py" in names
+    assert not any("__pycache__" in n or n.startswith(("tests/", ".venv")) for n in names)
+    book = json.loads(fp.playbook(fp.ship_tasks(one, digest) + [fp.run_task(["tune", "check", "--json"], digest, (0, 1))]))
+    tasks = book[0]["tasks"]
+    assert not any("ansible.builtin.shell" in t for t in tasks)
+    assert all(isinstance(t["ansible.builtin.command"]["argv"], list) for t in tasks if "ansible.builtin.command" in t)
