@@ -17,6 +17,9 @@ def matrix(data: dict) -> Table:
             rows_by_setting.setdefault(row["setting"], {"wanted": row["wanted_text"]})[name] = row
     head = [["host status", ""] + [data["hosts"][n]["status"] for n in names],
             ["kernel", ""] + [(data["hosts"][n].get("fingerprint") or {}).get("kernel", "-") for n in names]]
+    for key, label in (("journal", "journal entry"), ("steps", "steps"), ("rolled_back", "rolled back")):
+        if any(key in data["hosts"][n] for n in names):
+            head.append([label, ""] + [_cell(data["hosts"][n].get(key)) for n in names])
     caps = []
     for name in names:
         caps += [c for c in data["hosts"][name].get("capabilities", {}) if c not in caps]
@@ -27,6 +30,10 @@ def matrix(data: dict) -> Table:
                  for n in names]
         body.append([setting, per["wanted"], *cells])
     return Table(f"Fleet {data['fleet']}: profile {data['profile']}", ["setting", "wanted", *names], head + body)
+
+
+def _cell(value) -> str:
+    return "-" if value is None else _yes_no(value) if isinstance(value, bool) else str(value)
 
 
 def _yes_no(flag) -> str:
