@@ -310,3 +310,16 @@ def test_limits_d_is_applied_by_pam_limits_at_login(tmp_path, cli):
     r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["16384", "16384"]
+
+
+def test_tuned_profile_directory_follows_the_installed_version():
+    from tune.export_host import tuned_profile_dir
+    assert tuned_profile_dir((2, 20, 0)) == "/etc/tuned/proxytune"
+    assert tuned_profile_dir((2, 24, 0)) == "/etc/tuned/profiles/proxytune"
+    assert tuned_profile_dir((3, 0)) == "/etc/tuned/profiles/proxytune"
+    assert tuned_profile_dir(None) == "/etc/tuned/proxytune"
+
+
+def test_tuned_include_must_be_a_profile_name(cli):
+    r = cli("tune", "export", "--format", "tuned", "--tuned-include", "x\n[sysctl]\nkernel.panic=1")
+    assert r.exit_code == 2 and "not a tuned profile name" in r.output
