@@ -10,12 +10,13 @@ ok / unreachable / failed (or skipped, when a rollout stopped before it).
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import fleet_inventory as inv, fleet_play as fp, fleet_state
+from . import fleet_inventory as inv, fleet_play as fp
 from .errors import ProxytuneError
 
 CALLBACKS = Path(__file__).resolve().parent / "fleet_callback"
@@ -37,10 +38,13 @@ class Fleet:
     hosts: list = field(default_factory=list)
     tarball: Path | None = None
     digest: str = ""
+    shipped_profile: bool = False     # a profile file travels in the bundle
 
     def env(self) -> dict:
         return {**os.environ, "ANSIBLE_STDOUT_CALLBACK": "proxytune_lines",
-                "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS), "ANSIBLE_FORKS": str(self.forks),
+                "ANSIBLE_CALLBACK_PLUGINS": os.pathsep.join(
+                    p for p in (str(CALLBACKS), os.environ.get("ANSIBLE_CALLBACK_PLUGINS")) if p),
+                "ANSIBLE_FORKS": str(self.forks),
                 "ANSIBLE_PIPELINING": "True", "ANSIBLE_RETRY_FILES_ENABLED": "False",
                 "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(self.workdir / "ansible-tmp")}
 
@@ -64,7 +68,6 @@ class Fleet:
         return argv + list(extra)
 
     def cleanup(self) -> None:
-        import shutil
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -92,7 +95,7 @@ def play(fleet: Fleet, hosts: list[str], tasks: list[dict], serial: int | None =
         err = p.stderr.read()
     if p.returncode in (1, 4, 5, 250) and not any(events.values()):
         last = (err.strip().splitlines() or [f"exit {p.returncode}"])[-1]
-        raise ProxytuneError(f"ansible-playbook failed: {last}", "run it with --debug-ansible to see its output")
+        raise ProxytuneError(f"ansible-playbook failed: {last}", "try the inventory by hand: ansible all -i INVENTORY -m ping")
     return events
 
 

@@ -9,6 +9,7 @@ next batch starts, so `fleet rollback` can undo what a run reached.
 """
 
 from . import fleet_inventory as inv, fleet_play as fp, fleet_state
+from .errors import ProxytuneError
 from .fleet import FAILED, OK, SKIPPED, Fleet, host_result, play, result, verify_locally
 
 
@@ -40,7 +41,7 @@ def rollback_hosts(fleet: Fleet, journals: dict[str, str]) -> dict:
 
 def apply(fleet: Fleet, state_dir, canary: str | None, serial: int | None, verify_cmd: str | None) -> dict:
     if canary and canary not in fleet.hosts:
-        raise inv.ProxytuneError(f"--canary {canary!r} is not among the hosts this run reaches",
+        raise ProxytuneError(f"--canary {canary!r} is not among the hosts this run reaches",
                                  f"hosts: {', '.join(fleet.hosts[:10])}")
     run = fleet_state.new_run(fleet.profile_ref, fleet.inventory, fleet.hosts)
     fleet_state.save(state_dir, run)
