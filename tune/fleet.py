@@ -72,8 +72,9 @@ class Fleet:
 
 
 def play(fleet: Fleet, hosts: list[str], tasks: list[dict], serial: int | None = None,
-         stop_on_failure: bool = False, extra_vars: dict | None = None) -> dict[str, list[dict]]:
-    """Run one playbook over `hosts`; every host's events, in order."""
+         stop_on_failure: bool = False, extra_vars: dict | None = None, on_event=None) -> dict[str, list[dict]]:
+    """Run one playbook over `hosts`; every host's events, in order.
+    `on_event(ev)` sees each as it arrives (so a run can be recorded before Ctrl-C)."""
     book = fleet.workdir / "play.json"
     book.write_text(fp.playbook(fp.ship_tasks(fleet.tarball, fleet.digest) + tasks, serial, stop_on_failure))
     limit = fleet.workdir / "limit.txt"
@@ -83,7 +84,9 @@ def play(fleet: Fleet, hosts: list[str], tasks: list[dict], serial: int | None =
         (fleet.workdir / "vars.json").write_text(json.dumps(extra_vars))
         argv += ["-e", f"@{fleet.workdir / 'vars.json'}"]
     events: dict[str, list[dict]] = {h: [] for h in hosts}
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=fleet.env()) as p:
+    errors = fleet.workdir / "ansible-stderr.txt"      # a file, not a pipe: 1,000 hosts' warnings never block
+    with open(errors, "w") as err_fh, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err_fh, text=True,
+                                                        env=fleet.env()) as p:
         for line in p.stdout:
             try:
                 ev = json.loads(line)
@@ -92,7 +95,9 @@ def play(fleet: Fleet, hosts: list[str], tasks: list[dict], serial: int | None =
             if ev.get("host") in events:
                 events[ev["host"]].append(ev)
                 _report_progress(fleet, ev)
-        err = p.stderr.read()
+                if on_event:
+                    on_event(ev)
+    err = errors.read_text(errors="replace")
     if p.returncode in (1, 4, 5, 250) and not any(events.values()):
         last = (err.strip().splitlines() or [f"exit {p.returncode}"])[-1]
         raise ProxytuneError(f"ansible-playbook failed: {last}", "try the inventory by hand: ansible all -i INVENTORY -m ping")

@@ -14,14 +14,25 @@ from .fleet import FAILED, OK, SKIPPED, Fleet, host_result, play, result, verify
 
 
 
+def _journal_of(doc) -> str | None:
+    journal = doc.get("data", {}).get("journal") if isinstance(doc, dict) else None
+    return inv.check_arg("journal id", journal) if journal else None
+
+
 def _apply_hosts(fleet: Fleet, run: dict, state_dir, hosts: list[str], serial: int | None) -> dict:
+    """Apply on `hosts`, recording each host's journal id the moment its result arrives."""
     extra = ("--yes",) + (("--persist",) if fleet.persist else ())
     task = fp.run_task(fleet.tune_argv("apply", *extra), fleet.digest, (0,))
-    events = play(fleet, hosts, [task], serial=serial, stop_on_failure=True)
+
+    def record(ev):
+        if ev["task"] == fp.RUN_TASK:
+            r = host_result([ev])
+            run["hosts"][ev["host"]] = {"journal": _journal_of(r["doc"]), "status": r["status"]}
+            fleet_state.save(state_dir, run)
+    events = play(fleet, hosts, [task], serial=serial, stop_on_failure=True, on_event=record)
     out = {h: host_result(events[h]) for h in hosts}
     for h, r in out.items():
-        journal = (r.get("doc") or {}).get("data", {}).get("journal")
-        r["journal"] = inv.check_arg("journal id", journal) if journal else None
+        r["journal"] = _journal_of(r.get("doc"))
         r["steps"] = len((r.get("doc") or {}).get("data", {}).get("steps", []))
         if r["journal"] or r["status"] != SKIPPED:
             run["hosts"][h] = {"journal": r["journal"], "status": r["status"]}
