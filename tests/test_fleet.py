@@ -234,3 +234,15 @@ def test_the_bundle_is_reproducible_and_the_playbook_passes_no_name_to_a_shell(t
     tasks = book[0]["tasks"]
     assert not any("ansible.builtin.shell" in t for t in tasks)
     assert all(isinstance(t["ansible.builtin.command"]["argv"], list) for t in tasks if "ansible.builtin.command" in t)
+
+
+def test_an_unwritable_fleet_record_is_one_error_line_not_a_traceback(fleet_hosts, tmp_path):
+    blocker = tmp_path / "state-is-a-file"
+    blocker.write_text("")
+    env_dir = tmp_path
+    r = subprocess.run([str(REPO / ".venv/bin/python"), str(REPO / "cli.py"), "fleet", "apply",
+                        *common(fleet_hosts), "--limit", "pxa", "--yes"], capture_output=True, text=True,
+                       env={**os.environ, "PROXYTUNE_STATE_DIR": str(blocker), "ANSIBLE_TIMEOUT": "60",
+                            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(env_dir / "cp")}, timeout=240)
+    assert r.returncode == 2 and r.stderr.startswith("proxytune: error: cannot record the fleet run"), r.stderr
+    assert "Traceback" not in r.stderr

@@ -58,7 +58,10 @@ class Fleet:
         profile_mod.load(self.profile_ref)          # a bad profile fails here, before any host is touched
         self.hosts = inv.hosts(self.inventory, self.limit, self.env())
         profile_file = Path(self.profile_ref) if Path(self.profile_ref).is_file() else None
-        self.tarball, self.digest = fp.bundle(self.workdir, profile_file)
+        try:
+            self.tarball, self.digest = fp.bundle(self.workdir, profile_file)
+        except OSError as e:
+            raise ProxytuneError(f"cannot build the bundle in {self.workdir}: {e.strerror or e}", "free space in TMPDIR")
         self.shipped_profile = profile_file is not None
         return self
 
