@@ -215,23 +215,28 @@ def test_playbook_check_diff_reports_only_real_changes_then_runs_idempotently(tm
     them; a second real run changes nothing. No systemd as PID 1 here, so
     the daemon-reload handler is skipped, not failed."""
     book = tmp_path / "book.yml"
-    cli("tune", "export", "--format", "ansible", "--only", "sysctl:net.*", "--only", "service:*",
-        "--service", "pttest", "-o", str(book))
+    cli("tune", "export", "--format", "ansible", "--only", "sysctl:net.*", "--only", "service:*", "--only", "limits:*",
+        "--service", "pttest", "--user", "proxy", "-o", str(book))
     units = tmp_path / "units"
     units.mkdir()
+    (tmp_path / "limits.d").mkdir()      # proxy's login limit is already above the profile's: met
+    (tmp_path / "limits.d/50-site.conf").write_text("proxy\t-\tnofile\t100000\n")
     env = {**ansible_env(tmp_path), "D": str(tmp_path), "PT": f"{REPO}/.venv/bin/python {REPO}/cli.py"}
     run = (f"ansible-playbook -c local -i localhost, -e proxytune_sysctl_file={tmp_path}/90-proxytune.conf "
-           f"-e proxytune_systemd_dir={units} {book}")
-    r = subprocess.run(["unshare", "-n", "bash", "-euo", "pipefail", "-c", f"""{MET_ALREADY}
+           f"-e proxytune_systemd_dir={units} -e proxytune_limits_file={tmp_path}/limits-out.conf {book}")
+    r = subprocess.run(["unshare", "-m", "-n", "bash", "-euo", "pipefail", "-c", f"""{MET_ALREADY}
+mount --bind "$D/limits.d" /etc/security/limits.d
 $PT tune check --json --only 'sysctl:net.*' > "$D/audit.json" || true
 {run} --check --diff > "$D/check.log"
 sysctl -n net.ipv4.ip_local_port_range > "$D/after-check.txt"
 ls "$D/units" > "$D/units-after-check.txt"
 {run} > "$D/run1.log"
 {run} > "$D/run2.log"
+printf 'proxy\t-\tnofile\t1024\n' > "$D/limits.d/50-site.conf"
+{run} --check > "$D/lowlimit.log"
 sysctl -n {' '.join(SHOW)}"""], capture_output=True, text=True, env=env, timeout=400)
     logs = {n: (tmp_path / f"{n}.log").read_text() if (tmp_path / f"{n}.log").exists() else "" for n in
-            ("check", "run1", "run2")}
+            ("check", "run1", "run2", "lowlimit")}
     assert r.returncode == 0, r.stderr + "".join(logs.values())[-3000:]
     audit = json.loads((tmp_path / "audit.json").read_text())["data"]["settings"]
     drifting = [s["key"] for s in audit if s["status"] == "drift"]
@@ -240,8 +245,12 @@ sysctl -n {' '.join(SHOW)}"""], capture_output=True, text=True, env=env, timeout
     assert recap_changed(logs["check"]) == len(drifting) + 2, logs["check"]
     assert (tmp_path / "after-check.txt").read_text().split() == ["32768", "60999"]
     assert (tmp_path / "units-after-check.txt").read_text() == ""
+    # met: never written (community.general.pam_limits itself touches an empty dest file under --check)
+    out = tmp_path / "limits-out.conf"
+    assert "read login limits for proxy" in logs["check"] and (not out.exists() or out.read_text() == "")
     assert recap_changed(logs["run1"]) == len(drifting) + 2
     assert recap_changed(logs["run2"]) == 0
+    assert recap_changed(logs["lowlimit"]) == 1       # the login limit, now below the profile, is a change
     assert (units / "pttest.service.d/proxytune.conf").read_text().endswith("LimitNOFILE=65536\n")
     assert "reload systemd" in logs["run1"] and "failed=0" in logs["run1"]
     assert values(r.stdout)["net.core.somaxconn"] == "100000"          # never lowered

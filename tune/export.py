@@ -145,7 +145,8 @@ def ansible(settings, profile, target=None):
     lowering; --check --diff reports only what would really change."""
     out = [_header(profile, "an Ansible playbook").rstrip(),
            "# Run: ansible-playbook -i HOSTS proxytune.yml   (needs ansible.posix and community.general)",
-           "# Dry run: ansible-playbook -i HOSTS proxytune.yml --check --diff (reads run, writes are only shown)",
+           "# Dry run: ansible-playbook -i HOSTS proxytune.yml --check --diff (reads run, writes are only shown;",
+           "# community.general.pam_limits still creates its dest file empty under --check when it is absent)",
            f"- name: {_q('proxytune profile ' + profile)}",
            "  hosts: all", "  become: true", "  gather_facts: false", "  vars:",
            "    proxytune_sysctl_file: /etc/sysctl.d/90-proxytune.conf",
@@ -187,13 +188,31 @@ def _sysctl_tasks(s, reg):
         f"      when: {reg}.rc == 0 and ({cond})"]
 
 
+def _literal_regex(word: str) -> str:
+    """A regex matching `word` literally, with no backslash (it passes through YAML and Jinja)."""
+    return "".join(c if c.isalnum() or c in "_-@" else f"[{c}]" for c in word)
+
+
+# What pam_limits reads, in its order; the last soft (or -) line for the domain wins.
+LIMITS_READ = "cat /etc/security/limits.conf /etc/security/limits.d/*.conf 2>/dev/null; true"
+
+
 def _limits_tasks(s, reg):
+    """Read the effective login limit first, so a met one is neither changed nor shown as a change."""
     domain, _, item = s.key.rpartition(":")
-    return [f"    - name: {_q(s.address + ' ' + s.wanted_text)}",
+    line = f"^[ \t]*{_literal_regex(domain)}[ \t]+(soft|-)[ \t]+{_literal_regex(item)}[ \t]"
+    current = (f"({reg}.stdout_lines | select('match', {line!r}) | map('split') "
+               "| map('last') | list | last | default(''))")
+    met = (f"{current} == 'unlimited' or ({current} | int) >= {s.wanted}" if s.mode == "at_least"
+           else f"{current} == {str(s.wanted)!r}")
+    return [f"    - name: {_q('read login limits for ' + domain)}", *_argv("sh", "-c", LIMITS_READ),
+            f"      register: {reg}", *READ,
+            f"    - name: {_q(s.address + ' ' + s.wanted_text)}",
             "      community.general.pam_limits:", f"        domain: {_q(domain)}",
             "        limit_type: \"-\"", f"        limit_item: {_q(item)}", f"        value: {_q(s.wanted)}",
             f"        use_max: {'true' if s.mode == 'at_least' else 'false'}",
-            "        dest: \"{{ proxytune_limits_file }}\""]
+            "        dest: \"{{ proxytune_limits_file }}\"",
+            f"      when: {_q('not (' + met + ')')}"]
 
 
 def _service_tasks(s, reg):
