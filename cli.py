@@ -229,9 +229,15 @@ def history(host, as_json):
 @click.option("--format", "fmt", type=click.Choice(export_mod.FORMATS), required=True,
               help="Target format.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE [stdout].")
+@click.option("--tuned-include", metavar="NAME",
+              help="Base tuned profile the tuned export includes [tuned-adm recommend, else throughput-performance].")
 @click.pass_obj
-def export(host, profile_ref, only, skip, service, user, cache_dirs, fmt, output):
+def export(host, profile_ref, only, skip, service, user, cache_dirs, fmt, output, tuned_include):
     """Render a profile for sysctl.d, limits.d, systemd, tuned, Ansible or FreeBSD.
+
+    \b
+    sysctl.d (and tuned's ranges) are computed against this host so that
+    loading them never lowers a value: regenerate them on each host.
 
     \b
     Fleet use:  proxytune tune export --format ansible -o proxytune.yml
@@ -241,12 +247,123 @@ def export(host, profile_ref, only, skip, service, user, cache_dirs, fmt, output
     from tune import params as params_mod
     values, _ = params_mod.resolve(host, cli_params(service, user, cache_dirs), prof.params)
     settings, _ = profile_mod.expand(prof, values, host)
-    text = export_mod.export(fmt, plan_mod.select(settings, only, skip), profile_ref, prof.os)
+    if tuned_include is not None and not export_mod.export_host.NAME.fullmatch(tuned_include):
+        raise ProxytuneError(f"--tuned-include {tuned_include!r} is not a tuned profile name")
+    text = export_mod.export(fmt, plan_mod.select(settings, only, skip), profile_ref, prof.os,
+                             export_mod.Target(host, tuned_include))
     if output:
         output.write_text(text)
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=False)
+
+
+# ---------------------------------------------------------------- fleet
+
+def fleet_options(f):
+    """-i, --profile, --only/--skip, --limit, --forks, --json: shared by every fleet command."""
+    options = [
+        click.option("--inventory", "-i", required=True, metavar="FILE", help="Ansible inventory (INI, YAML, ...)."),
+        click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True,
+                     metavar="NAME|PATH", help="A shipped profile or a TOML file (shipped to every host)."),
+        click.option("--only", multiple=True, metavar="GLOB", help="Only settings matching (repeatable)."),
+        click.option("--skip", multiple=True, metavar="GLOB", help="Leave out settings matching (repeatable)."),
+        click.option("--limit", metavar="PATTERN", help="Ansible host pattern, e.g. 'proxies:!canary'."),
+        click.option("--forks", type=click.IntRange(1, 500), default=5, show_default=True,
+                     help="Hosts Ansible works on at once."),
+        click.option("--json", "as_json", is_flag=True, help="Print the fleet result JSON."),
+    ]
+    for opt in reversed(options):
+        f = opt(f)
+    return f
+
+
+def run_fleet(action, opts: dict, body=None):
+    """Prepare the fleet, run `body(fleet)` (default: one read-only play), print, exit with its code."""
+    from tune import fleet as fleet_mod
+    fl = fleet_mod.Fleet(opts["inventory"], opts["profile_ref"], tuple(opts["only"]), tuple(opts["skip"]),
+                         opts["limit"], opts["forks"], opts.get("persist", False),
+                         progress=lambda line: click.echo(f"fleet: {line}", err=True))
+    try:
+        data = (body or (lambda f: fleet_mod.run_simple(f, action)))(fl.prepare())
+    finally:
+        fl.cleanup()
+    show_fleet(data, opts["as_json"])
+    sys.exit(data["exit"])
+
+
+def show_fleet(data, as_json):
+    from reports import fleet as fleet_report
+    from reports.schema import envelope
+    if as_json:
+        emit_json(envelope("fleet", data))
+        return
+    fleet_report.print_terminal(data)
+
+
+@main.group()
+def fleet():
+    """Audit, apply and roll back many hosts: proxytune runs on each host through ansible-playbook.
+
+    \b
+      proxytune fleet check -i hosts.ini                        hosts x settings, changes nothing
+      proxytune fleet apply -i hosts.ini --canary px1 --serial 5 --yes
+      proxytune fleet rollback -i hosts.ini --yes               undo the last fleet apply
+    Exit 0 all met, 1 drift somewhere, 2 a host unreachable or failed.
+    """
+
+
+@fleet.command("check")
+@fleet_options
+def fleet_check(**opts):
+    """`tune check` on every host; one hosts x settings matrix. Changes nothing."""
+    run_fleet("check", opts)
+
+
+@fleet.command("plan")
+@fleet_options
+@click.option("--persist", is_flag=True, help="Include the files that make the changes permanent.")
+def fleet_plan(**opts):
+    """`tune plan` on every host: what apply would change there. Changes nothing."""
+    run_fleet("plan", opts)
+
+
+@fleet.command("doctor")
+@fleet_options
+def fleet_doctor(**opts):
+    """Can proxytune run on every host: ssh, become, python3 with click/rich/jsonschema, probe caps."""
+    run_fleet("doctor", opts)
+
+
+@fleet.command("apply")
+@fleet_options
+@click.option("--persist", is_flag=True, help="Also write sysctl.d, fstab, limits.d on each host.")
+@click.option("--serial", type=click.IntRange(1, 10000), metavar="N", help="Hosts per batch after the canary [all].")
+@click.option("--canary", metavar="HOST", help="Apply and verify on this host first; stop if it fails.")
+@click.option("--verify-cmd", metavar="CMD",
+              help="Run here after the canary's apply (no shell; $PROXYTUNE_FLEET_HOST is the canary), "
+                   "e.g. a load test; non-zero exit rolls the canary back and stops.")
+@click.option("--yes", "-y", is_flag=True, help="Needed: this changes every host it reaches.")
+@click.pass_obj
+def fleet_apply(host, serial, canary, verify_cmd, yes, **opts):
+    """Rolling apply: the canary first, then --serial batches; journaled on every host."""
+    from tune import fleet_rollout
+    if not yes:
+        raise ProxytuneError("fleet apply changes every host it reaches: add --yes",
+                             "review `proxytune fleet plan -i INVENTORY` first")
+    run_fleet("apply", opts, body=lambda f: fleet_rollout.apply(f, host.state_dir, canary, serial, verify_cmd))
+
+
+@fleet.command("rollback")
+@fleet_options
+@click.option("--yes", "-y", is_flag=True, help="Needed: this changes every host the last apply reached.")
+@click.pass_obj
+def fleet_rollback(host, yes, **opts):
+    """Undo the last fleet apply on every host it reached (each host's own journal entry)."""
+    from tune import fleet_rollout
+    if not yes:
+        raise ProxytuneError("fleet rollback changes every host the last apply reached: add --yes")
+    run_fleet("rollback", opts, body=lambda f: fleet_rollout.rollback(f, host.state_dir))
 
 
 # ---------------------------------------------------------------- bench
@@ -693,6 +810,21 @@ def report_compare(files, out_dir):
         raise ProxytuneError("compare needs at least two result files")
     docs = build.load_results(list(files))
     for p in compare.write(docs, list(files), out_dir):
+        click.echo(f"wrote {p}")
+
+
+@report.command("fleet")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--output", "-o", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("proxytune-fleet"), show_default=True, help="Directory for fleet.{html,md}.")
+def report_fleet(file, out_dir):
+    """A `fleet ... --json` result as a hosts x settings matrix (terminal, Markdown, HTML)."""
+    from reports import build, fleet as fleet_report
+    doc = build.load_results([file])[0]
+    if doc["kind"] != "fleet":
+        raise ProxytuneError(f"{file} is a {doc['kind']} result, not a fleet result")
+    show_fleet(doc["data"], False)
+    for p in fleet_report.write(doc, out_dir):
         click.echo(f"wrote {p}")
 
 

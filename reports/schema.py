@@ -11,7 +11,7 @@ import jsonschema
 from .fingerprint import fingerprint
 
 SCHEMA_ID = "proxytune.result/1"
-KINDS = ("audit", "plan", "apply", "rollback", "bench", "probe", "report")
+KINDS = ("audit", "plan", "apply", "rollback", "bench", "probe", "report", "fleet")
 
 FINGERPRINT = {
     "type": "object",
@@ -65,6 +65,18 @@ FDSCAN_DATA = {
     },
 }
 
+FLEET_DATA = {
+    "type": "object",
+    "required": ["fleet", "profile", "hosts", "summary", "exit"],
+    "properties": {
+        "hosts": {"type": "object", "additionalProperties": {
+            "type": "object", "required": ["status", "fingerprint", "settings"],
+            "properties": {"status": {"enum": ["ok", "unreachable", "failed", "skipped"]},
+                           "fingerprint": {"anyOf": [{"type": "null"}, FINGERPRINT]},
+                           "settings": AUDIT_DATA["properties"]["settings"]}}},
+    },
+}
+
 RESULT = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
@@ -78,6 +90,8 @@ RESULT = {
     },
     "allOf": [{"if": {"properties": {"kind": {"const": "audit"}}},
                "then": {"properties": {"data": AUDIT_DATA}}},
+              {"if": {"properties": {"kind": {"const": "fleet"}}},
+               "then": {"properties": {"data": FLEET_DATA}}},
               {"if": {"properties": {"kind": {"const": "bench"}, "data": {"properties": {"bench": {"const": "events"}}}}},
                "then": {"properties": {"data": EVENTS_DATA}}},
               {"if": {"properties": {"kind": {"const": "bench"}, "data": {"properties": {"bench": {"const": "fdscan"}}}}},

@@ -1,14 +1,20 @@
 """Render a profile into the formats other tools apply: sysctl.d, limits.d,
 systemd drop-ins, tuned, an Ansible playbook, and FreeBSD's config files.
 
-Exports carry the profile's wanted values, since the target hosts are not
-this one. Where a format can say "at least" (tuned's `>`, pam_limits'
-use_max, a guarded Ansible task) it does; where it cannot, a comment says
-so. A setting the format cannot carry is listed, never silently dropped.
+Every export keeps the promise "never lowers" as its consumer loads it:
+where a format can say "at least" (tuned's `>`, pam_limits' use_max, a
+guarded Ansible task) it does; where it cannot (sysctl.d, tuned ranges),
+the values are computed against the host the export is made on and the
+file says so (export_host.py). A setting the format cannot carry is
+listed, never silently dropped.
 """
 
 import json
+import re
+import shlex
+from dataclasses import dataclass
 
+from . import export_host
 from .backends.freebsd_conf import set_keys
 from .backends.freebsd_login import set_cap
 from .backends.limits import render_limits
@@ -23,14 +29,21 @@ LINUX_ONLY = ("sysctl.d", "limits.d", "systemd", "tuned", "ansible")
 MODE_NOTE = {"at_least": "at least", "at_most": "at most", "covers": "a range covering"}
 
 
-def export(fmt: str, settings: list[Setting], profile: str, os_name: str) -> str:
+@dataclass
+class Target:
+    """Where the export goes: the host it is computed on (None: not computed)."""
+    host: object = None
+    tuned_include: str | None = None
+
+
+def export(fmt: str, settings: list[Setting], profile: str, os_name: str, target: Target | None = None) -> str:
     if fmt in LINUX_ONLY and os_name != "linux":
         raise ProxytuneError(f"--format {fmt} is for Linux profiles; {profile} is for {os_name}",
                              "use --format freebsd")
     if fmt == "freebsd" and os_name != "freebsd":
         raise ProxytuneError(f"--format freebsd needs a FreeBSD profile; {profile} is for {os_name}",
                              "try --profile freebsd/proxy")
-    return RENDERERS[fmt](settings, profile)
+    return RENDERERS[fmt](settings, profile, target or Target())
 
 
 def _header(profile: str, fmt: str) -> str:
@@ -47,21 +60,28 @@ def _mode_comments(settings) -> str:
                    "this file sets it exactly\n" for s in settings if s.mode in MODE_NOTE)
 
 
-def sysctl_d(settings, profile):
+def sysctl_d(settings, profile, target):
+    """Never lowers as `sysctl --system` loads it: computed against the target host."""
     mine = [s for s in settings if s.backend == "sysctl"]
     head = _header(profile, "sysctl.d") + "# Install as /etc/sysctl.d/90-proxytune.conf; load with `sysctl --system`.\n"
-    head += _mode_comments(mine) + _left_out(settings, mine, "sysctl.d")
-    return render_conf({s.key: render(s.wanted) for s in mine}, header=head)
+    lines = export_host.computed(mine, target.host, "linux")
+    if lines is None:
+        head += "# Not computed against a host: the profile's values, written exactly.\n" + _mode_comments(mine)
+        return render_conf({s.key: render(s.wanted) for s in mine}, header=head + _left_out(settings, mine, "sysctl.d"))
+    head += export_host.computed_on(target.host)
+    head += "".join(f"# {s.key}: {lines[s.address].note}\n" for s in mine if lines[s.address].note)
+    values = {s.key: lines[s.address].value for s in mine if lines[s.address].value is not None}
+    return render_conf(values, header=head + _left_out(settings, mine, "sysctl.d"))
 
 
-def limits_d(settings, profile):
+def limits_d(settings, profile, target=None):
     mine = [s for s in settings if s.backend == "limits"]
     rows = {tuple(s.key.rsplit(":", 1)): str(s.wanted) for s in mine}
     head = _header(profile, "limits.d") + "# Install as /etc/security/limits.d/90-proxytune.conf.\n"
     return head + _left_out(settings, mine, "limits.d") + render_limits(rows)
 
 
-def systemd(settings, profile):
+def systemd(settings, profile, target=None):
     mine = [s for s in settings if s.backend == "service"]
     out = _header(profile, "systemd drop-ins") + _left_out(settings, mine, "systemd")
     units: dict[str, dict] = {}
@@ -73,18 +93,38 @@ def systemd(settings, profile):
     return out
 
 
-def tuned(settings, profile):
-    """tuned.conf: sysctls with tuned's > and < assignment modifiers."""
+def tuned(settings, profile, target):
+    """tuned.conf over a base profile: `>`/`<` where tuned has them (it then
+    never lowers), values computed against this host where it has not."""
     mine = [s for s in settings if s.backend == "sysctl"]
+    version = export_host.tuned_version()
+    base, why = export_host.tuned_base(target.tuned_include)
+    where = export_host.tuned_profile_dir(version)
+    found = "tuned " + ".".join(map(str, version)) if version else "no tuned installed here"
     lines = [_header(profile, "tuned").rstrip(),
-             "# Install as /etc/tuned/proxytune/tuned.conf; `tuned-adm profile proxytune`.",
+             f"# Install as {where}/tuned.conf ({found}; tuned < 2.24 reads /etc/tuned/NAME,",
+             "# 2.24 and later /etc/tuned/profiles/NAME), then `tuned-adm profile proxytune`.",
+             f"# Includes {base} ({why}), so activating it keeps that tuning.",
+             "# tuned-main.conf reapply_sysctl=1 (the default) re-applies /etc/sysctl.d after this profile,",
+             "# so a value there wins; proxytune's sysctl.d export never lowers, so the two agree.",
              "# tuned has no plugin for fd limits or mount options (tuned#449, #126):"]
     lines += [f"#   not expressible as tuned: {s.address}" for s in settings if s not in mine]
-    lines += ["[main]", f"summary=proxytune {profile}", "", "[sysctl]"]
+    need_host = [s for s in mine if s.mode in MODE_NOTE and not isinstance(s.wanted, int)]
+    computed = export_host.computed(mine, target.host, "linux") or {}
+    if need_host:
+        lines.append(export_host.computed_on(target.host).rstrip() if computed else
+                     "# Not computed against a host: ranges are the profile's values, written exactly.")
+    body = ["[main]", f"summary=proxytune {profile}", f"include={base}", "", "[sysctl]"]
     for s in mine:
+        line = computed.get(s.address)
+        if line and (s in need_host or not line.readable):
+            lines += [f"# {s.key}: {line.note}"] if line.note else []
+            if line.value is not None:
+                body.append(f"{s.key}={line.value}")
+            continue
         prefix = {"at_least": ">", "at_most": "<"}.get(s.mode, "") if isinstance(s.wanted, int) else ""
-        lines.append(f"{s.key}={prefix}{render(s.wanted)}")
-    return "\n".join(lines) + "\n"
+        body.append(f"{s.key}={prefix}{render(s.wanted)}")
+    return "\n".join(lines + body) + "\n"
 
 
 def _q(text) -> str:
@@ -92,17 +132,33 @@ def _q(text) -> str:
     return json.dumps(str(text))
 
 
-def ansible(settings, profile):
-    """A playbook for ansible-playbook: the same profile, fleet-wide, never lowering."""
+def _argv(*words) -> list[str]:
+    """An argv list for ansible.builtin.command: no shell ever sees these words."""
+    return ["      ansible.builtin.command:", "        argv: " + json.dumps([str(w) for w in words])]
+
+
+READ = ["      changed_when: false", "      failed_when: false", "      check_mode: false"]
+
+
+def ansible(settings, profile, target=None):
+    """A playbook for ansible-playbook: the same profile, fleet-wide, never
+    lowering; --check --diff reports only what would really change."""
     out = [_header(profile, "an Ansible playbook").rstrip(),
            "# Run: ansible-playbook -i HOSTS proxytune.yml   (needs ansible.posix and community.general)",
+           "# Dry run: ansible-playbook -i HOSTS proxytune.yml --check --diff (reads run, writes are only shown;",
+           "# community.general.pam_limits still creates its dest file empty under --check when it is absent)",
            f"- name: {_q('proxytune profile ' + profile)}",
            "  hosts: all", "  become: true", "  gather_facts: false", "  vars:",
            "    proxytune_sysctl_file: /etc/sysctl.d/90-proxytune.conf",
            "    proxytune_limits_file: /etc/security/limits.d/90-proxytune.conf",
            "    proxytune_systemd_dir: /etc/systemd/system",
            "  handlers:", "    - name: reload systemd", "      ansible.builtin.systemd:",
-           "        daemon_reload: true", "  tasks:"]
+           "        daemon_reload: true",
+           "      when: proxytune_systemd_pid1.stat.exists   # only where systemd runs as PID 1",
+           "  tasks:",
+           "    - name: is systemd PID 1 here",
+           "      ansible.builtin.stat:", "        path: /run/systemd/system",
+           "      register: proxytune_systemd_pid1", "      check_mode: false"]
     for n, s in enumerate(settings):
         out += TASKS[s.backend](s, f"pt_{n}")
     return "\n".join(out) + "\n"
@@ -110,49 +166,78 @@ def ansible(settings, profile):
 
 def _sysctl_tasks(s, reg):
     cur = f"({reg}.stdout.split()"
-    read = [f"    - name: {_q('read ' + s.key)}",
-            f"      ansible.builtin.command: {_q('sysctl -n ' + s.key)}",
-            f"      register: {reg}", "      changed_when: false", "      failed_when: false"]
+    read = [f"    - name: {_q('read ' + s.key)}", *_argv("sysctl", "-n", s.key), f"      register: {reg}", *READ]
     if s.mode == "covers":
         lo, hi = s.wanted
         value = f"{{{{ [{cur}[0] | int), {lo}] | min }}}} {{{{ [{cur}[1] | int), {hi}] | max }}}}"
         cond = f"{cur}[0] | int) > {lo} or {cur}[1] | int) < {hi}"
-    elif s.mode in ("at_least", "at_most"):
+    elif s.mode in ("at_least", "at_most") and isinstance(s.wanted, int):
         value = render(s.wanted)
         cond = f"({reg}.stdout | int) {'<' if s.mode == 'at_least' else '>'} {s.wanted}"
+    elif s.mode in ("at_least", "at_most"):
+        pick = "max" if s.mode == "at_least" else "min"
+        value = " ".join(f"{{{{ [{cur}[{i}] | int), {w}] | {pick} }}}}" for i, w in enumerate(s.wanted))
+        cond = " or ".join(f"{cur}[{i}] | int) {'<' if pick == 'max' else '>'} {w}" for i, w in enumerate(s.wanted))
     else:
         value = render(s.wanted)
         cond = f"{reg}.stdout.split() | join(' ') != {_q(value)}"
     return read + [
         f"    - name: {_q(s.key + ' ' + s.wanted_text + ' (' + s.reason + ')')}",
-        "      ansible.posix.sysctl:", f"        name: {s.key}", f"        value: {_q(value)}",
+        "      ansible.posix.sysctl:", f"        name: {_q(s.key)}", f"        value: {_q(value)}",
         "        sysctl_file: \"{{ proxytune_sysctl_file }}\"", "        sysctl_set: true", "        reload: false",
         f"      when: {reg}.rc == 0 and ({cond})"]
 
 
+def _literal_regex(word: str) -> str:
+    """A regex matching `word` literally, with no backslash (it passes through YAML and Jinja)."""
+    return "".join(c if c.isalnum() or c in "_-@" else f"[{c}]" for c in word)
+
+
+# What pam_limits reads, in its order; the last soft (or -) line for the domain wins.
+LIMITS_READ = "cat /etc/security/limits.conf /etc/security/limits.d/*.conf 2>/dev/null; true"
+
+
 def _limits_tasks(s, reg):
+    """Read the effective login limit first, so a met one is neither changed nor shown as a change."""
     domain, _, item = s.key.rpartition(":")
-    return [f"    - name: {_q(s.address + ' ' + s.wanted_text)}",
+    line = f"^[ \t]*{_literal_regex(domain)}[ \t]+(soft|-)[ \t]+{_literal_regex(item)}[ \t]"
+    current = (f"({reg}.stdout_lines | select('match', {line!r}) | map('split') "
+               "| map('last') | list | last | default(''))")
+    met = (f"{current} == 'unlimited' or ({current} | int) >= {s.wanted}" if s.mode == "at_least"
+           else f"{current} == {str(s.wanted)!r}")
+    return [f"    - name: {_q('read login limits for ' + domain)}", *_argv("sh", "-c", LIMITS_READ),
+            f"      register: {reg}", *READ,
+            f"    - name: {_q(s.address + ' ' + s.wanted_text)}",
             "      community.general.pam_limits:", f"        domain: {_q(domain)}",
-            "        limit_type: \"-\"", f"        limit_item: {item}", f"        value: {s.wanted}",
+            "        limit_type: \"-\"", f"        limit_item: {_q(item)}", f"        value: {_q(s.wanted)}",
             f"        use_max: {'true' if s.mode == 'at_least' else 'false'}",
-            "        dest: \"{{ proxytune_limits_file }}\""]
+            "        dest: \"{{ proxytune_limits_file }}\"",
+            f"      when: {_q('not (' + met + ')')}"]
 
 
 def _service_tasks(s, reg):
     unit, _, directive = s.key.rpartition(":")
-    return [f"    - name: {_q(s.address + ' = ' + render(s.wanted))}",
+    folder = f"{{{{ proxytune_systemd_dir }}}}/{unit}.service.d"
+    return [f"    - name: {_q('drop-in directory for ' + unit)}",
+            "      ansible.builtin.file:", f"        path: {_q(folder)}", "        state: directory",
+            "        mode: \"0755\"",
+            f"    - name: {_q(s.address + ' = ' + render(s.wanted))}",
             "      ansible.builtin.copy:",
-            f"        dest: \"{{{{ proxytune_systemd_dir }}}}/{unit}.service.d/proxytune.conf\"",
+            f"        dest: {_q(folder + '/proxytune.conf')}",
             f"        content: {_q(render_dropin({directive: str(s.wanted)}))}",
             "      notify: reload systemd"]
 
 
+RLIMIT_NAME = re.compile(r"[a-z]+")
+
+
 def _rlimit_tasks(s, reg):
     service, _, name = s.key.rpartition(":")
+    if not RLIMIT_NAME.fullmatch(name) or not isinstance(s.wanted, int):
+        raise ProxytuneError(f"{s.address}: cannot render {name!r} = {s.wanted!r} as a prlimit task")
     n = s.wanted
-    script = (f"for p in $(pgrep -x {service}); do s=$(prlimit --pid $p --{name} -o SOFT --noheadings); "
-              f"[ \"$s\" = unlimited ] || [ \"$s\" -ge {n} ] || {{ prlimit --pid $p --{name}={n}:{n} && echo changed; }}; done")
+    script = (f"for p in $(pgrep -x -- {shlex.quote(service)}); do s=$(prlimit --pid \"$p\" --{name} -o SOFT --noheadings); "
+              f"[ \"$s\" = unlimited ] || [ \"$s\" -ge {n} ] || {{ prlimit --pid \"$p\" --{name}={n}:{n} && echo changed; }}; done")
     return [f"    - name: {_q(s.address + ' ' + s.wanted_text + ' on running processes')}",
             f"      ansible.builtin.shell: {_q(script)}", f"      register: {reg}",
             f"      changed_when: \"'changed' in {reg}.stdout\""]
@@ -160,9 +245,8 @@ def _rlimit_tasks(s, reg):
 
 def _mount_tasks(s, reg):
     path = s.key.rpartition(":")[0]
-    return [f"    - name: {_q('mount point of ' + path)}",
-            f"      ansible.builtin.command: {_q('findmnt -n -o TARGET --target ' + path)}",
-            f"      register: {reg}", "      changed_when: false", "      failed_when: false",
+    return [f"    - name: {_q('mount point of ' + path)}", *_argv("findmnt", "-n", "-o", "TARGET", "--target", path),
+            f"      register: {reg}", *READ,
             f"    - name: {_q('noatime in /etc/fstab for ' + path)}",
             "      ansible.builtin.replace:", "        path: /etc/fstab",
             f"        regexp: '^(\\s*\\S+\\s+{{{{ {reg}.stdout | regex_escape }}}}\\s+\\S+\\s+)(?!\\S*noatime)(\\S+)(.*)$'",
@@ -176,7 +260,7 @@ TASKS = {"sysctl": _sysctl_tasks, "limits": _limits_tasks, "service": _service_t
          "rlimit": _rlimit_tasks, "mount": _mount_tasks}
 
 
-def freebsd(settings, profile):
+def freebsd(settings, profile, target=None):
     """The FreeBSD files: sysctl.conf, loader.conf, login.conf, fstab options."""
     def pick(kind):
         return {s.key: render(s.wanted) for s in settings if s.backend == kind}

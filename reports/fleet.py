@@ -1,0 +1,96 @@
+"""A fleet result as a hosts x settings matrix: one column per host, one
+row per setting (the union over hosts), each cell the host's current value
+and its status; then the hosts that could not be audited and why."""
+
+from pathlib import Path
+
+from .tables import Table
+
+MARK = {"met": "met", "drift": "DRIFT", "n/a": "n/a", "error": "ERROR"}
+
+
+def matrix(data: dict) -> Table:
+    names = list(data["hosts"])
+    rows_by_setting: dict[str, dict] = {}
+    for name in names:
+        for row in data["hosts"][name].get("settings", []):
+            rows_by_setting.setdefault(row["setting"], {"wanted": row["wanted_text"]})[name] = row
+    head = [["host status", ""] + [data["hosts"][n]["status"] for n in names],
+            ["kernel", ""] + [(data["hosts"][n].get("fingerprint") or {}).get("kernel", "-") for n in names]]
+    for key, label in (("journal", "journal entry"), ("steps", "steps"), ("rolled_back", "rolled back")):
+        if any(key in data["hosts"][n] for n in names):
+            head.append([label, ""] + [_cell(data["hosts"][n].get(key)) for n in names])
+    caps = []
+    for name in names:
+        caps += [c for c in data["hosts"][name].get("capabilities", {}) if c not in caps]
+    body = [[f"can: {c}", ""] + [_yes_no(data["hosts"][n].get("capabilities", {}).get(c)) for n in names]
+            for c in caps]
+    for setting, per in rows_by_setting.items():
+        cells = [f"{per[n]['current_text']} ({MARK.get(per[n]['status'], per[n]['status'])})" if n in per else "-"
+                 for n in names]
+        body.append([setting, per["wanted"], *cells])
+    return Table(f"Fleet {data['fleet']}: profile {data['profile']}", ["setting", "wanted", *names], head + body)
+
+
+def _cell(value) -> str:
+    return "-" if value is None else _yes_no(value) if isinstance(value, bool) else str(value)
+
+
+def _yes_no(flag) -> str:
+    return "-" if flag is None else ("yes" if flag else "no")
+
+
+def problems(data: dict) -> Table | None:
+    rows = [[n, h["status"], h.get("error") or ""] for n, h in data["hosts"].items() if h["status"] != "ok"]
+    return Table("Hosts not fully handled", ["host", "status", "why"], rows, status_col=1) if rows else None
+
+
+def tables(data: dict) -> list[Table]:
+    return [t for t in (matrix(data), problems(data)) if t]
+
+
+def summary_line(data: dict) -> str:
+    s = data["summary"]
+    drift = sum(1 for h in data["hosts"].values() if h.get("summary", {}).get("drift"))
+    line = (f"{len(data['hosts'])} host(s): {s['ok']} ok, {s['unreachable']} unreachable, {s['failed']} failed"
+            f"{', ' + str(s['skipped']) + ' not reached' if s['skipped'] else ''}; {drift} with drift")
+    return line + (f"; {data['stopped']}" if data.get("stopped") else "")
+
+
+def write(doc: dict, out_dir: Path) -> list[Path]:
+    from .html import CSS, _e, table as html_table
+    from .markdown import table as md_table
+    data = doc["data"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, html = out_dir / "fleet.md", out_dir / "fleet.html"
+    md.write_text(f"# proxytune fleet {data['fleet']}\n\n{summary_line(data)}\n\n"
+                  + "\n".join(md_table(t, "##") for t in tables(data)))
+    html.write_text("<!doctype html><html lang=en><head><meta charset=utf-8><title>proxytune fleet</title>"
+                    f"<style>{CSS}</style></head><body>\n<h1>proxytune fleet {_e(data['fleet'])}</h1>"
+                    f"<p class=sub>{_e(summary_line(data))}</p>\n"
+                    + "\n".join(html_table(t, "h2") for t in tables(data)) + "\n</body></html>\n")
+    return [md, html]
+
+
+def print_terminal(data: dict) -> None:
+    """The matrix and the problem hosts as rich tables, then one summary line."""
+    from rich.markup import escape
+    from rich.table import Table as RichTable
+    from tune.render import console
+    out = console()
+    for t in tables(data):
+        rt = RichTable(title=t.title, title_justify="left")
+        for h in t.headers:
+            rt.add_column(escape(str(h)), overflow="fold")
+        for row in t.rows:
+            rt.add_row(*[_styled(str(c)) for c in row])
+        out.print(rt)
+    out.print(escape(summary_line(data)))
+
+
+def _styled(cell: str) -> str:
+    from rich.markup import escape
+    for word, style in (("(DRIFT)", "yellow"), ("(ERROR)", "red"), ("unreachable", "red"), ("failed", "red")):
+        if word in cell:
+            return f"[{style}]{escape(cell)}[/]"
+    return escape(cell)
