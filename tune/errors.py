@@ -8,10 +8,17 @@ keeps its traceback.
 class ProxytuneError(Exception):
     """A user-facing error: `message` is one line, `hint` says what to do."""
 
+    exit_code = 2
+
     def __init__(self, message: str, hint: str | None = None):
         super().__init__(message)
         self.message = message
         self.hint = hint
+
+
+class Interrupted(ProxytuneError):
+    """Ctrl-C or SIGTERM stopped a command (after it undid what it had done): exit 130."""
+    exit_code = 130
 
 
 class ProfileError(ProxytuneError):

@@ -61,6 +61,7 @@ class FreeBSDSysctlBackend(Backend):
     kind = "sysctl"
     os = "freebsd"
     FILE = "/etc/sysctl.conf"
+    writes = (FILE,)
 
     def validate(self, setting):
         super().validate(setting)
@@ -89,6 +90,7 @@ class FreeBSDLoaderBackend(Backend):
     os = "freebsd"
     runtime = False
     FILE = "/boot/loader.conf"
+    writes = (FILE,)
 
     def validate(self, setting):
         super().validate(setting)

@@ -18,6 +18,7 @@ LINE = re.compile(r"^\s*(\S+)\s+(soft|hard|-)\s+(\S+)\s+(\S+)")
 
 class LimitsBackend(Backend):
     kind = "limits"
+    writes = (PERSIST_FILE,)
     runtime = False
     modes = ("value", "at_least")
 

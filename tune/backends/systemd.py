@@ -22,6 +22,7 @@ UNIT = re.compile(r"^[A-Za-z0-9@_.\-]+$")
 
 class SystemdBackend(Backend):
     kind = "service"
+    writes = ("/etc/systemd/system/*.service.d/proxytune.conf",)
     runtime = False
     modes = ("value", "at_least")
 
