@@ -68,10 +68,10 @@ def directory(state_dir: Path) -> Path:
     return Path(state_dir) / "journal"
 
 
-def ensure_dirs(state_dir: Path) -> Path:
-    """Create (0700, whatever the umask) or vet the state and journal dirs before writing."""
+def ensure_dirs(state_dir: Path, journal_too: bool = True) -> Path:
+    """Create (0700, whatever the umask) or vet the state dir (and the journal dir) before writing."""
     state_dir = Path(state_dir)
-    for d in (state_dir, directory(state_dir)):
+    for d in (state_dir, directory(state_dir))[:2 if journal_too else 1]:
         try:
             if d == state_dir:
                 d.parent.mkdir(parents=True, exist_ok=True)
@@ -80,12 +80,16 @@ def ensure_dirs(state_dir: Path) -> Path:
             pass
         except OSError as e:
             raise ProxytuneError(f"cannot create {d}: {e.strerror}", "run as root, or set PROXYTUNE_STATE_DIR")
-        _vet_dir(d)
-        os.chmod(d, 0o700, follow_symlinks=False)
+        vet_dir(d)
+        if stat.S_IMODE(os.lstat(d).st_mode) != 0o700:
+            try:
+                os.chmod(d, 0o700, follow_symlinks=False)
+            except OSError as e:
+                raise ProxytuneError(f"cannot make {d} private (0700): {e.strerror}")
     return state_dir
 
 
-def _vet_dir(d: Path) -> bool:
+def vet_dir(d: Path) -> bool:
     """True when d is a safe directory of ours; False when absent; refuse anything else."""
     try:
         st = os.lstat(d)
@@ -119,7 +123,7 @@ def save(state_dir: Path, entry: dict) -> None:
 def entries(state_dir: Path) -> list[dict]:
     """All journal entries, oldest first (by sequence number); any doubtful one is refused."""
     jdir = directory(state_dir)
-    if not _vet_dir(Path(state_dir)) or not _vet_dir(jdir):
+    if not vet_dir(Path(state_dir)) or not vet_dir(jdir):
         return []
     out = [load(f) for f in jdir.iterdir() if f.suffix == ".json"]
     return sorted(out, key=lambda e: e["seq"])

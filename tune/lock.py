@@ -3,7 +3,7 @@
 flock(2) on STATE_DIR/lock: the kernel drops it when the holder exits, however
 it exits (SIGKILL included), so a stale lock cannot exist. The holder writes
 who it is (pid, start time, comm, command, since) into the file so that a
-refused second run can say who is in the way. The file is opened
+refused second run can say who is in the way, and empties it on release. The file is opened
 O_NOFOLLOW, 0600, and must be ours.
 """
 
@@ -25,7 +25,8 @@ LOCK_NAME = "lock"
 @contextmanager
 def hold(state_dir: Path, command: str):
     """Hold the lock for `command` (e.g. "tune apply"); refuse at once when another run holds it."""
-    state_dir = journal.ensure_dirs(state_dir)
+    state_dir = journal.ensure_dirs(state_dir, journal_too=False)
+    journal.vet_dir(journal.directory(state_dir))
     path = state_dir / LOCK_NAME
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -46,7 +47,10 @@ def hold(state_dir: Path, command: str):
               "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
-        yield me
+        try:
+            yield me
+        finally:
+            os.ftruncate(fd, 0)          # empty whenever nobody holds it
     finally:
         os.close(fd)
 
