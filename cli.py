@@ -2,7 +2,7 @@
 
 This file only parses options and calls into the packages (tune/, reports/,
 ...). Exit codes everywhere: 0 all good, 1 drift or findings, 2 usage or
-runtime error.
+runtime error (also any unexpected exception), 130 interrupted.
 """
 
 import json

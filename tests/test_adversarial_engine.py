@@ -555,3 +555,36 @@ def test_bad_rollback_requests_are_one_line_exit_2(sandbox, tmp_path, argv, need
 def test_usage_errors_exit_2(sandbox, argv):
     r = proxytune(*argv)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "Error:" in r.stderr
+
+
+@pytest.mark.parametrize("target", ["fifo", "not-utf8", "directory"])
+def test_target_that_is_not_a_text_file_is_refused(sandbox, prof, tmp_path, target):
+    """A FIFO must not hang apply (nor the snapshot, which would read it: compared by listing)."""
+    ours = sandbox.root / LIMITS_FILE
+    ours.parent.mkdir(parents=True)
+    if target == "fifo":
+        os.mkfifo(ours)
+    elif target == "directory":
+        ours.mkdir()
+    else:
+        ours.write_bytes(b"\xff\xfe binary\n")
+    listing = lambda: sorted((str(p), p.lstat().st_mode, p.lstat().st_size) for p in sandbox.root.rglob("*"))  # noqa: E731
+    before = listing()
+    r = proxytune("tune", "apply", "-p", str(prof), "--only", "limits:*", "--yes", timeout=60)
+    needle = "not UTF-8 text" if target == "not-utf8" else "not a regular file"
+    if r.stderr:
+        one_error(r, 2, str(ours), needle)
+    else:               # found while reading the host: the plan's status `error`, exit 2, no step run
+        assert r.returncode == 2 and "not a regular file" in r.stdout and "applied" not in r.stdout, r.stdout
+    assert listing() == before and not entry_files(sandbox)
+
+
+def test_plan_with_root_says_live_settings_are_this_namespaces(sandbox, prof):
+    r = proxytune("tune", "plan", "-p", str(prof), "--service", "squid")
+    assert r.returncode == 1, r.stderr                     # drift: the files are missing
+    assert f"--root {sandbox.root}: files are read and written under" in r.stdout
+    assert "live settings (sysctls, mounts, process limits) are those of the namespace this runs in" in r.stdout
+    r = proxytune("tune", "--help")
+    assert r.returncode == 0
+    r = proxytune("--help")
+    assert "namespace" in r.stdout and "--files-only" in r.stdout and "--debug" in r.stdout

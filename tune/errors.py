@@ -1,7 +1,7 @@
-"""Errors a user can act on: one line, an optional hint, exit code 2.
+"""Errors a user can act on: one line, an optional hint, exit code 2 (130 when interrupted).
 
-Everything the CLI catches is a ProxytuneError; anything else is a bug and
-keeps its traceback.
+The CLI prints a ProxytuneError as that line; anything else is a bug,
+printed as one `internal error` line, exit 2, its traceback only with --debug.
 """
 
 

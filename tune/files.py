@@ -59,11 +59,12 @@ def read_for_edit(path: Path, root: Path = Path("/")) -> FileState | None:
         return None
     except OSError as e:
         raise _refusal(path, e, "read")
+    st = _must_be_regular(fd, f"refusing to edit {path}: not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ProxytuneError(f"refusing to edit {path}: not a regular file", "nothing was changed")
-        text = fh.read().decode()
+        try:
+            text = fh.read().decode()
+        except UnicodeDecodeError:
+            raise ProxytuneError(f"refusing to edit {path}: it is not UTF-8 text", "nothing was changed")
     return FileState(text, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, digest(text))
 
 
@@ -128,9 +129,15 @@ def read_text(path: Path) -> str | None:
     """File content for parsing, or None when absent. Follows symlinks (a host's own links,
     like /etc/sysctl.d/99-sysctl.conf, are legitimate to read); never use it to edit."""
     try:
-        return Path(path).read_text()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)   # a FIFO must not hang us
     except (FileNotFoundError, NotADirectoryError):
         return None
+    _must_be_regular(fd, f"cannot read {path}: not a regular file")
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            return fh.read().decode()
+        except UnicodeDecodeError:
+            raise ProxytuneError(f"cannot read {path}: it is not UTF-8 text")
 
 
 def atomic_write(path: Path, text: str, mode: int = NEW_FILE_MODE) -> list[str]:
@@ -175,6 +182,15 @@ def _parent(path: Path, root: Path, create: bool):
         yield fd, parts[-1], created
     finally:
         os.close(fd)
+
+
+def _must_be_regular(fd: int, refusal: str) -> os.stat_result:
+    """fstat of an open fd; closes it and refuses when it is not a regular file (FIFO, dir, device)."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ProxytuneError(refusal, "replace it with a plain file; nothing was changed")
+    return st
 
 
 def _is_link(name: str, dfd: int) -> bool:

@@ -112,7 +112,7 @@ def new_entry(state_dir: Path, profile: str, os_name: str, root: Path, steps: li
     return {"id": f"{stamp}-{os.getpid()}-{seq}", "seq": seq,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "profile": profile, "os": os_name, "root": str(root), "state": APPLYING, "done": 0,
-            "owner": identity(os.getpid()), "steps": steps}
+            "owner": identity(os.getpid()) or {"pid": os.getpid(), "start": -1, "comm": ""}, "steps": steps}
 
 
 def save(state_dir: Path, entry: dict) -> None:
