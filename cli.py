@@ -2,7 +2,7 @@
 
 This file only parses options and calls into the packages (tune/, reports/,
 ...). Exit codes everywhere: 0 all good, 1 drift or findings, 2 usage or
-runtime error.
+runtime error (also any unexpected exception), 130 interrupted.
 """
 
 import json
@@ -24,19 +24,41 @@ DEFAULT_PROFILE = {"linux": "linux/proxy", "freebsd": "freebsd/proxy"}.get(platf
 
 
 class Main(click.Group):
-    """Turns ProxytuneError into one line and a hint on stderr, exit 2."""
+    """Exit codes the README promises, whatever happens below: a ProxytuneError is one line
+    and a hint (exit 2, or 130 when interrupted); Ctrl-C is 130; any other exception is a bug,
+    reported as one `internal error` line, exit 2 (its traceback only with --debug)."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except ProxytuneError as e:
-            click.echo(f"proxytune: error: {e.message}", err=True)
-            if e.hint:
-                click.echo(f"hint: {e.hint}", err=True)
-            sys.exit(2)
+            say_error(e.message, e.hint)
+            sys.exit(e.exit_code)
         except KeyboardInterrupt:
-            click.echo("proxytune: interrupted", err=True)
+            say_error("interrupted")
             sys.exit(130)
+        except click.exceptions.Abort as e:
+            if isinstance(e.__context__, KeyboardInterrupt):      # Ctrl-C at a prompt
+                say_error("interrupted; nothing was changed")
+                sys.exit(130)
+            say_error("not confirmed; nothing was changed")
+            sys.exit(2)
+        except (click.exceptions.ClickException, click.exceptions.Exit, SystemExit):
+            raise
+        except Exception as e:
+            if ctx.params.get("debug"):
+                import traceback
+                traceback.print_exc()
+            notes = "; ".join(getattr(e, "__notes__", []))
+            say_error(f"{type(e).__name__}: {e}{'; ' + notes if notes else ''}".replace("\n", " "),
+                      "this is a bug in proxytune; rerun with --debug for the traceback", kind="internal error")
+            sys.exit(2)
+
+
+def say_error(message: str, hint: str | None = None, kind: str = "error") -> None:
+    click.echo(f"proxytune: {kind}: {message}", err=True)
+    if hint:
+        click.echo(f"hint: {hint}", err=True)
 
 
 def emit_json(doc) -> None:
@@ -46,11 +68,14 @@ def emit_json(doc) -> None:
 @click.group(cls=Main, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="proxytune")
 @click.option("--root", envvar="PROXYTUNE_ROOT", default="/", show_default=True, metavar="DIR",
-              help="Read and write configuration files (/etc/...) under DIR, e.g. an image being built.")
+              help="Read and write configuration files (/etc/...) under DIR. Live settings (sysctls, "
+                   "mounts, process limits) stay those of the namespace proxytune runs in; for an image "
+                   "being built add `tune apply --files-only`.")
 @click.option("--state-dir", envvar="PROXYTUNE_STATE_DIR", default="/var/lib/proxytune", show_default=True,
               metavar="DIR", help="Where the apply journal lives (rollback reads it).")
+@click.option("--debug", is_flag=True, help="On an internal error, print the Python traceback.")
 @click.pass_context
-def main(ctx, root, state_dir):
+def main(ctx, root, state_dir, debug):
     """Tune, diagnose and benchmark hosts that run web proxies.
 
     \b
@@ -122,22 +147,40 @@ def audit_observations(plan) -> dict:
     return observe.observe(values["service"], values["cache_dirs"], somaxconn if isinstance(somaxconn, int) else None)
 
 
+FILES_ONLY_HELP = ("Write only the files (sysctl.d, limits.d, drop-ins, fstab) under --root; change "
+                   "nothing live (for an image being built).")
+
+
+def scope_notes(host, files_only: bool) -> list[str]:
+    """What --root and --files-only mean for this run, said where the plan is shown."""
+    notes = []
+    if not host.live:
+        notes.append(f"--root {host.root}: files are read and written under {host.root}; live settings "
+                     "(sysctls, mounts, process limits) are those of the namespace this runs in")
+    if files_only:
+        notes.append("--files-only: only files are written; no live setting is changed")
+    return notes
+
+
 @tune.command("plan")
 @profile_options
 @click.option("--persist", is_flag=True, help="Include the files that make the changes permanent.")
+@click.option("--files-only", is_flag=True, help=FILES_ONLY_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as result JSON.")
 @click.pass_obj
-def plan_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist, as_json):
+def plan_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist, files_only, as_json):
     """Show exactly what `tune apply` would do. Changes nothing."""
     plan = plan_mod.build(profile_ref, host, cli_params(service, user, cache_dirs), only, skip)
-    steps, notes = apply_mod.steps_for(plan, host, persist)
-    notes += plan_mod.boot_warnings(plan) if persist else []
+    steps, notes = apply_mod.steps_for(plan, host, persist, files_only)
+    notes = scope_notes(host, files_only) + notes + (plan_mod.boot_warnings(plan) if persist else [])
     if as_json:
         from reports.schema import envelope
-        emit_json(envelope("plan", {**plan.to_json(), "steps": steps, "persist": persist, "step_notes": notes}))
+        emit_json(envelope("plan", {**plan.to_json(), "steps": steps, "persist": persist, "files_only": files_only,
+                                    "root": str(host.root), "step_notes": notes}))
     else:
         render.print_plan(plan, f"tune plan: {profile_ref}", show_target=True)
-        click.echo(f"apply{' --persist' if persist else ''} would run {len(steps)} step(s):")
+        flags = (" --persist" if persist else "") + (" --files-only" if files_only else "")
+        click.echo(f"apply{flags} would run {len(steps)} step(s):")
         render.print_steps(steps, "-")
         for n in notes:
             click.echo(f"note: {n}")
@@ -148,36 +191,42 @@ def plan_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist, 
 @profile_options
 @click.option("--persist", is_flag=True,
               help="Also write sysctl.d, fstab, limits.d so the change survives a reboot.")
+@click.option("--files-only", is_flag=True, help=FILES_ONLY_HELP)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask; needed when there is no terminal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as result JSON.")
 @click.pass_obj
-def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist, yes, as_json):
+def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist, files_only, yes, as_json):
     """Apply a profile: journal the old values, change, verify.
 
     Every old value is written to the journal before the first change, so
     `tune rollback` restores exactly, even after a crash half-way. A failure
-    mid-apply undoes what was done. Running it twice changes nothing.
+    or Ctrl-C mid-apply undoes what was done (exit 2, or 130). Running it
+    twice changes nothing. One apply or rollback at a time (a lock in the
+    state dir); a second one is refused and says who holds it.
     """
     params = cli_params(service, user, cache_dirs)
     plan = plan_mod.build(profile_ref, host, params, only, skip)
     plan_mod.refuse_errors(plan)
-    apply_mod.refuse_blocked(plan)
+    apply_mod.refuse_blocked(plan, files_only)
     for warning in plan_mod.boot_warnings(plan) if persist else []:
         click.echo(f"proxytune: warning: {warning}", err=True)
-    steps, _ = apply_mod.steps_for(plan, host, persist)
+    steps, _ = apply_mod.steps_for(plan, host, persist, files_only)
     if steps and not yes:
         if not sys.stdin.isatty():
             raise ProxytuneError("refusing to change the host without --yes (no terminal to ask)",
                                  "review `proxytune tune plan` first")
         render.print_plan(plan, f"tune apply: {profile_ref}", show_target=True)
         render.print_steps(steps, "-")
+        for n in scope_notes(host, files_only):
+            click.echo(f"note: {n}")
         click.confirm(f"Apply these {len(steps)} step(s)?", abort=True)
-    outcome = apply_mod.apply_plan(plan, host, persist)
+    outcome = apply_mod.apply_plan(plan, host, persist, files_only)
+    outcome.notes[:0] = scope_notes(host, files_only)
     after = plan_mod.build(profile_ref, host, params, only, skip)
     if as_json:
         from reports.schema import envelope
         emit_json(envelope("apply", {"journal": outcome.entry and outcome.entry["id"], "steps": outcome.steps,
-                                     "notes": outcome.notes, "verify": after.to_json()}))
+                                     "files_only": files_only, "notes": outcome.notes, "verify": after.to_json()}))
     else:
         render.print_outcome(outcome, "applied")
         render.print_plan(after, "verify")
@@ -186,35 +235,44 @@ def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist,
 
 @tune.command()
 @click.option("--id", "entry_id", metavar="ID", help="Journal entry to undo [the latest open one].")
+@click.option("--force", is_flag=True,
+              help="Also undo values and files changed by someone since the apply (normally kept and reported).")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask; needed when there is no terminal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as result JSON.")
 @click.pass_obj
-def rollback(host, entry_id, yes, as_json):
-    """Restore exactly what the last apply (or an interrupted one) changed."""
+def rollback(host, entry_id, force, yes, as_json):
+    """Restore what the last apply (or an interrupted one) changed, where it is still ours.
+
+    A value or file changed since the apply is kept and reported (exit 1;
+    the entry stays open, `--force` finishes it). Exit 2 when a step failed.
+    """
+    journal.check_id(entry_id)
     entry = journal.find(host.state_dir, entry_id)
     if not yes:
         if not sys.stdin.isatty():
             raise ProxytuneError("refusing to change the host without --yes (no terminal to ask)")
-        click.echo(f"journal {entry['id']} ({entry['state']}, profile {entry['profile']}) will restore:")
-        render.print_steps(entry["steps"], "-", undo=True)
+        click.echo(f"journal {entry['id']} ({journal.status(entry)}, profile {entry['profile']}) will restore:")
+        render.print_steps([s for s in entry["steps"] if not s.get("undone")], "-", undo=True)
         click.confirm("Roll back?", abort=True)
-    outcome = apply_mod.rollback(host, entry["id"])
+    outcome = apply_mod.rollback(host, entry["id"], force)
     if as_json:
         from reports.schema import envelope
         emit_json(envelope("rollback", {"journal": entry["id"], "state": outcome.entry["state"],
-                                        "steps": outcome.steps, "failures": outcome.failures}))
+                                        "steps": outcome.steps, "kept": outcome.kept, "notes": outcome.notes,
+                                        "failures": outcome.failures}))
     else:
         render.print_outcome(outcome, "rolled back")
-    sys.exit(2 if outcome.failures else 0)
+    sys.exit(2 if outcome.failures else 1 if outcome.kept else 0)
 
 
 @tune.command()
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def history(host, as_json):
-    """List the apply journal: id, state, profile, number of steps."""
-    rows = [{"id": e["id"], "state": e["state"], "profile": e["profile"], "steps": len(e["steps"]),
-             "done": e["done"]} for e in journal.entries(host.state_dir)]
+    """List the apply journal, oldest first: id, state (an apply whose process is gone
+    shows as interrupted), profile, steps done."""
+    rows = [{"id": e["id"], "seq": e["seq"], "state": journal.status(e), "profile": e["profile"],
+             "steps": len(e["steps"]), "done": e["done"]} for e in journal.entries(host.state_dir)]
     if as_json:
         emit_json(rows)
         return

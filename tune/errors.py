@@ -1,7 +1,7 @@
-"""Errors a user can act on: one line, an optional hint, exit code 2.
+"""Errors a user can act on: one line, an optional hint, exit code 2 (130 when interrupted).
 
-Everything the CLI catches is a ProxytuneError; anything else is a bug and
-keeps its traceback.
+The CLI prints a ProxytuneError as that line; anything else is a bug,
+printed as one `internal error` line, exit 2, its traceback only with --debug.
 """
 
 import re
@@ -20,11 +20,18 @@ def one_line(text: str) -> str:
 class ProxytuneError(Exception):
     """A user-facing error: `message` is one line, `hint` says what to do."""
 
+    exit_code = 2
+
     def __init__(self, message: str, hint: str | None = None):
         message = one_line(message)     # a hostile name inside must not start a second line
         super().__init__(message)
         self.message = message
         self.hint = hint and one_line(hint)
+
+
+class Interrupted(ProxytuneError):
+    """Ctrl-C or SIGTERM stopped a command (after it undid what it had done): exit 130."""
+    exit_code = 130
 
 
 class ProfileError(ProxytuneError):

@@ -1,55 +1,239 @@
-"""Atomic file writes, used for the journal and for every config file we edit.
+"""The one safe file layer: every file proxytune writes or edits goes through here.
 
-write, fsync, rename, fsync the directory: after a crash the file is either
-the old one or the new one, never half of each.
+Why it is this careful: it runs as root on a host where someone with a
+local foothold may have planted a symlink where our file goes, or swapped a
+directory for one. So every path is walked from its root one directory at a
+time with O_NOFOLLOW (a symlinked component is refused, not followed), and
+every later operation uses the opened directory's fd, so a swap after the
+check cannot redirect it. Writes are atomic (a temp file created
+O_EXCL|O_NOFOLLOW in the same directory, fsync, mode and owner set, rename,
+fsync the directory): after a crash the file is the old one or the new one.
+A rewritten file keeps the mode and owner it had; a new file gets
+NEW_FILE_MODE (0644, a config file). Directories we create (0755) are
+returned so that rollback can remove them again, if still empty.
 """
 
+import errno
+import hashlib
 import os
-import tempfile
+import secrets
+import stat
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .errors import ProxytuneError
 
-def read_text(path: Path) -> str | None:
-    """File content, or None when the file does not exist."""
+NEW_FILE_MODE = 0o644
+NEW_DIR_MODE = 0o755
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass(frozen=True)
+class FileState:
+    """What a file is: its text and the identity it must keep."""
+    text: str
+    mode: int
+    uid: int
+    gid: int
+    sha256: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict | None) -> "FileState | None":
+        return None if doc is None else cls(**doc)
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_for_edit(path: Path, root: Path = Path("/")) -> FileState | None:
+    """The file as it is now, or None when absent; refuses a symlink or a non-regular file."""
     try:
-        return Path(path).read_text()
+        with _parent(path, root, create=False) as (dfd, name, _):
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
     except (FileNotFoundError, NotADirectoryError):
         return None
-
-
-def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def restore(path: Path, old: str | None) -> None:
-    """Put a file back as it was: old content, or absent."""
-    if old is None:
+    except OSError as e:
+        raise _refusal(path, e, "read")
+    st = _must_be_regular(fd, f"refusing to edit {path}: not a regular file")
+    with os.fdopen(fd, "rb") as fh:
         try:
-            Path(path).unlink()
-            _fsync_dir(Path(path).parent)
-        except (FileNotFoundError, NotADirectoryError):
-            pass        # already absent: there is nothing to take back
-    else:
-        atomic_write(path, old)
+            text = fh.read().decode()
+        except UnicodeDecodeError:
+            raise ProxytuneError(f"refusing to edit {path}: it is not UTF-8 text", "nothing was changed")
+    return FileState(text, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, digest(text))
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+def write(path: Path, text: str, like: FileState | None = None, root: Path = Path("/"),
+          mode: int = NEW_FILE_MODE) -> list[str]:
+    """Atomically replace (or create) `path` with `text`, keeping `like`'s mode and owner
+    (else `mode`, owned by us). Returns the directories it had to create, outermost first."""
     try:
-        os.fsync(fd)
+        with _parent(path, root, create=True) as (dfd, name, created):
+            _refuse_non_file(dfd, name, path)
+            tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                         dir_fd=dfd)
+            try:
+                _fill(fd, text, like, mode)
+                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            except BaseException:
+                _unlink_quietly(tmp, dfd)
+                raise
+            os.fsync(dfd)
+            return created
+    except ProxytuneError:
+        raise
+    except OSError as e:
+        raise _refusal(path, e)
+
+
+def restore(path: Path, old: FileState | None, created_dirs: list[str] = (), root: Path = Path("/")) -> None:
+    """Put a file back as it was (text, mode, owner), or remove it when it did not exist;
+    then remove the directories the write created, if they are empty."""
+    if old is not None:
+        write(path, old.text, like=old, root=root)
+        return
+    try:
+        with _parent(path, root, create=False) as (dfd, name, _):
+            _refuse_non_file(dfd, name, path)
+            _unlink_quietly(name, dfd)
+            os.fsync(dfd)
+    except FileNotFoundError:
+        pass            # its directory is gone too: nothing to take back
+    for d in reversed(list(created_dirs)):
+        remove_empty_dir(Path(d), root)
+
+
+def remove_empty_dir(path: Path, root: Path = Path("/")) -> bool:
+    """rmdir without following links; False when it is not empty (someone put a file there)."""
+    try:
+        with _parent(path, root, create=False) as (dfd, name, _):
+            os.rmdir(name, dir_fd=dfd)
+            return True
+    except FileNotFoundError:
+        return True
+    except OSError as e:
+        if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            return False
+        raise _refusal(path, e)
+
+
+# -- thin wrappers kept for the backends (same protections) -------------------------------
+
+def read_text(path: Path) -> str | None:
+    """File content for parsing, or None when absent. Follows symlinks (a host's own links,
+    like /etc/sysctl.d/99-sysctl.conf, are legitimate to read); never use it to edit."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)   # a FIFO must not hang us
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    _must_be_regular(fd, f"cannot read {path}: not a regular file")
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            return fh.read().decode()
+        except UnicodeDecodeError:
+            raise ProxytuneError(f"cannot read {path}: it is not UTF-8 text")
+
+
+def atomic_write(path: Path, text: str, mode: int = NEW_FILE_MODE) -> list[str]:
+    """write() keeping the identity of the file that is there now."""
+    return write(path, text, like=read_for_edit(path), mode=mode)
+
+
+# -- internals -----------------------------------------------------------------------------
+
+@contextmanager
+def _parent(path: Path, root: Path, create: bool):
+    """(fd of path's directory, final name, created dirs), walked from root with O_NOFOLLOW."""
+    path, root = Path(path), Path(root)
+    try:
+        rel = path.relative_to(root)
+    except ValueError:
+        raise ProxytuneError(f"refusing to write {path}: it is outside {root}")
+    parts = rel.parts
+    if not parts or ".." in parts:
+        raise ProxytuneError(f"refusing to write {path}: not a file path below {root}")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    created, where = [], root
+    try:
+        for part in parts[:-1]:
+            where = where / part
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                os.mkdir(part, NEW_DIR_MODE, dir_fd=fd)
+                created.append(str(where))
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                os.fchmod(nxt, NEW_DIR_MODE)        # whatever the umask
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(part, fd):
+                    raise ProxytuneError(f"refusing to follow the symlink {where} (on the way to {path})",
+                                         "replace the link with a real directory; nothing was changed")
+                raise
+            os.close(fd)
+            fd = nxt
+        yield fd, parts[-1], created
     finally:
         os.close(fd)
+
+
+def _must_be_regular(fd: int, refusal: str) -> os.stat_result:
+    """fstat of an open fd; closes it and refuses when it is not a regular file (FIFO, dir, device)."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ProxytuneError(refusal, "replace it with a plain file; nothing was changed")
+    return st
+
+
+def _is_link(name: str, dfd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _refuse_non_file(dfd: int, name: str, path: Path) -> None:
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise ProxytuneError(f"refusing to write through the symlink {path}",
+                             "remove the link (or point --root elsewhere); nothing was changed")
+    if not stat.S_ISREG(st.st_mode):
+        raise ProxytuneError(f"refusing to write {path}: not a regular file", "nothing was changed")
+
+
+def _fill(fd: int, text: str, like: FileState | None, mode: int) -> None:
+    """Write, fsync, then give the temp file its final mode and owner before it is renamed."""
+    with os.fdopen(fd, "wb", closefd=True) as fh:
+        fh.write(text.encode())
+        fh.flush()
+        os.fsync(fh.fileno())
+        os.fchmod(fh.fileno(), like.mode if like else mode)
+        if like and (like.uid, like.gid) != (os.geteuid(), os.getegid()):
+            os.fchown(fh.fileno(), like.uid, like.gid)
+            os.fchmod(fh.fileno(), like.mode)     # chown clears setuid/setgid bits
+
+
+def _unlink_quietly(name: str, dfd: int) -> None:
+    try:
+        os.unlink(name, dir_fd=dfd)
+    except FileNotFoundError:
+        pass
+
+
+def _refusal(path: Path, e: OSError, verb: str = "write") -> ProxytuneError:
+    if e.errno == errno.ELOOP:
+        return ProxytuneError(f"refusing to follow the symlink {path}",
+                              "remove the link (or point --root elsewhere); nothing was changed")
+    return ProxytuneError(f"cannot {verb} {path}: {e.strerror or e}",
+                          "check the disk (full? read-only?) and permissions")

@@ -43,3 +43,23 @@ def has_capability(bit: int) -> bool:
 
 
 CAP_SYS_RESOURCE = 24
+
+
+def identity(pid: int) -> dict | None:
+    """A process as {pid, start, comm}: the pid alone may be recycled, the start time
+    (clock ticks since boot, /proc/PID/stat field 22) and comm together may not."""
+    try:
+        raw = Path(f"/proc/{int(pid)}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    comm = raw[raw.find("(") + 1:raw.rfind(")")]
+    fields = raw[raw.rfind(")") + 2:].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None                       # a zombie has no process left to act on
+    return {"pid": int(pid), "start": int(fields[19]), "comm": comm}
+
+
+def same_process(recorded: dict) -> bool:
+    """True when the process recorded earlier (pid, start, comm) is still running."""
+    now = identity(recorded.get("pid", -1))
+    return now is not None and now["start"] == recorded.get("start") and now["comm"] == recorded.get("comm")

@@ -101,5 +101,7 @@ def print_outcome(outcome: Outcome, verb: str) -> None:
     print_steps(outcome.steps, "-", undo=verb.startswith("rolled"))
     for n in outcome.notes:
         out.print(f"[dim]note: {n}[/]")
+    for k in outcome.kept:
+        out.print(f"[yellow]{escape(k)}[/]")
     for f in outcome.failures:
-        out.print(f"[red]failed: {f}[/]")
+        out.print(f"[red]failed: {escape(f)}[/]")

@@ -19,6 +19,7 @@ class Backend(ABC):
     kind = ""           # the part before the first ':' of a setting address
     os = "linux"
     runtime = True      # False: the knob lives only in a config file
+    writes: tuple[str, ...] = ()   # the only files (globs, below the root) this backend writes
     modes = ("value", "at_least", "at_most", "covers")
 
     def __init__(self, host: Host):
@@ -51,6 +52,18 @@ class Backend(ABC):
         (Change.boot), or a host file line that cannot be parsed (raise HostFileError)."""
         return change
 
+    def undo(self, key: str, old, wrote, force: bool = False) -> tuple[list[str], list[str]]:
+        """Put `old` back, but only while the knob still holds what apply wrote (`wrote`, read
+        back after writing; None when the apply died mid-step). Returns (kept, notes): kept
+        names what was left alone because someone changed it since; `force` undoes it anyway."""
+        now = self.snapshot(key)
+        if now == old:
+            return [], []
+        if wrote is not None and now != wrote and not force:
+            return [f"kept: {self.kind}:{key} was changed since the apply (now {show(now)})"], []
+        self.restore(key, old)
+        return [], []
+
     def obstacle(self, change: Change) -> str | None:
         """Why applying this change will fail here, if we can tell in advance."""
         return None
@@ -80,3 +93,9 @@ def split_pair(key: str, form: str, known) -> tuple[str, str]:
     if name not in known:
         raise ValueError(f"unknown {form.split(':')[1].split(',')[0].lower()} {name!r}; known: {', '.join(known)}")
     return owner, name
+
+
+def show(snap) -> str:
+    """A snapshot on one line, for messages."""
+    text = " ".join(str(snap).split()) if not isinstance(snap, (dict, list)) else str(snap)
+    return "".join(ch if ch.isprintable() else "?" for ch in text)[:120]

@@ -65,6 +65,7 @@ class FreeBSDSysctlBackend(Backend):
     kind = "sysctl"
     os = "freebsd"
     FILE = "/etc/sysctl.conf"
+    writes = (FILE,)
 
     def validate(self, setting):
         super().validate(setting)
@@ -93,6 +94,7 @@ class FreeBSDLoaderBackend(Backend):
     os = "freebsd"
     runtime = False
     FILE = "/boot/loader.conf"
+    writes = (FILE,)
 
     def validate(self, setting):
         super().validate(setting)

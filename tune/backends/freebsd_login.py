@@ -66,6 +66,7 @@ def set_cap(text: str, klass: str, cap: str, value: str) -> str:
 
 class FreeBSDLoginBackend(Backend):
     kind = "login"
+    writes = (FILE,)
     os = "freebsd"
     runtime = False
     modes = ("value", "at_least")

@@ -12,6 +12,7 @@ from .mount import check_setting, split_key
 
 class FreeBSDMountBackend(Backend):
     kind = "mount"
+    writes = ("/etc/fstab", "/etc/fstab.proxytune.bak")
     os = "freebsd"
     modes = ("value",)
 

@@ -25,6 +25,7 @@ UNLIMITED = ("-1", "unlimited", "infinity")
 
 class LimitsBackend(Backend):
     kind = "limits"
+    writes = (PERSIST_FILE,)
     runtime = False
     modes = ("value", "at_least")
 

@@ -62,6 +62,7 @@ def check_setting(setting) -> None:
 
 class MountBackend(Backend):
     kind = "mount"
+    writes = ("/etc/fstab", "/etc/fstab.proxytune.bak")
     modes = ("value",)
 
     def validate(self, setting):

@@ -5,12 +5,16 @@ Reads and sets limits of every process named SERVICE with prlimit(2)
 without a restart. The value reported is the lowest soft limit among those
 processes, since the soft limit is what accept() and open() run into.
 Raising a hard limit needs CAP_SYS_RESOURCE; the plan says so up front.
+
+A process is its pid plus start time plus comm, never the pid alone: the
+snapshot records all three, and undo skips (and reports) a pid that now
+belongs to another process, so a recycled pid's limits are never touched.
 """
 
 import resource
 
 from ..errors import BackendError, NotApplicable
-from ..procs import CAP_SYS_RESOURCE, RLIMITS, has_capability, pids_of
+from ..procs import CAP_SYS_RESOURCE, RLIMITS, has_capability, identity, pids_of, same_process
 from .base import Backend, split_pair
 
 UNLIMITED = resource.RLIM_INFINITY
@@ -51,7 +55,12 @@ class RlimitBackend(Backend):
         return min(soft for soft, _ in self._limits(key).values())
 
     def snapshot(self, key):
-        return {str(pid): list(lim) for pid, lim in self._limits(key).items()}
+        out = {}
+        for pid, lim in self._limits(key).items():
+            who = identity(pid)
+            if who:
+                out[str(pid)] = {"start": who["start"], "comm": who["comm"], "limits": list(lim)}
+        return out
 
     def write(self, key, value):
         _, name = split_key(key)
@@ -59,12 +68,30 @@ class RlimitBackend(Backend):
             self._set(pid, name, (max(soft, value), max(hard, value)))
 
     def restore(self, key, snap):
+        self.undo(key, snap, None, force=True)
+
+    def undo(self, key, old, wrote, force=False):
+        """Per process: skip one that is gone or whose pid was recycled; keep a limit
+        changed since the apply (unless force); else put the old limits back."""
         _, name = split_key(key)
-        for pid, lim in snap.items():
+        kept, notes = [], []
+        for pid, rec in _records(old):
+            if not same_process({"pid": pid, "start": rec["start"], "comm": rec["comm"]}):
+                notes.append(f"skipped: pid {pid} ({rec['comm']}) is gone or is another process now; left alone")
+                continue
             try:
-                self._set(int(pid), name, tuple(lim))
+                now = list(resource.prlimit(pid, RLIMITS[name]))
             except ProcessLookupError:
-                continue   # the process is gone; nothing left to restore
+                continue
+            if now == rec["limits"]:
+                continue
+            after = dict(_records(wrote or {})).get(pid)
+            if after is not None and now != after["limits"] and not force:
+                kept.append(f"kept: {self.kind}:{key} of pid {pid} was changed since the apply "
+                            f"(now {now[0]}:{now[1]})")
+                continue
+            self._set(pid, name, tuple(rec["limits"]))
+        return kept, notes
 
     def _set(self, pid, name, limits):
         try:
@@ -88,3 +115,16 @@ def check_limit_value(value):
         raise ValueError(f"expected an integer, got {value!r}")
     if value < 1:
         raise ValueError(f"{value} is out of range (must be at least 1)")
+
+
+def _records(snap) -> list[tuple[int, dict]]:
+    """(pid, {start, comm, limits}) pairs of a snapshot, shape-checked (it comes from the journal)."""
+    out = []
+    for pid, rec in (snap.items() if isinstance(snap, dict) else ()):
+        ok = (str(pid).isdigit() and isinstance(rec, dict) and isinstance(rec.get("start"), int)
+              and isinstance(rec.get("comm"), str) and isinstance(rec.get("limits"), list)
+              and len(rec["limits"]) == 2 and all(isinstance(x, int) for x in rec["limits"]))
+        if not ok:
+            raise BackendError(f"journal snapshot of pid {str(pid)[:20]!r} has the wrong shape")
+        out.append((int(pid), rec))
+    return out

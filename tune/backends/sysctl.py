@@ -35,6 +35,7 @@ PORT_RANGES = {"net.ipv4.ip_local_port_range"}
 
 class SysctlBackend(Backend):
     kind = "sysctl"
+    writes = (PERSIST_FILE,)
 
     def _path(self, key: str) -> Path:
         return Path("/proc/sys") / key.replace(".", "/")

@@ -36,6 +36,7 @@ SUFFIX = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2*
 
 class SystemdBackend(Backend):
     kind = "service"
+    writes = ("/etc/systemd/system/*.service.d/proxytune.conf",)
     runtime = False
     modes = ("value", "at_least")
 
