@@ -35,7 +35,7 @@ class Main(click.Group):
             say_error(e.message, e.hint)
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
-            say_error("interrupted")
+            click.echo("proxytune: interrupted", err=True)
             sys.exit(130)
         except click.exceptions.Abort as e:
             if isinstance(e.__context__, KeyboardInterrupt):      # Ctrl-C at a prompt

@@ -27,8 +27,9 @@ def new_run(profile: str, inventory: str, hosts: list[str]) -> dict:
 def save(state_dir: Path, run: dict) -> None:
     try:
         atomic_write(runs_dir(state_dir) / f"{run['id']}.json", json.dumps(run, indent=1) + "\n", 0o600)
-    except OSError as e:        # permission, a full disk, a file where the directory goes
-        raise ProxytuneError(f"cannot record the fleet run under {state_dir}: {e.strerror or e}",
+    except (OSError, ProxytuneError) as e:     # permission, a full disk, a file where the directory goes
+        why = e.message if isinstance(e, ProxytuneError) else (e.strerror or e)
+        raise ProxytuneError(f"cannot record the fleet run under {state_dir}: {why}",
                              "run as root, or set PROXYTUNE_STATE_DIR; each host's own journal still has its entry")
 
 
