@@ -3,7 +3,7 @@
 #   - Debian packages the tests drive, when run as root (else: a message naming them)
 SHELL := /bin/bash
 DEBIAN_TEST_PACKAGES := ansible e2fsprogs iproute2 procps util-linux gcc libc6-dev valgrind linux-perf \
-	bpftrace fio wrk nginx-light squid chromium
+	bpftrace fio wrk nginx-light squid chromium haproxy varnish trafficserver
 PYTEST_ARGS ?=
 
 .PHONY: test deps venv clean
