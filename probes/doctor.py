@@ -16,7 +16,7 @@ from pathlib import Path
 from tune.errors import ProxytuneError
 from tune import observe, params
 
-from . import bpftrace, caps, children, findings, netstat, perf, proc
+from . import bpftrace, caps, children, findings, netstat, perf, proc, proxies, proxies_findings
 
 DEFAULT_SCRIPTS = ["pollscan", "fd_errors", "connect_errors", "file_lifecycle", "loop_blocking"]
 DEEP_SCRIPTS = ["epoll_events", "biolatency", "runqlat"]
@@ -96,6 +96,8 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
         run = bpftrace.Run(kids, bpftrace.compose(scripts, pids))
         run.wait_attached()
         rec = perf.Record(kids) if perf_ok else None
+        target = proxies.identify(pids[0])
+        stats0 = target.stats() if target else None
         before, ns0 = proc.snapshot(pids), netstat.snapshot(nspath)
         t0 = time.monotonic()
         while (left := duration - (time.monotonic() - t0)) > 0:
@@ -106,6 +108,7 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
                 break
         window = time.monotonic() - t0
         after, ns1 = proc.snapshot(pids), (netstat.snapshot(nspath) if Path(nspath).exists() else ns0)
+        ev["proxy"] = {**target.describe(), "stats_before": stats0, "stats_after": target.stats()} if target else None
         maps = run.stop()
         prof = rec.stop(pids) if rec else {"available": False, "reason": perf_why}
     ev["window_s"] = window
@@ -149,6 +152,6 @@ def loop_summary(ev: dict) -> dict:
 
 def diagnose(pids: list[int], duration: float, **kw) -> dict:
     ev = gather(pids, duration, **kw)
-    found = findings.evaluate(ev)
+    found = proxies_findings.refine(findings.evaluate(ev), ev)
     return {"target": {"pids": pids, "comm": ev["comm"]}, "window_s": round(ev["window_s"], 2),
             "findings": [f.to_json() for f in found], "evidence": ev}
