@@ -143,7 +143,7 @@ def latency_probe(host: str, proxy_port: int, origin_port: int, files: int, seco
                     lat["hit" if "HIT" in (resp.getheader("X-Cache") or "") else "miss"].append(dt)
                 else:
                     errors += 1
-            except OSError:
+            except (OSError, http.client.HTTPException):     # a proxy cutting a body short is an error, not a crash
                 errors += 1
             finally:
                 c.close()

@@ -74,7 +74,8 @@ class Varnish(_Server):
         self.workdir = self.dir / "work"
         self.store = store
         self.storage = f"malloc,{cache_mb}m" if store == "malloc" else f"file,{self.dir / 'storage.bin'},{cache_mb}m"
-        self.params, self.nofile = params or {}, nofile
+        # idle keep-alive clients are held 2 minutes, as Squid and Traffic Server do (varnishd's default: 5 s)
+        self.params, self.nofile = {"timeout_idle": 120, **(params or {})}, nofile
         (self.dir / "default.vcl").write_text(
             f'vcl 4.1;\nbackend origin {{ .host = "127.0.0.1"; .port = "{origin_port}"; }}\n'
             'sub vcl_deliver { if (obj.hits > 0) { set resp.http.X-Cache = "HIT"; } '

@@ -27,11 +27,15 @@ STATS_TIMEOUT = 3.0
 
 
 def argv_of(pid: int) -> list[str]:
+    """The command line; nginx's master rewrites it to one string 'nginx: master process ARGV...'."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+    argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+    if len(argv) == 1 and argv[0].startswith("nginx: master process "):
+        argv = argv[0].removeprefix("nginx: master process ").split()
+    return argv
 
 
 def option(argv: list[str], *names: str) -> list[str]:
@@ -70,13 +74,13 @@ def directives(text: str | None, names: tuple[str, ...], section: str | None = N
         return out
     current = None
     for n, line in enumerate(text.splitlines(), 1):
-        words = line.split("#", 1)[0].replace(";", " ").split()
-        if not words:
-            continue
-        if not line[:1].isspace() and section is not None:
-            current = words[0]
-        if words[0] in names and words[0] not in out and (section is None or current == section):
-            out[words[0]] = {"value": " ".join(words[1:]), "line": n}
+        code = line.split("#", 1)[0]
+        if code.strip() and not line[:1].isspace() and section is not None:
+            current = code.split()[0]
+        for statement in re.split(r"[;{}]", code):          # nginx: `events { worker_connections 64; }`
+            words = statement.split()
+            if words and words[0] in names and words[0] not in out and (section is None or current == section):
+                out[words[0]] = {"value": " ".join(words[1:]), "line": n}
     return out
 
 
@@ -255,14 +259,23 @@ class Nginx(Proxy):
 class TrafficServer(Proxy):
     kind, exe_names = "trafficserver", ("traffic_server",)
 
-    def config_dir(self) -> str:
+    def layout(self, name: str, default: str) -> str:
+        """A directory of the runroot the command line names (--run-root=FILE), else Debian's."""
         root = (option(self.argv, "--run-root") or [None])[0]
         if root:
             _, text = read_config(self.pid, root)
-            m = re.search(r"^sysconfdir:\s*(\S+)", text or "", re.M)
+            m = re.search(rf"^{name}:\s*(/\S+)", text or "", re.M)
             if m:
                 return m.group(1)
-        return "/etc/trafficserver"
+        return default
+
+    def config_dir(self) -> str:
+        return self.layout("sysconfdir", "/etc/trafficserver")
+
+    def throttle_warnings(self) -> int:
+        """'too many connections, throttling' in diags.log: at its cap it resets new connections, /_stats too."""
+        _, text = read_config(self.pid, str(Path(self.layout("logdir", "/var/log/trafficserver")) / "diags.log"))
+        return (text or "").count("too many connections, throttling")
 
     def config_arg(self):
         return str(Path(self.config_dir()) / "records.config")
@@ -283,17 +296,18 @@ class TrafficServer(Proxy):
         return out
 
     def stats(self):
+        warned = {"throttle_warnings": self.throttle_warnings()}
         ports = re.findall(r"^\d+", (self.conf.get("proxy.config.http.server_ports") or {}).get("value", "8080"))
         if self.conf["stats_over_http"]["value"] != "on" or not ports:
-            return {"available": False, "reason": "the stats_over_http plugin is not in plugin.config"}
+            return {"available": False, "reason": "the stats_over_http plugin is not in plugin.config", **warned}
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/_stats", timeout=STATS_TIMEOUT) as r:
                 g = json.loads(r.read(8 << 20)).get("global", {})
         except (OSError, ValueError) as e:
-            return {"available": False, "reason": f"/_stats: {e}"}
+            return {"available": False, "reason": f"/_stats: {e}", **warned}
         keep = ("proxy.process.net.connections_currently_open", "proxy.process.net.connections_throttled_in",
                 "proxy.process.http.current_client_connections", "proxy.process.http.total_client_connections")
-        return {"available": True, "source": f"stats_over_http 127.0.0.1:{ports[0]}/_stats",
+        return {"available": True, "source": f"stats_over_http 127.0.0.1:{ports[0]}/_stats", **warned,
                 **{k.rsplit(".", 1)[1]: int(float(g[k])) for k in keep if k in g}}
 
 

@@ -98,6 +98,7 @@ def nginx_worker_connections(ev: dict, generic: dict) -> Finding | None:
                    f"nginx's workers are out of worker_connections ({wc})",
                    {"worker_connections": wc, "where": _where(d, "worker_connections", conf),
                     "not_enough_messages_in_window": said, "busiest_worker_fds": peak,
+                    "waiting_in_accept_queue": sum(l["queued"] for l in ev.get("listeners", [])),
                     "kernel_symptom": _kernel_symptom(generic)},
                    f"raise `worker_connections {wc}` in the events block of {_where(d, 'worker_connections', conf)} "
                    "(e.g. 16384; a proxied request holds two) and worker_rlimit_nofile to at least twice it "
@@ -111,33 +112,64 @@ def ats_throttle(ev: dict, generic: dict) -> Finding | None:
     cap = int(d[name]["value"]) if d.get(name, {}).get("value", "").isdigit() else None
     cur = _peak(p, "connections_currently_open")
     throttled = _delta(p, "connections_throttled_in")
-    if not cap or not (throttled or (cur is not None and cur >= AT_CAP * cap)):
+    warned = _delta(p, "throttle_warnings") or 0
+    after = p.get("stats_after") or {}
+    reset = not after.get("available") and after.get("throttle_warnings", 0) > 0    # it refused our /_stats too
+    if not cap or not (throttled or warned or reset or (cur is not None and cur >= AT_CAP * cap)):
         return None
-    return Finding("trafficserver-connections-throttle", "high" if throttled else "medium",
+    return Finding("trafficserver-connections-throttle", "high" if throttled or warned or reset else "medium",
                    f"traffic_server is at its connections_throttle {cap}",
                    {"connections_throttle": cap, "where": _where(d, name, conf), "connections_currently_open": cur,
-                    "connections_throttled_in": throttled, "kernel_symptom": _kernel_symptom(generic)},
+                    "connections_throttled_in": throttled, "throttle_warnings_in_window": warned,
+                    "throttle_warnings_in_diags_log": after.get("throttle_warnings"),
+                    "stats": after.get("source") or after.get("reason"), "kernel_symptom": _kernel_symptom(generic)},
                    f"raise `CONFIG {name} INT {cap}` in {_where(d, name, conf)} (default 30000) and the fd limit "
                    "above 2 x it (profile linux/trafficserver: LimitNOFILE 65536); then traffic_ctl config reload "
                    "or restart", impact=1e6 + (throttled or 0))
 
 
-OWN_CAP = {"haproxy": haproxy_maxconn, "varnish": varnish_threads, "nginx": nginx_worker_connections,
+def squid_fd_limit(ev: dict, generic: dict) -> Finding | None:
+    """Squid stops accepting well before its fd limit: with fewer than twice its reserve free
+    (RESERVED_FD = min(100, max/4)) it counts fd usage as high and defers accepts, so the kernel's
+    queue fills before any EMFILE. The limit is the cause."""
+    p = ev["proxy"]
+    d, conf = p["directives"], p.get("config")
+    used, most = _peak(p, "fds_in_use"), _peak(p, "max_fds")
+    worst = max(ev["procs"].values(), key=lambda pr: pr.get("fd_use", 0), default={})
+    at_cap = bool(used and most and most - used < 2 * min(100, most // 4) + 5)
+    if not at_cap and worst.get("fd_use", 0) < 0.9:
+        return None
+    most = most or worst.get("nofile_soft")
+    v = d.get("max_filedescriptors", {}).get("value", "not set")
+    return Finding("squid-fd-limit", "high" if generic.get("accept-queue-overflow") else "medium",
+                   f"squid is at its file-descriptor limit ({most}) and stops accepting",
+                   {"fds_in_use": used or worst.get("fds_open"), "max_fds": most,
+                    "source": (p.get("stats_after") or {}).get("source") or "/proc fd count (cache manager silent)",
+                    "reserve": min(100, most // 4) if most else None,
+                    "max_filedescriptors": v, "where": _where(d, "max_filedescriptors", conf),
+                    "kernel_symptom": _kernel_symptom(generic)},
+                   fd_fix(p), impact=1e6)
+
+
+OWN_CAP = {"squid": squid_fd_limit, "haproxy": haproxy_maxconn, "varnish": varnish_threads, "nginx": nginx_worker_connections,
            "trafficserver": ats_throttle}
+
+
+def _set_or_raise(d: dict, name: str, conf: str | None, wanted: int) -> str:
+    if d.get(name, {}).get("value"):
+        return f"raise `{name} {d[name]['value']}` ({_where(d, name, conf)}) to {wanted}"
+    return f"set `{name} {wanted}` in {conf} (not set now: the limit the process started with applies)"
 
 
 def fd_fix(p: dict) -> str | None:
     """The fd directive of this proxy with where it is set and its value, for fd-exhaustion/low-nofile."""
     d, conf, kind = p["directives"], p.get("config"), p["kind"]
     if kind == "nginx":
-        v = d.get("worker_rlimit_nofile", {}).get("value", "not set")
-        return (f"raise nginx's `worker_rlimit_nofile {v}` ({_where(d, 'worker_rlimit_nofile', conf)}) to 65536, "
-                "keeping worker_connections below it; the service's LimitNOFILE with it (profile linux/nginx)")
+        return (_set_or_raise(d, "worker_rlimit_nofile", conf, 65536) + ", keeping worker_connections below it; "
+                "the service's LimitNOFILE with it (profile linux/nginx)")
     if kind == "squid":
-        v = d.get("max_filedescriptors", {}).get("value", "not set")
-        return (f"raise squid's `max_filedescriptors {v}` ({_where(d, 'max_filedescriptors', conf)}) to 65536 "
-                "and the service's LimitNOFILE with it (profile linux/squid); squid -k reconfigure does not "
-                "raise it: restart squid")
+        return (_set_or_raise(d, "max_filedescriptors", conf, 65536) + " and the service's LimitNOFILE with it "
+                "(profile linux/squid); squid -k reconfigure does not raise it: restart squid")
     if kind == "haproxy":
         v = d.get("maxconn", {}).get("value", "not set")
         return (f"haproxy sizes its fds from `maxconn {v}` ({_where(d, 'maxconn', conf)}): keep the hard fd "

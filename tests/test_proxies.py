@@ -3,6 +3,7 @@ reading of each proxy (identity, config, own statistics) and bench proxy
 driving each one from Debian's packages."""
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -113,3 +114,179 @@ def test_haproxy_at_its_maxconn_is_the_finding_not_somaxconn():
     assert not any("somaxconn" in x["fix"] for x in doc["findings"] if x["id"] != "haproxy-maxconn")
     proxy = doc["data"]["evidence"]["proxy"]
     assert proxy["kind"] == "haproxy" and proxy["config"] == conf
+
+
+SLOW_LUA = """request = function()
+  return wrk.format("GET", "/slow/" .. math.random(1000000000))
+end
+"""
+
+
+class SlowOrigin:
+    """An origin that takes `delay` seconds per response and forbids caching: every request holds a
+    varnish worker for that long."""
+
+    def __init__(self, delay: float):
+        import http.server
+        import threading
+
+        class Slow(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                import time
+                time.sleep(delay)
+                self.send_response(200)
+                self.send_header("Cache-Control", "no-store")
+                self.send_header("Content-Length", "3")
+                self.end_headers()
+                self.wfile.write(b"ok\n")
+
+            def log_message(self, *a):
+                pass
+        class Server(http.server.ThreadingHTTPServer):
+            def handle_error(self, request, client_address):
+                pass                      # varnish hanging up on a slow response is expected here
+        self.httpd = Server(("127.0.0.1", 0), Slow)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@needs_doctor
+@pytest.mark.skipif(not Path("/usr/sbin/varnishd").exists(), reason="needs varnish")
+def test_varnish_out_of_worker_threads_names_thread_pool_max(tmp_path):
+    from microbench import proxyservers
+    lua = tmp_path / "slow.lua"
+    lua.write_text(SLOW_LUA)
+    with SlowOrigin(0.5) as origin, proxyservers.Varnish(origin.port, params={
+            "thread_pool_min": 5, "thread_pool_max": 10}) as v:
+        load = wrk_background(v.port, 25, 200, lua)
+        try:
+            doc = doctor(v.pid)
+        finally:
+            stop(load)
+    f = by_id(doc)
+    assert "varnish-thread-pool" in f, doc["findings"]
+    own = f["varnish-thread-pool"]
+    assert doc["findings"][0]["id"] == "varnish-thread-pool"
+    assert "thread_pool_max (now 10, varnishd command line (-p))" in own["fix"]
+    ev = own["evidence"]
+    assert ev["thread_limit"] == 20 and ev["threads"] <= 20
+    assert (ev["threads_limited"] or 0) > 0 or (ev["sess_dropped"] or 0) > 0 or ev["thread_queue_len"] > 0
+    assert doc["data"]["evidence"]["proxy"]["stats_after"]["source"] == "varnishstat -j"
+
+
+@needs_doctor
+@pytest.mark.skipif(not Path("/usr/sbin/nginx").exists(), reason="needs nginx")
+def test_nginx_out_of_worker_connections_names_the_directive():
+    from microbench import servers
+    with servers.Nginx(workers=1, connections=64) as ng:
+        with HeldConnections(ng.port, 300):
+            load = wrk_background(ng.port, 25, 50)
+            try:
+                doc = doctor(ng.pid)
+            finally:
+                stop(load)
+        conf = str(ng.dir / "nginx.conf")
+    f = by_id(doc)
+    assert "nginx-worker-connections" in f, doc["findings"]
+    own = f["nginx-worker-connections"]
+    assert "`worker_connections 64`" in own["fix"] and f"{conf}:5" in own["fix"]
+    assert own["evidence"]["busiest_worker_fds"] >= 60
+
+
+@needs_doctor
+@pytest.mark.skipif(not Path("/usr/sbin/squid").exists(), reason="needs squid")
+def test_squid_short_of_fds_is_told_its_max_filedescriptors():
+    from microbench import servers
+    with servers.Nginx() as origin, servers.Squid("rock", cache_mb=64, nofile=(256, 256)) as sq:
+        with HeldConnections(sq.port, 400):
+            load = wrk_background(sq.port, 25, 20)
+            try:
+                doc = doctor(sq.pid)
+            finally:
+                stop(load)
+        conf = str(sq.conf)
+    f = by_id(doc)
+    assert doc["findings"][0]["id"] == "squid-fd-limit", doc["findings"]
+    own = f["squid-fd-limit"]
+    assert own["evidence"]["max_fds"] == 256 and own["evidence"]["fds_in_use"] > 256 - 2 * 64 - 5
+    assert own["evidence"]["source"].endswith("/squid-internal-mgr/info")
+    for fid in ("squid-fd-limit", "low-nofile-limit"):
+        assert f"set `max_filedescriptors 65536` in {conf} (not set now" in f[fid]["fix"], f[fid]["fix"]
+
+
+@needs_doctor
+@pytest.mark.skipif(not Path("/usr/bin/traffic_server").exists(), reason="needs trafficserver")
+def test_trafficserver_at_connections_throttle_names_records_config():
+    from microbench import proxyservers, servers
+    with servers.Nginx() as origin, proxyservers.TrafficServer(origin.port, cache_mb=64, throttle=50) as ts:
+        with HeldConnections(ts.port, 300):
+            load = wrk_background(ts.port, 25, 50)
+            try:
+                doc = doctor(ts.pid)
+            finally:
+                stop(load)
+        conf = str(ts.conf)
+    f = by_id(doc)
+    assert "trafficserver-connections-throttle" in f, doc["findings"]
+    own = f["trafficserver-connections-throttle"]
+    assert "`CONFIG proxy.config.net.connections_throttle INT 50`" in own["fix"] and conf in own["fix"]
+    assert doc["data"]["evidence"]["proxy"]["kind"] == "trafficserver"
+
+
+# ---------------------------------------------------------------- rules on recorded evidence, hostile input
+
+def _generic_accept_overflow():
+    from probes.findings import Finding
+    return Finding("accept-queue-overflow", "high", "t", {"ListenOverflows": 9, "per_s": 3.0}, "raise net.core.somaxconn")
+
+
+def _haproxy_ev(curr: int, maxconn: int) -> dict:
+    return {"procs": {}, "listeners": [], "proxy": {
+        "kind": "haproxy", "config": "/etc/haproxy/haproxy.cfg",
+        "directives": {"maxconn": {"value": str(maxconn), "line": 7}},
+        "stats_before": {"available": True, "CurrConns": curr, "Maxconn": maxconn, "source": "show info on /s"},
+        "stats_after": {"available": True, "CurrConns": curr, "Maxconn": maxconn, "source": "show info on /s"}}}
+
+
+def test_an_unknown_proxy_keeps_the_generic_advice():
+    from probes import proxies_findings
+    f = _generic_accept_overflow()
+    assert proxies_findings.refine([f], {"proxy": None}) == [f] and "somaxconn" in f.fix
+
+
+def test_haproxy_below_its_maxconn_leaves_the_kernel_finding_alone():
+    from probes import proxies_findings
+    out = proxies_findings.refine([_generic_accept_overflow()], _haproxy_ev(curr=10, maxconn=50))
+    assert [f.id for f in out] == ["accept-queue-overflow"]
+    out = proxies_findings.refine([_generic_accept_overflow()], _haproxy_ev(curr=50, maxconn=50))
+    assert [f.id for f in out] == ["haproxy-maxconn"]
+    assert "`maxconn 50`" in out[0].fix and "/etc/haproxy/haproxy.cfg:7" in out[0].fix
+
+
+def test_config_paths_from_a_hostile_argv_are_read_never_followed_into_non_files(tmp_path):
+    from probes import proxies
+    fifo = tmp_path / "conf"
+    os.mkfifo(fifo)                                          # a read would block forever
+    assert proxies.read_config(os.getpid(), str(fifo)) == (str(fifo), None)
+    assert proxies.read_config(os.getpid(), "/etc/x\nmaxconn 1") == (None, None)
+    big = tmp_path / "big.cfg"
+    big.write_text("global\n    maxconn 7\n" + "#" * (2 << 20))
+    path, text = proxies.read_config(os.getpid(), str(big))
+    assert len(text) == proxies.MAX_CONFIG_BYTES
+    assert proxies.directives(text, ("maxconn",), section="global")["maxconn"] == {"value": "7", "line": 2}
+
+
+def test_argv_options_in_every_spelling():
+    from probes import proxies
+    argv = ["varnishd", "-p", "thread_pool_max=10", "-pthread_pools=3", "-n", "/w", "--run-root=/r.yaml"]
+    assert proxies.option(argv, "-p") == ["thread_pool_max=10", "thread_pools=3"]
+    assert proxies.option(argv, "--run-root") == ["/r.yaml"] and proxies.option(argv, "-n") == ["/w"]
