@@ -290,3 +290,34 @@ def test_argv_options_in_every_spelling():
     argv = ["varnishd", "-p", "thread_pool_max=10", "-pthread_pools=3", "-n", "/w", "--run-root=/r.yaml"]
     assert proxies.option(argv, "-p") == ["thread_pool_max=10", "thread_pools=3"]
     assert proxies.option(argv, "--run-root") == ["/r.yaml"] and proxies.option(argv, "-n") == ["/w"]
+
+
+# ---------------------------------------------------------------- bench proxy drives every proxy
+
+HAVE_ALL = IS_ROOT and shutil.which("wrk") and all(Path(p).exists() for p in (
+    "/usr/sbin/nginx", "/usr/sbin/haproxy", "/usr/sbin/varnishd", "/usr/bin/traffic_server"))
+
+
+@pytest.mark.skipif(not HAVE_ALL, reason="needs root, wrk, nginx, haproxy, varnish and trafficserver")
+def test_bench_drives_every_proxy_and_store_under_the_mix(monkeypatch):
+    from microbench import proxybench, storequestion
+    monkeypatch.setitem(proxybench.QUICK, "fill_s", 3)
+    monkeypatch.setitem(proxybench.QUICK, "steady_s", 4)
+    monkeypatch.setitem(proxybench.QUICK, "files", 500)
+    monkeypatch.setitem(proxybench.QUICK, "cache_mb", 128)
+    r = proxybench.run(quick=True, concurrency=20, idle=30, quiet=True,
+                       proxies=["nginx", "haproxy", "varnish", "trafficserver"])
+    assert [(s["proxy"], s["store"]) for s in r["stores"]] == [
+        ("nginx", "proxy_cache"), ("haproxy", "cache"), ("varnish", "malloc"), ("varnish", "file"),
+        ("trafficserver", "file"), ("trafficserver", "raw")]
+    for s in r["stores"]:
+        name = f"{s['proxy']} {s['store']}"
+        assert s["steady"]["rps"] > 100 and s["fill"]["rps"] > 100, name
+        assert s["error_count"] == 0, (name, s["errors"])
+        assert 0.2 < s["hit_ratio"] < 0.9, (name, s["hit_ratio"], s["hit_ratio_from"])
+        assert s["cost"]["syscalls_per_request"] > 1, (name, s["cost"])
+    by = {(s["proxy"], s["store"]): s for s in r["stores"]}
+    assert by[("varnish", "malloc")]["hit_ratio_from"].startswith("varnishstat")
+    assert by[("trafficserver", "raw")]["hit_ratio_from"] == "traffic_server /_stats"
+    assert by[("haproxy", "cache")]["cost"]["device_write_kb_per_request"] < 0.5      # memory-only cache
+    assert len(storequestion.verdicts(r["stores"])) == len(storequestion.PREDICTIONS)
