@@ -570,7 +570,10 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, as
     cpu-clock sampling, plus TcpExt counters and /proc. Findings:
       fd-exhaustion, low-nofile-limit, accept-queue-overflow,
       syn-backlog-overflow, ephemeral-port-exhaustion, poll-scan,
-      blocking-disk-io, file-per-object-churn, cache-dir-atime, cpu-hotspot
+      blocking-disk-io, file-per-object-churn, cache-dir-atime, cpu-hotspot,
+      and the proxy's own caps: haproxy-maxconn, varnish-thread-pool,
+      nginx-worker-connections, squid-fd-limit,
+      trafficserver-connections-throttle (read from its config and stats)
     ranked by severity and impact. Read-only; needs root.
     Exit 0 no findings, 1 findings, 2 error.
 
