@@ -136,7 +136,10 @@ class TrafficServer(_Server):
                                            "  - apply: out\n    ip_addrs: 127.0.0.1\n    action: allow\n")
         (etc / "logging.yaml").write_text(f"logging:\n  formats:\n    - name: squid\n      format: '{TS_LOG_FORMAT}'\n"
                                           "  logs:\n    - filename: access\n      format: squid\n      mode: ascii\n")
-        (etc / "plugin.config").write_text("stats_over_http.so\n")
+        # X-Cache: HIT on a fresh cache hit, as the other generated configs send it
+        (etc / "xcache.config").write_text("cond %{SEND_RESPONSE_HDR_HOOK} [AND]\ncond %{CACHE} =hit-fresh\n"
+                                           "set-header X-Cache HIT\n")
+        (etc / "plugin.config").write_text(f"stats_over_http.so\nheader_rewrite.so {etc / 'xcache.config'}\n")
         for name in ("remap.config", "cache.config", "hosting.config", "parent.config", "volume.config",
                      "splitdns.config", "socks.config", "ssl_multicert.config", "sni.yaml", "strategies.yaml"):
             (etc / name).write_text("")

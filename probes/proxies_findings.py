@@ -111,9 +111,11 @@ def ats_throttle(ev: dict, generic: dict) -> Finding | None:
     name = "proxy.config.net.connections_throttle"
     cap = int(d[name]["value"]) if d.get(name, {}).get("value", "").isdigit() else None
     cur = _peak(p, "connections_currently_open")
-    throttled = _delta(p, "connections_throttled_in")
-    warned = _delta(p, "throttle_warnings") or 0
     after = p.get("stats_after") or {}
+    throttled = _delta(p, "connections_throttled_in")
+    if throttled is None:                 # at the cap it reset our first /_stats: the count since its start
+        throttled = after.get("connections_throttled_in")
+    warned = _delta(p, "throttle_warnings") or 0
     reset = not after.get("available") and after.get("throttle_warnings", 0) > 0    # it refused our /_stats too
     if not cap or not (throttled or warned or reset or (cur is not None and cur >= AT_CAP * cap)):
         return None

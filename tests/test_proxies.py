@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IS_ROOT, REPO, proxytune
+from conftest import IS_ROOT, proxytune
+from test_doctor import by_id, stop
 
 NEW_PROFILES = {"linux/haproxy": ("haproxy", "haproxy"), "linux/varnish": ("varnish", "vcache"),
                 "linux/trafficserver": ("trafficserver", "trafficserver")}
@@ -51,10 +52,6 @@ def doctor(pid: int) -> dict:
     return doc
 
 
-def by_id(doc: dict) -> dict:
-    return {f["id"]: f for f in doc["findings"]}
-
-
 class HeldConnections:
     """N plain TCP connections to a port, opened without waiting for accept() and held open."""
 
@@ -81,13 +78,14 @@ def wrk_background(port: int, seconds: int, connections: int, script: Path | Non
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def stop(p: subprocess.Popen) -> None:
-    p.terminate()
-    try:
-        p.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
+def doctor_under_load(server, held: int, connections: int, script: Path | None = None) -> dict:
+    """The doctor on a proxy that holds `held` idle connections while wrk loads it."""
+    with HeldConnections(server.port, held):
+        load = wrk_background(server.port, 25, connections, script)
+        try:
+            return doctor(server.pid)
+        finally:
+            stop(load)
 
 
 @needs_doctor
@@ -95,12 +93,7 @@ def stop(p: subprocess.Popen) -> None:
 def test_haproxy_at_its_maxconn_is_the_finding_not_somaxconn():
     from microbench import proxyservers, servers
     with servers.Nginx() as origin, proxyservers.HAProxy(origin.port, maxconn=50, cache_mb=0) as h:
-        with HeldConnections(h.port, 300):
-            load = wrk_background(h.port, 25, 50)
-            try:
-                doc = doctor(h.pid)
-            finally:
-                stop(load)
+        doc = doctor_under_load(h, 300, 50)
         conf = str(h.conf)
     f = by_id(doc)
     assert "haproxy-maxconn" in f, doc["findings"]
@@ -167,11 +160,7 @@ def test_varnish_out_of_worker_threads_names_thread_pool_max(tmp_path):
     lua.write_text(SLOW_LUA)
     with SlowOrigin(0.5) as origin, proxyservers.Varnish(origin.port, params={
             "thread_pool_min": 5, "thread_pool_max": 10}) as v:
-        load = wrk_background(v.port, 25, 200, lua)
-        try:
-            doc = doctor(v.pid)
-        finally:
-            stop(load)
+        doc = doctor_under_load(v, 0, 200, lua)
     f = by_id(doc)
     assert "varnish-thread-pool" in f, doc["findings"]
     own = f["varnish-thread-pool"]
@@ -188,12 +177,7 @@ def test_varnish_out_of_worker_threads_names_thread_pool_max(tmp_path):
 def test_nginx_out_of_worker_connections_names_the_directive():
     from microbench import servers
     with servers.Nginx(workers=1, connections=64) as ng:
-        with HeldConnections(ng.port, 300):
-            load = wrk_background(ng.port, 25, 50)
-            try:
-                doc = doctor(ng.pid)
-            finally:
-                stop(load)
+        doc = doctor_under_load(ng, 300, 50)
         conf = str(ng.dir / "nginx.conf")
     f = by_id(doc)
     assert "nginx-worker-connections" in f, doc["findings"]
@@ -207,12 +191,7 @@ def test_nginx_out_of_worker_connections_names_the_directive():
 def test_squid_short_of_fds_is_told_its_max_filedescriptors():
     from microbench import servers
     with servers.Nginx() as origin, servers.Squid("rock", cache_mb=64, nofile=(256, 256)) as sq:
-        with HeldConnections(sq.port, 400):
-            load = wrk_background(sq.port, 25, 20)
-            try:
-                doc = doctor(sq.pid)
-            finally:
-                stop(load)
+        doc = doctor_under_load(sq, 400, 20)
         conf = str(sq.conf)
     f = by_id(doc)
     assert doc["findings"][0]["id"] == "squid-fd-limit", doc["findings"]
@@ -228,12 +207,7 @@ def test_squid_short_of_fds_is_told_its_max_filedescriptors():
 def test_trafficserver_at_connections_throttle_names_records_config():
     from microbench import proxyservers, servers
     with servers.Nginx() as origin, proxyservers.TrafficServer(origin.port, cache_mb=64, throttle=50) as ts:
-        with HeldConnections(ts.port, 300):
-            load = wrk_background(ts.port, 25, 50)
-            try:
-                doc = doctor(ts.pid)
-            finally:
-                stop(load)
+        doc = doctor_under_load(ts, 300, 50)
         conf = str(ts.conf)
     f = by_id(doc)
     assert "trafficserver-connections-throttle" in f, doc["findings"]
@@ -316,6 +290,9 @@ def test_bench_drives_every_proxy_and_store_under_the_mix(monkeypatch):
         assert s["error_count"] == 0, (name, s["errors"])
         assert 0.2 < s["hit_ratio"] < 0.9, (name, s["hit_ratio"], s["hit_ratio_from"])
         assert s["cost"]["syscalls_per_request"] > 1, (name, s["cost"])
+        # the proxy's own counters and the X-Cache headers wrk saw agree on the hit ratio
+        xc = s["steady"]["x_cache_hits"] / (s["steady"]["x_cache_hits"] + s["steady"]["x_cache_misses"])
+        assert abs(xc - s["hit_ratio"]) < 0.1, (name, xc, s["hit_ratio"])
     by = {(s["proxy"], s["store"]): s for s in r["stores"]}
     assert by[("varnish", "malloc")]["hit_ratio_from"].startswith("varnishstat")
     assert by[("trafficserver", "raw")]["hit_ratio_from"] == "traffic_server /_stats"
