@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IS_ROOT, proxytune
+from conftest import IS_ROOT, REPO, proxytune
 from test_doctor import by_id, stop
 
 NEW_PROFILES = {"linux/haproxy": ("haproxy", "haproxy"), "linux/varnish": ("varnish", "vcache"),
@@ -298,3 +298,25 @@ def test_bench_drives_every_proxy_and_store_under_the_mix(monkeypatch):
     assert by[("trafficserver", "raw")]["hit_ratio_from"] == "traffic_server /_stats"
     assert by[("haproxy", "cache")]["cost"]["device_write_kb_per_request"] < 0.5      # memory-only cache
     assert len(storequestion.verdicts(r["stores"])) == len(storequestion.PREDICTIONS)
+
+
+@pytest.mark.skipif(not (IS_ROOT and shutil.which("wrk") and Path("/usr/sbin/nginx").exists()),
+                    reason="needs root, wrk and nginx")
+def test_compare_profile_with_nginx_a_1024_fd_cache_fails_where_the_tuned_one_holds(tmp_path):
+    """--proxy nginx --compare-profile linux/nginx, in a network namespace with a sandbox root."""
+    root, state = tmp_path / "root", tmp_path / "state"
+    (root / "etc").mkdir(parents=True)
+    env = {**os.environ, "PROXYTUNE_ROOT": str(root), "PROXYTUNE_STATE_DIR": str(state)}
+    py = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from microbench import proxybench as p; "
+          "p.QUICK.update(fill_s=3, steady_s=5, files=800); import cli; "
+          f"cli.main(['bench', 'proxy', '--quick', '--proxy', 'nginx', '--compare-profile', 'linux/nginx', "
+          f"'--only', 'service:*', '--yes', '--json', '-o', {str(tmp_path / 'r.json')!r}], prog_name='proxytune')")
+    p = subprocess.run(["unshare", "-n", "bash", "-c", f"ip link set lo up; {REPO}/.venv/bin/python -c \"{py}\""],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads((tmp_path / "r.json").read_text())["data"]
+    before, after = r["before"], r["after"]
+    assert r["proxy"] == "nginx" and before["store"] == after["store"] == "proxy_cache"
+    assert before["nofile"][0] == 1024 and after["nofile"][0] > 4096
+    assert before["error_count"] > 10 * max(after["error_count"], 1), (before["errors"], after["errors"])
+    assert r["rolled_back"] and not list((root / "etc").rglob("*proxytune*"))
