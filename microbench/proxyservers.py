@@ -49,7 +49,10 @@ class HAProxy(_Server):
         (self.dir / "haproxy.cfg").write_text(
             f"global\n    maxconn {maxconn}\n    stats socket {self.stats_socket} mode 600 level admin\n"
             f"    pidfile {self.dir}/haproxy.pid\n{cache}"
-            "defaults\n    mode http\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n"
+            # idle keep-alive clients are held 2 minutes, as Squid and Traffic Server do (the client timeout
+            # would otherwise close them after 30 s)
+            "defaults\n    mode http\n    timeout connect 5s\n    timeout client 120s\n    timeout server 30s\n"
+            "    timeout http-keep-alive 120s\n"
             f"frontend fe\n    bind 127.0.0.1:{self.port}\n{use}    default_backend origin\n"
             f"backend origin\n    server o 127.0.0.1:{origin_port}\n")
 
