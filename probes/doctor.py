@@ -84,9 +84,11 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
             skipped[name] = f"tracepoints missing: {', '.join(missing)}"
         else:
             scripts.append(cat[name])
-    service = proc.comm_of(pids[0])
+    target = proxies.identify(pids[0])
+    comm = proc.comm_of(pids[0])
+    profile_ref, service = proxies.audit_as(target, profile_ref, comm)
     dirs = list(cache_dirs or []) or squid_cache_dirs(pids[0])
-    ev: dict = {"pids": pids, "comm": service, "skipped_scripts": skipped,
+    ev: dict = {"pids": pids, "comm": comm, "skipped_scripts": skipped,
                 "scripts": [s.name for s in scripts], "port_range": port_range(pids[0])}
     ev["audit"] = audit(host, profile_ref, service, dirs) if host is not None else {"available": False,
                                                                                     "reason": "not asked"}
@@ -96,7 +98,6 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
         run = bpftrace.Run(kids, bpftrace.compose(scripts, pids))
         run.wait_attached()
         rec = perf.Record(kids) if perf_ok else None
-        target = proxies.identify(pids[0])
         stats0 = target.stats() if target else None
         before, ns0 = proc.snapshot(pids), netstat.snapshot(nspath)
         t0 = time.monotonic()

@@ -314,6 +314,19 @@ class TrafficServer(Proxy):
 KINDS = (HAProxy, Varnish, Squid, Nginx, TrafficServer)
 
 
+def audit_as(target: Proxy | None, profile_ref: str, comm: str) -> tuple[str, str]:
+    """(profile, service) for the host audit: a known proxy is audited under its Debian unit name (its
+    kind: varnishd's unit is varnish, traffic_server's is trafficserver) and, in place of the generic
+    default, its own profile."""
+    if target is None:
+        return profile_ref, comm
+    from tune.profile import PROFILES_DIR
+    own = f"linux/{target.kind}"
+    if profile_ref == "linux/proxy" and (PROFILES_DIR / f"{own}.toml").is_file():
+        profile_ref = own
+    return profile_ref, target.kind
+
+
 def identify(pid: int) -> Proxy | None:
     """The proxy running as pid, by the basename of its executable (comm is renamed by some)."""
     try:

@@ -214,6 +214,9 @@ def test_trafficserver_at_connections_throttle_names_records_config():
     own = f["trafficserver-connections-throttle"]
     assert "`CONFIG proxy.config.net.connections_throttle INT 50`" in own["fix"] and conf in own["fix"]
     assert doc["data"]["evidence"]["proxy"]["kind"] == "trafficserver"
+    # audited as Debian's unit with its own profile, not as the renamed thread [TS_MAIN]
+    audit = doc["data"]["evidence"]["audit"]
+    assert audit["available"] and audit["profile"] == "linux/trafficserver", audit
 
 
 # ---------------------------------------------------------------- rules on recorded evidence, hostile input
