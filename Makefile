@@ -3,7 +3,7 @@
 #   - Debian packages the tests drive, when run as root (else: a message naming them)
 SHELL := /bin/bash
 DEBIAN_TEST_PACKAGES := ansible openssh-server tuned dbus-daemon e2fsprogs iproute2 procps systemd util-linux \
-	gcc libc6-dev valgrind linux-perf bpftrace fio wrk nginx-light squid chromium \
+	gcc libc6-dev valgrind linux-perf bpftrace fio wrk nginx-light squid chromium haproxy varnish trafficserver \
 	python3-click python3-rich python3-jsonschema python3-matplotlib
 PYTEST_ARGS ?=
 

@@ -525,8 +525,13 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
 
 @bench.command("proxy")
 @click.option("--quick", is_flag=True, help="8 s fill + 12 s steady per store, 100 connections (about 2 minutes).")
-@click.option("--store", "stores", multiple=True, type=click.Choice(["ufs", "aufs", "rock", "diskd"]),
-              help="Squid store scheme (repeatable) [ufs, aufs, rock].")
+@click.option("--proxy", "proxies", multiple=True,
+              type=click.Choice(["squid", "nginx", "haproxy", "varnish", "trafficserver", "all"]),
+              help="Proxy to start from Debian's package (repeatable; all = every one, every store) [squid].")
+@click.option("--store", "stores", multiple=True,
+              type=click.Choice(["ufs", "aufs", "rock", "diskd", "proxy_cache", "cache", "malloc", "file", "raw"]),
+              help="Store (repeatable): squid ufs/aufs/rock/diskd, nginx proxy_cache, haproxy cache, "
+                   "varnish malloc/file, trafficserver file/raw [every store of each proxy].")
 @click.option("--concurrency", type=click.IntRange(1, 20000), metavar="N", help="wrk connections [100, full 200; with --compare-profile 400, full 600].")
 @click.option("--idle", type=click.IntRange(0, 20000), metavar="N",
               help="Idle keep-alive client connections during steady [200, full 1000; --compare-profile 1000].")
@@ -540,20 +545,24 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def bench_proxy(host, quick, stores, concurrency, idle, target, compare_profile, only, skip, yes, output, as_json):
-    """A real Squid under a PolyMix-like load through wrk.
+def bench_proxy(host, quick, proxies, stores, concurrency, idle, target, compare_profile, only, skip, yes, output,
+                as_json):
+    """A real proxy (Squid unless --proxy) under a PolyMix-like load through wrk.
 
     \b
-    Starts an nginx origin with PolyMix-3 sized objects and Squid (Debian's
-    package, generated config, own temp dir) per store scheme; wrk sends
+    Starts an nginx origin with PolyMix-3 sized objects and the proxy
+    (Debian's package, generated config, own temp dir) per store; wrk sends
     absolute-URI requests whose recurrence gives about 55% hits, while a
     helper holds idle keep-alive clients. Fill, then steady (measured):
     throughput, latency of hits and misses (a sequential probe), hit ratio
-    from Squid's access log, errors by kind. Everything started is stopped.
+    from the proxy's own log or counters (else X-Cache), syscalls and
+    device writes per request, errors by kind. Everything started is
+    stopped. --proxy all: every proxy and store in one run (the storage
+    question on real caches).
 
     \b
     --compare-profile linux/proxy: the same load as the host is, then with
-    the profile applied (Squid restarted with the service's new
+    the profile applied (the proxy restarted with the service's new
     LimitNOFILE), then rolled back. Needs --yes.
     """
     from microbench import proxybench, render as mrender
@@ -561,18 +570,21 @@ def bench_proxy(host, quick, stores, concurrency, idle, target, compare_profile,
         import re as _re
         if not _re.fullmatch(r"[\w.\-]+:\d{1,5}", target) or not 0 < int(target.rsplit(":", 1)[1]) < 65536:
             raise ProxytuneError(f"--target must be HOST:PORT, not {target!r}", "e.g. --target 127.0.0.1:3128")
-        if compare_profile or stores:
-            raise ProxytuneError("--target loads your proxy; --store and --compare-profile start our own squid")
+        if compare_profile or stores or proxies:
+            raise ProxytuneError("--target loads your proxy; --proxy, --store and --compare-profile start our own")
     elif os.geteuid() != 0:
         raise ProxytuneError("bench proxy needs root (squid drops privileges to user proxy)")
     if compare_profile:
         if not yes:
             raise ProxytuneError("--compare-profile changes the host (journaled, rolled back after)",
                                  "add --yes; `proxytune tune plan --profile ...` shows the changes")
-        data = proxybench.compare_profile(host, compare_profile, (stores or ("ufs",))[0], quick, concurrency,
-                                          idle, only, skip, as_json)
+        if len(proxies) > 1 or "all" in proxies:
+            raise ProxytuneError("--compare-profile runs one proxy before and after", "give one --proxy")
+        data = proxybench.compare_profile(host, compare_profile, (stores or (None,))[0], quick, concurrency,
+                                          idle, only, skip, as_json, proxy=(proxies or ("squid",))[0])
     else:
-        data = proxybench.run(quick, list(stores) or None, concurrency, idle, None, as_json, target=target)
+        data = proxybench.run(quick, list(stores) or None, concurrency, idle, None, as_json, target=target,
+                              proxies=list(proxies) or None)
     finish_bench(data, "proxy", output, as_json, mrender.proxy_table)
 
 
@@ -742,7 +754,10 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, as
     cpu-clock sampling, plus TcpExt counters and /proc. Findings:
       fd-exhaustion, low-nofile-limit, accept-queue-overflow,
       syn-backlog-overflow, ephemeral-port-exhaustion, poll-scan,
-      blocking-disk-io, file-per-object-churn, cache-dir-atime, cpu-hotspot
+      blocking-disk-io, file-per-object-churn, cache-dir-atime, cpu-hotspot,
+      and the proxy's own caps: haproxy-maxconn, varnish-thread-pool,
+      nginx-worker-connections, squid-fd-limit,
+      trafficserver-connections-throttle (read from its config and stats)
     ranked by severity and impact. Read-only; needs root.
     Exit 0 no findings, 1 findings, 2 error.
 

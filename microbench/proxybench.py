@@ -12,6 +12,7 @@ by kind come from Squid's access log; wrk's socket errors and Squid's
 "running out of filedescriptors" warnings are counted too.
 """
 
+import contextlib
 import http.client
 import json
 import random
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from tune.errors import ProxytuneError
 
-from . import polymix, servers
+from . import polymix, proxycost, proxyruns, servers
 
 LUA = Path(__file__).parent / "lua" / "polymix.lua"
 STORES = ["ufs", "aufs", "rock"]
@@ -142,7 +143,7 @@ def latency_probe(host: str, proxy_port: int, origin_port: int, files: int, seco
                     lat["hit" if "HIT" in (resp.getheader("X-Cache") or "") else "miss"].append(dt)
                 else:
                     errors += 1
-            except OSError:
+            except (OSError, http.client.HTTPException):     # a proxy cutting a body short is an error, not a crash
                 errors += 1
             finally:
                 c.close()
@@ -188,8 +189,10 @@ def fd_warnings(cache_log: str) -> int:
     return len(re.findall(r"running out of filedescriptors|Too many open files|accept failure", cache_log))
 
 
-def _drive(host: str, port: int, plan: dict, origin_port: int, workdir: Path, tag: str, progress=None) -> dict:
-    """Fill, then steady with idle clients and the latency probe, against a proxy at host:port."""
+def _drive(host: str, port: int, plan: dict, origin_port: int, workdir: Path, tag: str, progress=None,
+           cost_pid: int | None = None, on_steady=None) -> dict:
+    """Fill, then steady with idle clients and the latency probe, against a proxy at host:port.
+    With cost_pid (a proxy we started), syscalls and device writes of its processes during steady."""
     n = len(list(workdir.glob("polymix-*.lua")))
     run = re.sub(r"[^\w]+", "-", tag)          # it goes into URLs and file names
     fill_script = lua_script(workdir, origin_port, plan["files"], f"{run}-{n}-f")
@@ -199,7 +202,10 @@ def _drive(host: str, port: int, plan: dict, origin_port: int, workdir: Path, ta
     fill = run_wrk(f"{host}:{port}", fill_script, plan["fill_s"], plan["concurrency"])
     if progress:
         progress(f"{tag}: steady")
-    with IdleClients(host, port, origin_port, plan["idle"]) as idle:
+    if on_steady:
+        on_steady()
+    with IdleClients(host, port, origin_port, plan["idle"]) as idle, \
+            (proxycost.Cost(cost_pid) if cost_pid else contextlib.nullcontext()) as cost:
         probe: dict = {}
         t = threading.Thread(target=latency_probe, args=(host, port, origin_port, plan["files"],
                                                          plan["steady_s"] - 1, probe), daemon=True)
@@ -209,9 +215,11 @@ def _drive(host: str, port: int, plan: dict, origin_port: int, workdir: Path, ta
         idle_open = idle.still_open()
         idle_failed = dict(idle.failed)
     dropped = plan["idle"] - sum(idle_failed.values()) - idle_open
+    served = steady["requests"] + sum((probe.get(k) or {}).get("n", 0) for k in ("hit", "miss")) + len(idle.socks)
     return {"fill": _brief(fill), "steady": _brief(steady), "latency_probe": probe,
             "idle_failed": idle_failed, "idle_dropped": dropped,
-            "error_count": _error_count(steady, idle_failed, dropped)}
+            "error_count": _error_count(steady, idle_failed, dropped),
+            "cost": cost.result(served) if cost else None}
 
 
 def _errors(d: dict, squid_codes: dict | None, warnings: int | None) -> dict:
@@ -232,13 +240,13 @@ def run_store(store: str, plan: dict, origin_port: int, workdir: Path, nofile: t
                 mark[0] = len(sq.log("access.log"))
             if progress:
                 progress(desc)
-        d = _drive("127.0.0.1", sq.port, plan, origin_port, workdir, f"squid {store}", step)
+        d = _drive("127.0.0.1", sq.port, plan, origin_port, workdir, f"squid {store}", step, cost_pid=sq.pid)
         log = access_log(sq.log("access.log")[mark[0]:])
         warnings = fd_warnings(sq.log("cache.log"))
-    return {"store": store, "nofile": limits, "fill": d["fill"], "steady": d["steady"],
-            "hit_ratio": log["hit_ratio"], "byte_hit_ratio": log["byte_hit_ratio"], "codes": log["codes"],
-            "errors": _errors(d, log["errors"], warnings), "error_count": d["error_count"],
-            "latency_probe": d["latency_probe"]}
+    return {"proxy": "squid", "store": store, "nofile": limits, "fill": d["fill"], "steady": d["steady"],
+            "hit_ratio": log["hit_ratio"], "hit_ratio_from": "squid access.log", "byte_hit_ratio": log["byte_hit_ratio"],
+            "codes": log["codes"], "errors": _errors(d, log["errors"], warnings), "error_count": d["error_count"],
+            "latency_probe": d["latency_probe"], "cost": d["cost"]}
 
 
 def run_target(target: str, plan: dict, origin_port: int, workdir: Path, progress=None) -> dict:
@@ -248,7 +256,7 @@ def run_target(target: str, plan: dict, origin_port: int, workdir: Path, progres
     d = _drive(host or "127.0.0.1", int(port), plan, origin_port, workdir, f"target {target}", progress)
     st = d["steady"]
     seen = st["x_cache_hits"] + st["x_cache_misses"]
-    return {"store": f"target {target}", "nofile": None, "fill": d["fill"], "steady": st,
+    return {"proxy": "target", "store": f"target {target}", "nofile": None, "fill": d["fill"], "steady": st,
             "hit_ratio": st["x_cache_hits"] / seen if seen and st["x_cache_hits"] else None,
             "byte_hit_ratio": None, "codes": {}, "errors": _errors(d, None, None), "error_count": d["error_count"],
             "latency_probe": d["latency_probe"]}
@@ -274,13 +282,15 @@ def _nofile_of(pid: int) -> list:
 
 def run(quick: bool = False, stores: list[str] | None = None, concurrency: int | None = None,
         idle: int | None = None, nofile: tuple[int, int] | None = None, quiet: bool = False,
-        target: str | None = None) -> dict:
+        target: str | None = None, proxies: list[str] | None = None) -> dict:
+    """Every (proxy, store) asked for, one after the other, behind one origin and docroot: each proxy
+    runs the given stores that are its own, or all of its stores (proxyruns.runs_for)."""
     from .runner import progress as progress_bar
     plan = _plan_for(quick, concurrency, idle)
-    stores = stores or STORES
+    runs = [] if target else proxyruns.runs_for(proxies or ["squid"], stores)
     result = {"bench": "proxy", "quick": quick, "plan": plan, "repeat": REPEAT, "stores": []}
     with tempfile.TemporaryDirectory(prefix="proxytune-proxybench-") as d, progress_bar(quiet) as bar:
-        task = bar.add_task("bench proxy", total=2 * len(stores))
+        task = bar.add_task("bench proxy", total=2 * max(len(runs), 1))
         root = Path(d)
         result["docroot"] = make_docroot(root / "doc", plan["files"])
         with origin(root / "doc") as og:
@@ -289,8 +299,11 @@ def run(quick: bool = False, stores: list[str] | None = None, concurrency: int |
             if target:
                 result["target"] = target
                 result["stores"].append(run_target(target, plan, og.port, root, progress=step))
-            for store in ([] if target else stores):
-                result["stores"].append(run_store(store, plan, og.port, root, nofile, progress=step))
+            for proxy, store in runs:
+                if proxy == "squid":
+                    result["stores"].append(run_store(store, plan, og.port, root, nofile, progress=step))
+                else:
+                    result["stores"].append(proxyruns.run_proxy(proxy, store, plan, og.port, root, nofile, step))
                 bar.update(task, completed=2 * len(result["stores"]))
     return result
 
@@ -304,38 +317,41 @@ def _plan_for(quick: bool, concurrency: int | None, idle: int | None) -> dict:
     return plan
 
 
-def compare_profile(host, profile_ref: str, store: str = "ufs", quick: bool = False, concurrency: int | None = None,
-                    idle: int | None = None, only: tuple = (), skip: tuple = (), quiet: bool = False) -> dict:
+def compare_profile(host, profile_ref: str, store: str | None = "ufs", quick: bool = False, concurrency: int | None = None,
+                    idle: int | None = None, only: tuple = (), skip: tuple = (), quiet: bool = False,
+                    proxy: str = "squid") -> dict:
     """The same load on the host as it is, then with the profile applied (journaled), then rolled back.
 
-    Squid is started the way its service would be: with the service's LimitNOFILE (Debian's
+    The proxy (Squid unless told) is started the way its service would be: with the service's LimitNOFILE (Debian's
     squid.service sets none, so systemd's soft default of 1024) before, and the profile's after,
     both capped by this process's hard limit (raising it needs CAP_SYS_RESOURCE)."""
     import resource
     from tune import apply as apply_mod, plan as plan_mod
     from tune.apply import describe
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    params = {"service": "squid"}
+    service = proxyruns.SERVICES[proxy]
+    params = {"service": service}
     plan = plan_mod.build(profile_ref, host, params, only, skip)
     apply_mod.refuse_blocked(plan)
 
     def service_limit(p) -> int:
-        c = next((c for c in p.changes if c.setting.address == "service:squid:LimitNOFILE"), None)
+        c = next((c for c in p.changes if c.setting.address == f"service:{service}:LimitNOFILE"), None)
         cur = c.current if c else None
         return int(cur) if isinstance(cur, (int, str)) and str(cur).isdigit() else 1024
 
     limit_before = service_limit(plan)
-    before = run(quick, [store], concurrency or (400 if quick else 600), idle if idle is not None else 1000,
-                 (min(limit_before, hard), hard), quiet)
+    load = (concurrency or (400 if quick else 600), idle if idle is not None else 1000)
+    stores = [store or proxyruns.STORES[proxy][0]]
+    before = run(quick, stores, *load, (min(limit_before, hard), hard), quiet, proxies=[proxy])
     outcome = apply_mod.apply_plan(plan, host, persist=False)
     try:
         applied = plan_mod.build(profile_ref, host, params, only, skip)
         limit_after = service_limit(applied)
-        after = run(quick, [store], concurrency or (400 if quick else 600), idle if idle is not None else 1000,
-                    (min(limit_after, hard), hard), quiet)
+        after = run(quick, stores, *load, (min(limit_after, hard), hard), quiet, proxies=[proxy])
     finally:
         undone = apply_mod.rollback(host, outcome.entry["id"]) if outcome.entry else None
-    return {"bench": "proxy", "quick": quick, "compare_profile": profile_ref, "store": store,
+    return {"bench": "proxy", "quick": quick, "compare_profile": profile_ref, "proxy": proxy,
+            "store": before["stores"][0]["store"],
             "plan": before["plan"], "repeat": REPEAT, "docroot": before["docroot"],
             "service_nofile": {"before": limit_before, "after": limit_after, "hard_limit_here": hard,
                                "capped": limit_after > hard},

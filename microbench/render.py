@@ -114,7 +114,8 @@ def storage_table(r: dict) -> None:
 def proxy_table(r: dict) -> None:
     out = console()
     p = r["plan"]
-    t = Table(title=f"bench proxy: squid, {p['concurrency']} wrk connections + {p['idle']} idle, "
+    names = ", ".join(sorted({s.get("proxy", "squid") for s in r["stores"]}))
+    t = Table(title=f"bench proxy: {names}, {p['concurrency']} wrk connections + {p['idle']} idle, "
                     f"{p['steady_s']} s steady after {p['fill_s']} s fill", title_justify="left")
     from reports.tables import PROXY_HEADERS, proxy_rows
     for col in PROXY_HEADERS:
@@ -131,9 +132,17 @@ def proxy_table(r: dict) -> None:
                  "idle dropped": e["idle_clients_dropped"], "fd warnings in cache.log": e["fd_warnings_in_cache_log"]}
         kinds = {k: v for k, v in kinds.items() if v}
         if kinds:
-            out.print(f"{label or s['store']} errors: " + ", ".join(f"{k} {v:,}" for k, v in kinds.items()))
+            out.print(f"{label or s.get('proxy', 'squid')} {s['store']} errors: " + ", ".join(f"{k} {v:,}" for k, v in kinds.items()))
+    if len(r["stores"]) > 2 and not r.get("compare_profile"):
+        from .storequestion import verdict_rows
+        v = Table(title="what each store's design predicts", title_justify="left")
+        for col in ("prediction", "run", "against", "verdict"):
+            v.add_column(col)
+        for row in verdict_rows(r["stores"]):
+            v.add_row(row[0], row[2], row[3], row[4])
+        out.print(v)
     if r.get("compare_profile"):
         n = r["service_nofile"]
-        out.print(f"profile {r['compare_profile']}: squid nofile {n['before']} -> {n['after']}"
+        out.print(f"profile {r['compare_profile']}: {r.get('proxy', 'squid')} nofile {n['before']} -> {n['after']}"
                   + (f" (capped at this host's hard limit {n['hard_limit_here']})" if n["capped"] else "")
                   + f"; {len(r['applied'])} step(s) applied, rolled back: {r['rolled_back']}")

@@ -15,7 +15,7 @@ from pathlib import Path
 from tune.errors import ProxytuneError
 from tune import observe, params
 
-from . import bpftrace, caps, children, findings, netstat, perf, proc, target
+from . import bpftrace, caps, children, findings, netstat, perf, proc, proxies, proxies_findings, target
 
 DEFAULT_SCRIPTS = ["pollscan", "fd_errors", "connect_errors", "file_lifecycle", "loop_blocking"]
 DEEP_SCRIPTS = ["epoll_events", "biolatency", "runqlat"]
@@ -81,9 +81,11 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
             skipped[name] = f"tracepoints missing: {', '.join(missing)}"
         else:
             scripts.append(cat[name])
-    service = proc.comm_of(pids[0])
+    watched = proxies.identify(pids[0])
+    comm = proc.comm_of(pids[0])
+    profile_ref, service = proxies.audit_as(watched, profile_ref, comm)
     dirs = list(cache_dirs or []) or squid_cache_dirs(pids[0])
-    ev: dict = {"pids": pids, "comm": service, "skipped_scripts": skipped,
+    ev: dict = {"pids": pids, "comm": comm, "skipped_scripts": skipped,
                 "scripts": [s.name for s in scripts], "port_range": port_range(pids[0])}
     ev["audit"] = audit(host, profile_ref, service, dirs) if host is not None else {"available": False,
                                                                                     "reason": "not asked"}
@@ -93,10 +95,13 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
         run = bpftrace.Run(kids, bpftrace.compose(scripts, pids))
         run.wait_attached()
         rec = perf.Record(kids) if perf_ok else None
+        stats0 = watched.stats() if watched else None
         watch = target.Watch(pids)
         before, ns0 = proc.snapshot(pids, watch.ids), netstat.snapshot(nspath)
         window = watch.wait(duration, tick)
         after, ns1 = proc.snapshot(pids, watch.ids), (netstat.snapshot(nspath) if Path(nspath).exists() else ns0)
+        ev["proxy"] = ({**watched.describe(), "stats_before": stats0, "stats_after": watched.stats()}
+                       if watched else None)
         maps = run.stop()
         prof = rec.stop(pids) if rec else {"available": False, "reason": perf_why}
     ev["window_s"] = window
@@ -144,7 +149,7 @@ def diagnose(pids: list[int], duration: float, **kw) -> dict:
     ev = gather(pids, duration, **kw)
     if ev["all_exited"]:
         raise target.gone_error(pids, ev["exited"], duration)
-    found = findings.evaluate(ev)
+    found = proxies_findings.refine(findings.evaluate(ev), ev)
     return {"target": {"pids": pids, "comm": ev["comm"], "exited": ev["exited"]},
             "window_s": round(ev["window_s"], 2),
             "findings": [f.to_json() for f in found], "evidence": ev}

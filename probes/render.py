@@ -45,6 +45,11 @@ def doctor_report(r: dict) -> None:
               f"{r['window_s']:.1f} s window; probes: {', '.join(ev['scripts'])}"
               + ("; perf: cpu-clock sampling" if ev["perf"].get("available") else
                  f"; perf: {ev['perf'].get('reason')}"))
+    if ev.get("proxy"):
+        px = ev["proxy"]
+        st = px.get("stats_after") or {}
+        out.print(f"proxy: {px['kind']} ({escape(px['exe'])}), config {escape(str(px['config']))}; statistics: "
+                  + escape(st.get("source") if st.get("available") else f"none ({st.get('reason')})"))
     for name, why in ev["skipped_scripts"].items():
         out.print(f"[dim]skipped {name}: {why}[/]")
     for pid, at in r["target"].get("exited", {}).items():

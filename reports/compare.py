@@ -66,7 +66,9 @@ def _storage(s: dict) -> dict:
 
 
 def _proxy(p: dict) -> dict:
-    labels = ["before", "after"] if p.get("compare_profile") else [s["store"] for s in p["stores"]]
+    several = len({s.get("proxy", "squid") for s in p["stores"]}) > 1
+    labels = (["before", "after"] if p.get("compare_profile") else
+              [f"{s.get('proxy', 'squid')} {s['store']}" if several else s["store"] for s in p["stores"]])
     out = {}
     for lab, s in zip(labels, p["stores"]):
         out[f"{lab}: req/s"] = f"{s['steady']['rps']:,.0f}"
@@ -82,7 +84,7 @@ def _doctor(d: dict) -> dict:
 EXTRACT = {"audit": ("Host audit", _audit), "events": ("Event mechanisms: ns per wait, 1 ready (hot)", _events),
            "fdscan": ("comm_select variants: ns per call", _fdscan),
            "storage": ("Object stores (ext4, relatime; rawdev)", _storage),
-           "proxy": ("Squid under load", _proxy), "doctor": ("doctor findings", _doctor)}
+           "proxy": ("Proxies under load", _proxy), "doctor": ("doctor findings", _doctor)}
 
 
 def compare(docs: list[dict], names: list[str]) -> dict:

@@ -137,16 +137,16 @@ def storage_fs_matrix(combos: list[dict]) -> bytes | None:
 
 
 def proxy_bars(stores: list[dict], labels: list[str]) -> bytes | None:
-    """Steady throughput and failed requests per Squid run (store scheme, or before/after a profile)."""
+    """Steady throughput and failed requests per proxy run (proxy and store, or before/after a profile)."""
     if not stores:
         return None
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
-    names = [f"{lab}\n{s['store']}".strip() for lab, s in zip(labels, stores)]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(max(10, 1.6 * len(stores)), 3.8))
+    names = [f"{lab or s.get('proxy', 'squid')}\n{s['store']}" for lab, s in zip(labels, stores)]
     a1.bar(names, [s["steady"]["rps"] for s in stores], color="#1f77b4")
     for i, s in enumerate(stores):
         if s["hit_ratio"] is not None:
             a1.annotate(f"hits {s['hit_ratio']:.0%}", (i, s["steady"]["rps"]), ha="center", va="bottom", fontsize=8)
-    a1.set(ylabel="requests per second (steady)", title="Squid throughput")
+    a1.set(ylabel="requests per second (steady)", title="throughput")
     a2.bar(names, [s["error_count"] for s in stores], color="#d62728")
     a2.set(ylabel="failed requests and dropped clients", title="errors")
     for ax in (a1, a2):

@@ -166,21 +166,23 @@ def storage_section(r: dict) -> Section:
     return sec
 
 
-PROXY_HEADERS = ["run", "store", "nofile", "req/s", "MB/s", "hit ratio", "p50 ms", "p99 ms", "hit p50 ms",
-                 "miss p50 ms", "errors"]
+PROXY_HEADERS = ["run", "store", "nofile", "fill req/s", "req/s", "MB/s", "hit ratio", "p50 ms", "p99 ms",
+                 "hit p50 ms", "miss p50 ms", "syscalls/req", "writes KB/req", "errors"]
 
 
 def proxy_rows(r: dict) -> tuple[list[str], list[list]]:
-    """(run labels, table rows) of a bench proxy result: one row per squid run."""
+    """(run labels, table rows) of a bench proxy result: one row per proxy and store run."""
     labels = ["before", "after"] if r.get("compare_profile") else [""] * len(r["stores"])
     ms = lambda v: "-" if v is None else f"{v / 1000:,.1f}"
+    num = lambda v, f: "-" if v is None else format(v, f)
     rows = []
     for lab, s in zip(labels, r["stores"]):
-        lat, probe = s["steady"]["latency_us"], s["latency_probe"]
-        rows.append([lab or s["store"], s["store"], s["nofile"][0] if s["nofile"] else "-",
-                     f"{s['steady']['rps']:,.0f}", f"{s['steady']['mb_per_s']:,.1f}",
+        lat, probe, cost = s["steady"]["latency_us"], s["latency_probe"], s.get("cost") or {}
+        rows.append([lab or s.get("proxy", "squid"), s["store"], s["nofile"][0] if s["nofile"] else "-",
+                     f"{s['fill']['rps']:,.0f}", f"{s['steady']['rps']:,.0f}", f"{s['steady']['mb_per_s']:,.1f}",
                      "-" if s["hit_ratio"] is None else f"{s['hit_ratio']:.2f}", ms(lat["p50"]), ms(lat["p99"]),
                      ms((probe.get("hit") or {}).get("p50")), ms((probe.get("miss") or {}).get("p50")),
+                     num(cost.get("syscalls_per_request"), ",.1f"), num(cost.get("device_write_kb_per_request"), ",.2f"),
                      f"{s['error_count']:,}"])
     return labels, rows
 
@@ -188,12 +190,15 @@ def proxy_rows(r: dict) -> tuple[list[str], list[list]]:
 def proxy_section(r: dict) -> Section:
     p = r["plan"]
     compare = r.get("compare_profile")
-    sec = Section("Squid under load: " + (f"before and after {compare}" if compare else "store schemes"),
-                  f"Debian's squid, {p['concurrency']} wrk connections plus {p['idle']} idle keep-alive clients, "
+    names = sorted({s.get("proxy", "squid") for s in r["stores"]})
+    sec = Section(f"{', '.join(names)} under load: " + (f"before and after {compare}" if compare else "stores"),
+                  f"Debian's {', '.join(names)}, {p['concurrency']} wrk connections plus {p['idle']} idle keep-alive clients, "
                   f"{p['fill_s']} s fill then {p['steady_s']} s steady; {r['docroot']['files']} PolyMix-3 objects "
                   f"(mean {r['docroot']['mean_kb']:.1f} KB) on an nginx origin; a new URL or, with probability "
-                  f"{r['repeat']}, a repeat. Hit ratio from Squid's access log; hit/miss latency from a sequential "
-                  "probe during steady.")
+                  f"{r['repeat']}, a repeat. Hit ratio from each proxy's own log or counters (X-Cache where it has "
+                  "none); hit/miss latency from a sequential probe during steady; syscalls (perf stat, "
+                  "raw_syscalls:sys_enter) and device writes (/proc/PID/io write_bytes) of the proxy's processes "
+                  "per request served during steady.")
     labels, rows = proxy_rows(r)
     sec.tables.append(Table("Steady phase", PROXY_HEADERS, rows))
     png = plots.proxy_bars(r["stores"], labels)
@@ -201,14 +206,20 @@ def proxy_section(r: dict) -> Section:
         sec.figures.append(Figure("proxy.png", "Throughput and errors per run", png))
     for lab, s in zip(labels, r["stores"]):
         e = s["errors"]
-        sec.notes.append(f"{lab or s['store']}: wrk socket errors {e['wrk_socket']}, HTTP errors {e['http_status']}, "
+        sec.notes.append(f"{lab or s.get('proxy', 'squid')} {s['store']}: wrk socket errors {e['wrk_socket']}, HTTP errors {e['http_status']}, "
                          f"squid codes {e['squid_codes']}, idle clients refused {e['idle_clients_failed']} / "
                          f"dropped {e['idle_clients_dropped']}, fd warnings in cache.log {e['fd_warnings_in_cache_log']}")
     if compare:
         n = r["service_nofile"]
-        sec.notes.append(f"squid's nofile {n['before']} -> {n['after']}"
+        sec.notes.append(f"{r.get('proxy', 'squid')}'s nofile {n['before']} -> {n['after']}"
                          + (f", capped at this host's hard limit {n['hard_limit_here']}" if n["capped"] else "")
                          + f"; applied {len(r['applied'])} step(s), rolled back: {r['rolled_back']}")
+    if len({(s.get("proxy", "squid"), s["store"]) for s in r["stores"]}) > 2 and not compare:
+        from microbench import storequestion as sq
+        heads, rows = sq.table_rows(r["stores"])
+        sec.tables.append(Table("The storage question on real caches: each store's design", heads, rows))
+        sec.tables.append(Table("What each design predicts, and whether it held",
+                                ["prediction", "metric", "run", "against", "verdict"], sq.verdict_rows(r["stores"])))
     return sec
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages the tests drive, when root; name them otherwise.
 # Package scripts must not start the services they ship (nginx, squid would
-# bind ports 80 and 3128): a policy-rc.d that says "no" is put in place for
+# bind ports 80 and 3128, haproxy, varnish 6081, trafficserver 8080): a policy-rc.d that says "no" is put in place for
 # the install, if none is there already, and removed afterwards.
 set -euo pipefail
 missing=$(for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done | xargs)

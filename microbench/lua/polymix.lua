@@ -27,11 +27,12 @@ function request()
     url = "http://ORIGIN/o/RUN" .. id .. "-" .. n .. "/" .. math.random(FILES)
     if nhist < HISTORY then nhist = nhist + 1; hist[nhist] = url else hist[math.random(HISTORY)] = url end
   end
-  return wrk.format("GET", url)
+  -- Host must match the absolute URI's authority: HAProxy answers 400 when they differ
+  return wrk.format("GET", url, {["Host"] = "ORIGIN"})
 end
 
 function response(status, headers, body)
-  local xc = headers["X-Cache"] or ""
+  local xc = headers["X-Cache"] or headers["x-cache"] or ""     -- HAProxy sends header names in lower case
   if string.find(xc, "HIT", 1, true) then hits = hits + 1 else misses = misses + 1 end
   if status >= 400 then bad = bad + 1 end
 end

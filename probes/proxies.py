@@ -1,0 +1,340 @@
+"""What the doctor watches: which proxy a pid is (by its executable), the
+config file its command line names, the directives that cap it, and its
+own statistics where it has them (HAProxy's stats socket `show info`,
+varnishstat, Squid's cache manager, nginx stub_status, Traffic Server's
+stats_over_http). One small class per proxy behind one interface:
+
+    target = identify(pid)            # None for a process we do not know
+    target.describe()                 # kind, exe, argv, config file, directives
+    target.stats()                    # {"available": bool, ...counters}
+
+Everything read here comes from a process we do not trust: paths from its
+argv are read (never written), size-capped and never followed into a
+shell; sockets get one fixed command; stats time out in seconds.
+"""
+
+import json
+import os
+import re
+import socket
+import stat
+import subprocess
+import urllib.request
+from pathlib import Path
+
+MAX_CONFIG_BYTES = 1 << 20
+STATS_TIMEOUT = 3.0
+
+
+def argv_of(pid: int) -> list[str]:
+    """The command line; nginx's master rewrites it to one string 'nginx: master process ARGV...'."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+    if len(argv) == 1 and argv[0].startswith("nginx: master process "):
+        argv = argv[0].removeprefix("nginx: master process ").split()
+    return argv
+
+
+def option(argv: list[str], *names: str) -> list[str]:
+    """Values of an option given as `-f X`, `-fX`, `--name=X` or `--name X`, in order."""
+    out = []
+    for i, a in enumerate(argv[1:], 1):
+        for n in names:
+            if a == n and i + 1 < len(argv):
+                out.append(argv[i + 1])
+            elif n.startswith("--") and a.startswith(n + "="):
+                out.append(a[len(n) + 1:])
+            elif not n.startswith("--") and a.startswith(n) and len(a) > len(n):
+                out.append(a[len(n):])
+    return out
+
+
+def read_config(pid: int, path: str | None) -> tuple[str | None, str | None]:
+    """(resolved path, text) of a file the target names; relative paths from its cwd."""
+    if not path or any(ord(c) < 32 for c in path):
+        return None, None
+    p = Path(path) if path.startswith("/") else Path(f"/proc/{pid}/cwd") / path
+    try:
+        st = p.stat()
+        if not stat.S_ISREG(st.st_mode):
+            return str(p), None
+        with open(p, "rb") as fh:
+            return str(p), fh.read(MAX_CONFIG_BYTES).decode(errors="replace")
+    except OSError:
+        return str(p), None
+
+
+def directives(text: str | None, names: tuple[str, ...], section: str | None = None) -> dict:
+    """First `name value` of each directive (optionally only inside a `section` block), with its line."""
+    out: dict = {}
+    if not text:
+        return out
+    current = None
+    for n, line in enumerate(text.splitlines(), 1):
+        code = line.split("#", 1)[0]
+        if code.strip() and not line[:1].isspace() and section is not None:
+            current = code.split()[0]
+        for statement in re.split(r"[;{}]", code):          # nginx: `events { worker_connections 64; }`
+            words = statement.split()
+            if words and words[0] in names and words[0] not in out and (section is None or current == section):
+                out[words[0]] = {"value": " ".join(words[1:]), "line": n}
+    return out
+
+
+def as_int(d: dict, name: str, default: int | None = None) -> int | None:
+    v = (d.get(name) or {}).get("value", "")
+    m = re.match(r"^\d+", v or "")
+    return int(m.group(0)) if m else default
+
+
+class Proxy:
+    kind = "unknown"
+    exe_names: tuple[str, ...] = ()
+
+    def __init__(self, pid: int, exe: str, argv: list[str]):
+        self.pid, self.exe, self.argv = pid, exe, argv
+        self.config_path, self.config_text = read_config(pid, self.config_arg())
+        self.conf = self.parse()
+
+    def config_arg(self) -> str | None:
+        return None
+
+    def parse(self) -> dict:
+        return {}
+
+    def stats(self) -> dict:
+        return {"available": False, "reason": f"{self.kind} has no statistics we read"}
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "pid": self.pid, "exe": self.exe, "argv": self.argv[:40],
+                "config": self.config_path, "config_read": self.config_text is not None, "directives": self.conf}
+
+
+class HAProxy(Proxy):
+    kind, exe_names = "haproxy", ("haproxy",)
+
+    def config_arg(self):
+        return (option(self.argv, "-f") or ["/etc/haproxy/haproxy.cfg"])[0]
+
+    def parse(self):
+        d = directives(self.config_text, ("maxconn", "ulimit-n", "fd-hard-limit", "stats"), section="global")
+        if "stats" in d:
+            m = re.match(r"socket\s+(\S+)", d["stats"]["value"])
+            d["stats socket"] = {"value": m.group(1), "line": d.pop("stats")["line"]} if m else d.pop("stats")
+        return d
+
+    def stats(self):
+        path = (self.conf.get("stats socket") or {}).get("value")
+        if not path or not path.startswith("/"):
+            return {"available": False, "reason": "no `stats socket` in the global section"}
+        try:
+            if not stat.S_ISSOCK(os.stat(path).st_mode):
+                return {"available": False, "reason": f"{path} is not a socket"}
+            with socket.socket(socket.AF_UNIX) as s:
+                s.settimeout(STATS_TIMEOUT)
+                s.connect(path)
+                s.sendall(b"show info\n")
+                data = b""
+                while len(data) < 1 << 20 and (chunk := s.recv(65536)):
+                    data += chunk
+        except OSError as e:
+            return {"available": False, "reason": f"stats socket {path}: {e.strerror or e}"}
+        info = dict(l.split(": ", 1) for l in data.decode(errors="replace").splitlines() if ": " in l)
+        keep = ("Maxconn", "Hard_maxconn", "CurrConns", "CumConns", "MaxSock", "Ulimit-n", "ConnRate", "Idle_pct")
+        return {"available": True, "source": f"show info on {path}",
+                **{k: int(info[k]) for k in keep if info.get(k, "").isdigit()}}
+
+
+class Varnish(Proxy):
+    kind, exe_names = "varnish", ("varnishd",)
+    DEFAULTS = {"thread_pools": 2, "thread_pool_max": 5000, "thread_pool_min": 100, "thread_queue_limit": 20}
+
+    def config_arg(self):
+        return (option(self.argv, "-f") or ["/etc/varnish/default.vcl"])[0]
+
+    def parse(self):
+        params = {}
+        for p in option(self.argv, "-p"):
+            k, _, v = p.partition("=")
+            if k in self.DEFAULTS and v.isdigit():
+                params[k] = {"value": v, "line": None, "where": "varnishd command line (-p)"}
+        for k, v in self.DEFAULTS.items():
+            params.setdefault(k, {"value": str(v), "line": None, "where": "varnishd default"})
+        params["-s"] = {"value": ", ".join(option(self.argv, "-s")) or "default", "line": None}
+        params["-a"] = {"value": ", ".join(option(self.argv, "-a")) or ":80", "line": None}
+        return params
+
+    def workdir(self) -> str | None:
+        n = option(self.argv, "-n")
+        return n[0] if n and n[0].startswith("/") and not any(ord(c) < 32 for c in n[0]) else None
+
+    def stats(self):
+        exe = "/usr/bin/varnishstat"
+        if not Path(exe).exists():
+            return {"available": False, "reason": "varnishstat is not installed"}
+        argv = [exe, "-1", "-j"] + (["-n", self.workdir()] if self.workdir() else [])
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=STATS_TIMEOUT * 3)
+            counters = json.loads(p.stdout).get("counters", {}) if p.returncode == 0 else None
+        except (subprocess.TimeoutExpired, ValueError):
+            counters = None
+        if counters is None:
+            return {"available": False, "reason": "varnishstat could not read the shared memory"}
+        keep = ("MAIN.threads", "MAIN.threads_limited", "MAIN.threads_failed", "MAIN.thread_queue_len",
+                "MAIN.sess_queued", "MAIN.sess_dropped", "MAIN.sess_conn", "MAIN.sess_fail", "MAIN.client_req")
+        return {"available": True, "source": "varnishstat -j",
+                **{k: counters[k]["value"] for k in keep if k in counters}}
+
+
+class Squid(Proxy):
+    kind, exe_names = "squid", ("squid",)
+
+    def config_arg(self):
+        return (option(self.argv, "-f") or ["/etc/squid/squid.conf"])[0]
+
+    def parse(self):
+        return directives(self.config_text, ("max_filedescriptors", "http_port", "workers", "cache_dir"))
+
+    def stats(self):
+        port = re.search(r"(?:^|:)(\d+)$", (self.conf.get("http_port") or {}).get("value", "").split()[0]
+                         if self.conf.get("http_port") else "")
+        if not port:
+            return {"available": False, "reason": "no http_port to reach the cache manager"}
+        url = f"http://127.0.0.1:{port.group(1)}/squid-internal-mgr/info"
+        try:
+            with urllib.request.urlopen(url, timeout=STATS_TIMEOUT) as r:
+                text = r.read(1 << 20).decode(errors="replace")
+        except OSError as e:
+            return {"available": False, "reason": f"cache manager {url}: {e}"}
+        num = lambda label: int(m.group(1)) if (m := re.search(label + r":\s*(\d+)", text)) else None
+        return {"available": True, "source": url,
+                "max_fds": num("Maximum number of file descriptors"),
+                "fds_in_use": num("Number of file desc currently in use"),
+                "fds_available": num("Available number of file descriptors")}
+
+
+class Nginx(Proxy):
+    kind, exe_names = "nginx", ("nginx",)
+
+    def config_arg(self):
+        conf = (option(self.argv, "-c") or ["/etc/nginx/nginx.conf"])[0]
+        prefix = (option(self.argv, "-p") or [""])[0]
+        return conf if conf.startswith("/") or not prefix else str(Path(prefix) / conf)
+
+    def parse(self):
+        d = directives(self.config_text, ("worker_connections", "worker_rlimit_nofile", "worker_processes",
+                                          "error_log"))
+        m = re.search(r"listen\s+([\w.:\[\]]+)[^;]*;(?:(?!server\s*\{).)*?location\s+(\S+)\s*\{\s*stub_status",
+                      self.config_text or "", re.S)
+        if m:
+            d["stub_status"] = {"value": f"{m.group(1)} {m.group(2)}", "line": None}
+        return d
+
+    def error_log(self) -> str | None:
+        path = ((self.conf.get("error_log") or {}).get("value") or "/var/log/nginx/error.log").split()[0]
+        return path if path.startswith("/") else None
+
+    def stats(self):
+        log = self.error_log()
+        out = {"available": False, "reason": "stub_status is not enabled"}
+        if "stub_status" in self.conf:
+            addr, loc = self.conf["stub_status"]["value"].split()
+            host_port = addr if ":" in addr else f"127.0.0.1:{addr}"
+            try:
+                with urllib.request.urlopen(f"http://{host_port}{loc}", timeout=STATS_TIMEOUT) as r:
+                    text = r.read(4096).decode()
+                out = {"available": True, "source": f"stub_status http://{host_port}{loc}",
+                       "active": int(re.search(r"Active connections:\s*(\d+)", text).group(1))}
+            except (OSError, AttributeError) as e:
+                out = {"available": False, "reason": f"stub_status: {e}"}
+        if log:
+            _, text = read_config(self.pid, log)
+            out["not_enough_messages"] = (text or "").count("worker_connections are not enough")
+        return out
+
+
+class TrafficServer(Proxy):
+    kind, exe_names = "trafficserver", ("traffic_server",)
+
+    def layout(self, name: str, default: str) -> str:
+        """A directory of the runroot the command line names (--run-root=FILE), else Debian's."""
+        root = (option(self.argv, "--run-root") or [None])[0]
+        if root:
+            _, text = read_config(self.pid, root)
+            m = re.search(rf"^{name}:\s*(/\S+)", text or "", re.M)
+            if m:
+                return m.group(1)
+        return default
+
+    def config_dir(self) -> str:
+        return self.layout("sysconfdir", "/etc/trafficserver")
+
+    def throttle_warnings(self) -> int:
+        """'too many connections, throttling' in diags.log: at its cap it resets new connections, /_stats too."""
+        _, text = read_config(self.pid, str(Path(self.layout("logdir", "/var/log/trafficserver")) / "diags.log"))
+        return (text or "").count("too many connections, throttling")
+
+    def config_arg(self):
+        return str(Path(self.config_dir()) / "records.config")
+
+    def parse(self):
+        out = {}
+        for n, line in enumerate((self.config_text or "").splitlines(), 1):
+            w = line.split()
+            if len(w) >= 4 and w[0] in ("CONFIG", "LOCAL") and w[1] in (
+                    "proxy.config.net.connections_throttle", "proxy.config.net.max_connections_in",
+                    "proxy.config.http.server_ports"):
+                out[w[1]] = {"value": " ".join(w[3:]), "line": n}
+        out.setdefault("proxy.config.net.connections_throttle", {"value": "30000", "line": None,
+                                                                   "where": "Traffic Server default"})
+        _, plugins = read_config(self.pid, str(Path(self.config_dir()) / "plugin.config"))
+        out["stats_over_http"] = {"value": "on" if re.search(r"^\s*stats_over_http", plugins or "", re.M) else "off",
+                                  "line": None}
+        return out
+
+    def stats(self):
+        warned = {"throttle_warnings": self.throttle_warnings()}
+        ports = re.findall(r"^\d+", (self.conf.get("proxy.config.http.server_ports") or {}).get("value", "8080"))
+        if self.conf["stats_over_http"]["value"] != "on" or not ports:
+            return {"available": False, "reason": "the stats_over_http plugin is not in plugin.config", **warned}
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/_stats", timeout=STATS_TIMEOUT) as r:
+                g = json.loads(r.read(8 << 20)).get("global", {})
+        except (OSError, ValueError) as e:
+            return {"available": False, "reason": f"/_stats: {e}", **warned}
+        keep = ("proxy.process.net.connections_currently_open", "proxy.process.net.connections_throttled_in",
+                "proxy.process.http.current_client_connections", "proxy.process.http.total_client_connections")
+        return {"available": True, "source": f"stats_over_http 127.0.0.1:{ports[0]}/_stats", **warned,
+                **{k.rsplit(".", 1)[1]: int(float(g[k])) for k in keep if k in g}}
+
+
+KINDS = (HAProxy, Varnish, Squid, Nginx, TrafficServer)
+
+
+def audit_as(target: Proxy | None, profile_ref: str, comm: str) -> tuple[str, str]:
+    """(profile, service) for the host audit: a known proxy is audited under its Debian unit name (its
+    kind: varnishd's unit is varnish, traffic_server's is trafficserver) and, in place of the generic
+    default, its own profile."""
+    if target is None:
+        return profile_ref, comm
+    from tune.profile import PROFILES_DIR
+    own = f"linux/{target.kind}"
+    if profile_ref == "linux/proxy" and (PROFILES_DIR / f"{own}.toml").is_file():
+        profile_ref = own
+    return profile_ref, target.kind
+
+
+def identify(pid: int) -> Proxy | None:
+    """The proxy running as pid, by the basename of its executable (comm is renamed by some)."""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+    name = Path(exe.removesuffix(" (deleted)")).name
+    for cls in KINDS:
+        if name in cls.exe_names:
+            return cls(pid, exe, argv_of(pid))
+    return None
