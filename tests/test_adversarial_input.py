@@ -125,7 +125,7 @@ PROFILE_CASES = {
     "limits-memlock-unbounded": (HEAD + '[limits."proxy:memlock"]\nat_least = 9999999999999999  # <-\n' + TEXT,
                                  "limits:proxy:memlock", "out of range 1..1099511627776"),
     "rlimit-service-substitution": (HEAD + '[rlimit."$(id):nofile"]\nat_least = 1024  # <-\n' + TEXT,
-                                    "rlimit:$(id):nofile", "not a service name"),
+                                    "rlimit:$(id):nofile", "not a process name"),
     "rlimit-nproc-unbounded": (HEAD + '[rlimit."squid:nproc"]\nat_least = 100000000  # <-\n' + TEXT,
                                "rlimit:squid:nproc", "out of range 1..4194304"),
     "service-unit-backticks": (HEAD + '[service."`id`:LimitNOFILE"]\nat_least = 1024  # <-\n' + TEXT,

@@ -210,7 +210,7 @@ def test_trafficserver_at_connections_throttle_names_records_config():
         doc = doctor_under_load(ts, 300, 50)
         conf = str(ts.conf)
     f = by_id(doc)
-    assert "trafficserver-connections-throttle" in f, doc["findings"]
+    assert "trafficserver-connections-throttle" in f, (doc["findings"], {k: v for k, v in doc["evidence"]["proxy"].items() if k.startswith("stats")})
     own = f["trafficserver-connections-throttle"]
     assert "`CONFIG proxy.config.net.connections_throttle INT 50`" in own["fix"] and conf in own["fix"]
     assert doc["data"]["evidence"]["proxy"]["kind"] == "trafficserver"

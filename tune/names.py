@@ -29,6 +29,7 @@ DIRECTIVE_LIMIT = {"LimitNOFILE": "nofile", "LimitNPROC": "nproc", "LimitMEMLOCK
 _NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"           # POSIX portable, no leading '-'
 SERVICE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(@[A-Za-z0-9_.-]*)?")
 USER = re.compile(_NAME)
+COMM = re.compile(r"[A-Za-z0-9_\[][A-Za-z0-9_.@:+\[\]-]*")      # a process name, e.g. squid or [TS_MAIN]
 DOMAIN = re.compile(rf"\*|[@%]?{_NAME}|[0-9]+:[0-9]*|:[0-9]+|@[0-9]+:[0-9]*|@:[0-9]+|%:[0-9]+")
 LOGIN_CLASS = re.compile(_NAME)
 LINUX_SYSCTL = re.compile(r"[a-z0-9_][a-z0-9_-]*(\.[A-Za-z0-9_-]+)+")
@@ -65,6 +66,11 @@ def service(name) -> str:
     """A systemd unit name without `.service` (also the proxy's process name)."""
     return _name(name, SERVICE, "service name", "letters, digits, '_', '.', '-', one '@'; "
                  "not starting with '-' or '.'", 200)
+
+
+def process_name(name) -> str:
+    """A process name as /proc/PID/comm shows it (matched on its first 15 characters); never reaches a shell."""
+    return _name(name, COMM, "process name", "letters, digits and _ . @ : + - [ ]; not starting with '-' or '.'", 64)
 
 
 def user(name) -> str:
@@ -135,7 +141,7 @@ def value(v, what: str = "value"):
 
 
 PARAM_CHECKS = {"service": service, "user": user}
-OWNERS = {"rlimit": service, "service": service, "limits": limits_domain, "login": login_class}
+OWNERS = {"rlimit": process_name, "service": service, "limits": limits_domain, "login": login_class}
 
 
 def param(name: str, v) -> object:
