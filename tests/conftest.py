@@ -13,6 +13,10 @@ from click.testing import CliRunner
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+# Harnesses build with -Werror here (never for users), into the checkout's own
+# cache rather than ~/.cache or /var/cache; subprocesses inherit both.
+os.environ.setdefault("PROXYTUNE_WERROR", "1")
+os.environ.setdefault("PROXYTUNE_CACHE_DIR", str(REPO / "microbench" / "build"))
 
 from tune.host import Host  # noqa: E402
 
