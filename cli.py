@@ -45,8 +45,10 @@ def emit_json(doc) -> None:
               help="Read and write configuration files (/etc/...) under DIR, e.g. an image being built.")
 @click.option("--state-dir", envvar="PROXYTUNE_STATE_DIR", default="/var/lib/proxytune", show_default=True,
               metavar="DIR", help="Where the apply journal lives (rollback reads it).")
+@click.option("--format", "table_format", type=click.Choice(render.FORMATS), envvar="PROXYTUNE_FORMAT",
+              help="Tables boxed, or as tab-separated rows for awk and cut [tsv when stdout is not a terminal].")
 @click.pass_context
-def main(ctx, root, state_dir):
+def main(ctx, root, state_dir, table_format):
     """Tune, diagnose and benchmark hosts that run web proxies.
 
     \b
@@ -56,6 +58,7 @@ def main(ctx, root, state_dir):
       proxytune tune plan --persist          what apply would change, changing nothing
       proxytune tune apply --persist --yes   change it (journaled; `tune rollback` undoes)
     """
+    render.set_format(table_format)
     ctx.obj = Host.from_env(root, state_dir)
 
 
@@ -201,7 +204,7 @@ def rollback(host, entry_id, yes, as_json):
 
 
 @tune.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the journal entries as JSON.")
 @click.pass_obj
 def history(host, as_json):
     """List the apply journal: id, state, profile, number of steps."""
@@ -229,7 +232,7 @@ def export(host, profile_ref, only, skip, service, user, cache_dirs, fmt, output
     Fleet use:  proxytune tune export --format ansible -o proxytune.yml
                 ansible-playbook -i hosts proxytune.yml
     """
-    prof = profile_mod.load(profile_ref)
+    prof = profile_mod.load(profile_ref, root=host.root)
     from tune import params as params_mod
     values, _ = params_mod.resolve(host, cli_params(service, user, cache_dirs), prof.params)
     settings, _ = profile_mod.expand(prof, values, host)
@@ -355,7 +358,7 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
 @click.option("--skip", multiple=True, metavar="GLOB", help="With --compare-profile: leave these out.")
 @click.option("--yes", "-y", is_flag=True, help="With --compare-profile: change the host without asking.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
 @click.pass_obj
 def bench_proxy(host, quick, stores, concurrency, idle, target, compare_profile, only, skip, yes, output, as_json):
     """A real Squid under a PolyMix-like load through wrk.
@@ -419,7 +422,7 @@ def probe():
 
 
 @probe.command("caps")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the capabilities as JSON.")
 def probe_caps(as_json):
     """Root, tracefs (mounted when root), bpftrace, each tracepoint the catalog
     uses, kprobes (tried, not assumed), BTF, perf sampling, hardware counters,
@@ -434,7 +437,7 @@ def probe_caps(as_json):
 
 
 @probe.command("list")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the catalog as JSON.")
 def probe_list(as_json):
     """The bpftrace scripts in probes/, each runnable standalone: bpftrace probes/NAME.bt PID."""
     from probes import bpftrace
@@ -450,7 +453,7 @@ def probe_list(as_json):
 @probe.command("run")
 @click.argument("name")
 @target_options
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the maps as JSON.")
 def probe_run(name, pid, comm, duration, as_json):
     """Run one catalog script against a process for a window and print its maps."""
     from probes import bpftrace, proc, render as prender
@@ -471,7 +474,7 @@ def probe_run(name, pid, comm, duration, as_json):
 
 @probe.command("hotspots")
 @target_options
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the samples as JSON.")
 def probe_hotspots(pid, comm, duration, as_json):
     """Where the target's CPU goes: perf record -e cpu-clock -a, filtered by
     pid; functions by self time, and the proxy / kernel / shared-library split."""
@@ -495,7 +498,7 @@ def probe_hotspots(pid, comm, duration, as_json):
 
 @probe.command("cachemiss", context_settings={"ignore_unknown_options": True})
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the misses as JSON.")
 def probe_cachemiss(command, as_json):
     """D1 cache misses of a reproduction command, by function: hardware
     counters when the machine has them (totals only), else cachegrind with a
@@ -516,9 +519,9 @@ def probe_cachemiss(command, as_json):
 @probe.command("overhead")
 @click.option("--seconds", type=float, default=8, show_default=True, help="Length of each wrk run.")
 @click.option("--reps", type=click.IntRange(1, 20), default=3, show_default=True, help="Pairs of runs (off, on).")
-@click.option("--connections", type=click.IntRange(1, 5000), default=50, show_default=True)
+@click.option("--connections", type=click.IntRange(1, 5000), default=50, show_default=True, help="wrk connections.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
 def probe_overhead(seconds, reps, connections, output, as_json):
     """What the doctor costs: nginx's CPU per request under wrk, with and
     without the doctor attached, alternating. Needs root, nginx and wrk."""
@@ -600,26 +603,34 @@ def profiles():
 
 
 @profiles.command("list")
-@click.option("--json", "as_json", is_flag=True)
-def profiles_list(as_json):
-    """Shipped profiles with their description."""
+@click.option("--json", "as_json", is_flag=True, help="Print the profiles as a JSON list.")
+@click.pass_obj
+def profiles_list(host, as_json):
+    """Profiles by name: the site's (/etc/proxytune/profiles), the user's
+    ($XDG_CONFIG_HOME/proxytune/profiles), then the shipped ones; a site or
+    user profile hides a shipped one of the same name."""
     rows = []
-    for name in profile_mod.available():
-        p = profile_mod.load(name)
-        rows.append({"name": name, "os": p.os, "settings": len(p.raw), "description": p.description})
+    for name, (source, path) in profile_mod.catalog(host.root).items():
+        p = profile_mod.load(name, root=host.root)
+        rows.append({"name": name, "source": source, "path": str(path), "os": p.os, "settings": len(p.raw),
+                     "description": p.description})
+    ignored = [f"ignored {d}: {why}" for _, d, why in profile_mod.search_dirs(host.root) if why]
     if as_json:
         emit_json(rows)
-        return
-    for r in rows:
-        click.echo(f"{r['name']:<20} {r['os']:<8} {r['settings']:>2} settings  {r['description']}")
+    else:
+        render.print_rows("profiles", ["name", "source", "os", "settings", "description"],
+                          [[r[k] for k in ("name", "source", "os", "settings", "description")] for r in rows])
+    for note in ignored:
+        click.echo(f"proxytune: warning: {note}", err=True)
 
 
 @profiles.command("show")
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True)
-def profiles_show(name, as_json):
+@click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
+@click.pass_obj
+def profiles_show(host, name, as_json):
     """Every setting of a profile (with includes resolved): mode, value, reason, source."""
-    p = profile_mod.load(name)
+    p = profile_mod.load(name, root=host.root)
     rows = [{"setting": f"{r.backend}:{r.key}", "mode": r.mode, "wanted": r.wanted, "reason": r.reason,
              "source": r.source} for r in p.raw]
     if as_json:
@@ -636,7 +647,8 @@ def profiles_show(name, as_json):
 @main.group(invoke_without_command=True)
 @click.option("--output", "-o", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("proxytune-report"), show_default=True, help="Directory for report.{html,md,json}.")
-@click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, metavar="NAME|PATH")
+@click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, metavar="NAME|PATH",
+              help="Profile for the host audit.")
 @click.option("--no-bench", is_flag=True, help="Only the host audit, no benchmarks.")
 @click.option("--with-proxy", is_flag=True, help="Also bench proxy --quick: squid ufs/aufs/rock under load (~2 min).")
 @click.option("--from", "from_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
