@@ -12,6 +12,7 @@ test: deps
 	.venv/bin/python -m pytest $(PYTEST_ARGS)
 
 venv:
+	@tests/debian-deps.sh python3-venv
 	@PROXYTUNE_EXTRAS=test ./proxytune --version >/dev/null
 
 deps: venv
