@@ -3,10 +3,11 @@
 #   - Debian packages the tests drive, when run as root (else: a message naming them)
 SHELL := /bin/bash
 DEBIAN_TEST_PACKAGES := ansible e2fsprogs iproute2 procps util-linux gcc libc6-dev valgrind linux-perf \
-	bpftrace fio wrk nginx-light squid chromium
+	bpftrace fio wrk nginx-light squid chromium \
+	python3-venv python3-click python3-rich python3-matplotlib python3-jsonschema lintian man-db
 PYTEST_ARGS ?=
 
-.PHONY: test deps venv clean
+.PHONY: test deps venv clean dist
 
 test: deps
 	.venv/bin/python -m pytest $(PYTEST_ARGS)
@@ -19,4 +20,9 @@ deps: venv
 	@tests/debian-deps.sh $(DEBIAN_TEST_PACKAGES)
 
 clean:
-	rm -rf .venv proxytune-report .pytest_cache
+	rm -rf .venv proxytune-report .pytest_cache dist
+
+# make dist: the wheel (pip/pipx) and the Debian package into dist/, offline
+# (setuptools from the venv, no build isolation; dpkg-deb): packaging/dist.sh.
+dist: venv
+	@packaging/dist.sh dist

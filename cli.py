@@ -11,6 +11,16 @@ import platform
 import sys
 from pathlib import Path
 
+if not __package__:
+    # From a checkout (./proxytune, tests), the checkout is the `proxytune`
+    # package, as installed: proxytune.tune is ./tune, proxytune.cli this file.
+    import importlib.machinery
+    import importlib.util
+    if "proxytune" not in sys.modules:
+        _spec = importlib.machinery.ModuleSpec("proxytune", None, is_package=True)
+        _spec.submodule_search_locations = [str(Path(__file__).resolve().parent)]
+        sys.modules["proxytune"] = importlib.util.module_from_spec(_spec)
+
 import click
 
 from tune import apply as apply_mod, export as export_mod, journal, observe, plan as plan_mod
@@ -62,12 +72,27 @@ def main(ctx, root, state_dir, table_format):
     ctx.obj = Host.from_env(root, state_dir)
 
 
+def complete_profiles(ctx, param, incomplete):
+    """Shell completion: profile names (site, user, shipped); a path completes as a file."""
+    from click.shell_completion import CompletionItem
+    if incomplete.startswith((".", "/", "~")):
+        return [CompletionItem(incomplete, type="file")]
+    root = Path(ctx.find_root().params.get("root") or "/")
+    return [name for name in profile_mod.available(root) if name.startswith(incomplete)]
+
+
+def complete_probes(ctx, param, incomplete):
+    """Shell completion: the bpftrace catalog's probe names."""
+    from probes import bpftrace
+    return [name for name in bpftrace.catalog() if name.startswith(incomplete)]
+
+
 # ---------------------------------------------------------------- tune
 
 def profile_options(f):
     """--profile, --only and the parameters, shared by every tune command."""
     options = [
-        click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True,
+        click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, shell_complete=complete_profiles,
                      metavar="NAME|PATH", help="A shipped profile (see `profiles list`) or a TOML file."),
         click.option("--only", multiple=True, metavar="GLOB",
                      help="Only settings whose backend:key matches, e.g. 'sysctl:net.*' (repeatable)."),
@@ -352,7 +377,7 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
               help="Idle keep-alive client connections during steady [200, full 1000; --compare-profile 1000].")
 @click.option("--target", metavar="HOST:PORT",
               help="Load a proxy you run instead of starting squid (it must reach 127.0.0.1, our origin).")
-@click.option("--compare-profile", metavar="NAME|PATH",
+@click.option("--compare-profile", metavar="NAME|PATH", shell_complete=complete_profiles,
               help="Run before and after applying this profile (journaled, rolled back after).")
 @click.option("--only", multiple=True, metavar="GLOB", help="With --compare-profile: only these settings.")
 @click.option("--skip", multiple=True, metavar="GLOB", help="With --compare-profile: leave these out.")
@@ -451,7 +476,7 @@ def probe_list(as_json):
 
 
 @probe.command("run")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_probes)
 @target_options
 @click.option("--json", "as_json", is_flag=True, help="Print the maps as JSON.")
 def probe_run(name, pid, comm, duration, as_json):
@@ -543,7 +568,7 @@ def probe_overhead(seconds, reps, connections, output, as_json):
 
 @main.command()
 @target_options
-@click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, metavar="NAME|PATH",
+@click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, metavar="NAME|PATH", shell_complete=complete_profiles,
               help="Profile for the host audit.")
 @click.option("--cache-dir", "cache_dirs", multiple=True, metavar="DIR",
               help="The proxy's cache directory (repeatable) [from squid -f CONF].")
@@ -625,7 +650,7 @@ def profiles_list(host, as_json):
 
 
 @profiles.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_profiles)
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
 @click.pass_obj
 def profiles_show(host, name, as_json):
@@ -647,7 +672,7 @@ def profiles_show(host, name, as_json):
 @main.group(invoke_without_command=True)
 @click.option("--output", "-o", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("proxytune-report"), show_default=True, help="Directory for report.{html,md,json}.")
-@click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, metavar="NAME|PATH",
+@click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, metavar="NAME|PATH", shell_complete=complete_profiles,
               help="Profile for the host audit.")
 @click.option("--no-bench", is_flag=True, help="Only the host audit, no benchmarks.")
 @click.option("--with-proxy", is_flag=True, help="Also bench proxy --quick: squid ufs/aufs/rock under load (~2 min).")
@@ -695,5 +720,10 @@ def report_compare(files, out_dir):
         click.echo(f"wrote {p}")
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The `proxytune` command (console script, /usr/bin/proxytune, ./proxytune)."""
     main(prog_name="proxytune")
+
+
+if __name__ == "__main__":
+    run()

@@ -22,13 +22,18 @@ def _share_dir() -> Path | None:
     return parents[3] / "share" / "proxytune" if len(parents) > 3 else None
 
 
+def data_root() -> Path:
+    """Next to the code (checkout, wheel) when the profiles are there, else the
+    Debian package's share directory: all shipped data lives in one of the two."""
+    share = _share_dir()
+    if not (PACKAGE_ROOT / "profiles").is_dir() and share is not None and (share / "profiles").is_dir():
+        return share
+    return PACKAGE_ROOT
+
+
 def shipped(*parts: str) -> Path:
     """A shipped data file or directory, e.g. shipped("profiles") or shipped("probes")."""
-    here = PACKAGE_ROOT.joinpath(*parts)
-    share = _share_dir()
-    if not here.exists() and share is not None and share.joinpath(*parts).exists():
-        return share.joinpath(*parts)
-    return here
+    return data_root().joinpath(*parts)
 
 
 def cache_dir() -> Path:
