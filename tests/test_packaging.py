@@ -96,7 +96,7 @@ def test_wheel_runs_from_outside_the_checkout(wheel_venv, outside):
     exe = wheel_venv / "bin/proxytune"
     r = run([exe, "--version"], cwd=home, env=env)
     assert r.returncode == 0 and "0.1.0" in r.stdout, r.stderr
-    r = run([exe, "tune", "check", "--json"], cwd=home, env=env)
+    r = run([exe, "tune", "check", "--json", "--service", "nosuchproxy"], cwd=home, env=env)
     assert r.returncode in (0, 1), r.stderr
     assert json.loads(r.stdout)["kind"] == "audit"
     r = run([exe, "profiles", "list"], cwd=home, env=env)
@@ -150,7 +150,7 @@ def test_deb_runs_from_its_unpacked_root(deb_root, outside):
     r = run([*exe, "profiles", "list", "--json"], cwd=home, env=env)
     rows = {row["name"]: row for row in json.loads(r.stdout)}
     assert rows["linux/proxy"]["path"].startswith(str(deb_root / "usr/share/proxytune/profiles"))
-    r = run([*exe, "tune", "check", "--json"], cwd=home, env=env)
+    r = run([*exe, "tune", "check", "--json", "--service", "nosuchproxy"], cwd=home, env=env)
     assert r.returncode in (0, 1) and json.loads(r.stdout)["kind"] == "audit", r.stderr
     r = run([*exe, "probe", "list", "--json"], cwd=home, env=env)
     assert {p["name"] for p in json.loads(r.stdout)} >= {"pollscan", "syscall_mix"}
