@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 DEBIAN_TEST_PACKAGES := ansible e2fsprogs iproute2 procps util-linux gcc libc6-dev valgrind linux-perf \
 	bpftrace fio wrk nginx-light squid chromium \
-	python3-venv python3-click python3-rich python3-matplotlib python3-jsonschema lintian man-db
+	python3-venv python3-click python3-rich python3-matplotlib python3-jsonschema lintian
 PYTEST_ARGS ?=
 
 .PHONY: test deps venv clean dist

@@ -639,7 +639,7 @@ def profiles_list(host, as_json):
         p = profile_mod.load(name, root=host.root)
         rows.append({"name": name, "source": source, "path": str(path), "os": p.os, "settings": len(p.raw),
                      "description": p.description})
-    ignored = [f"ignored {d}: {why}" for _, d, why in profile_mod.search_dirs(host.root) if why]
+    ignored = profile_mod.ignored(host.root)
     if as_json:
         emit_json(rows)
     else:

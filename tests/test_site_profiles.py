@@ -71,6 +71,19 @@ def test_a_directory_others_can_write_is_ignored_and_named(sandbox, tmp_path):
     assert "ignored" in err and "writable by others" in err
 
 
+def test_a_profile_file_others_can_write_or_a_symlink_out_is_ignored(sandbox, tmp_path):
+    site_dir = sandbox.root / "etc/proxytune/profiles"
+    writable = write(site_dir, "site/loose", "anyone may edit this")
+    os.chmod(writable, 0o666)
+    outside = write(tmp_path / "public", "planted", "reached through a symlink")
+    os.chmod(outside.parent, 0o777)
+    (site_dir / "site/link.toml").symlink_to(outside)
+    write(site_dir, "site/fine", "a good one")
+    rows, err = listing(sandbox, {"XDG_CONFIG_HOME": str(tmp_path / "none")})
+    assert "site/fine" in rows and "site/loose" not in rows and "site/link" not in rows
+    assert f"ignored {writable}" in err and "site/link.toml" in err
+
+
 def test_piped_list_has_a_source_column(sandbox, tmp_path):
     write(sandbox.root / "etc/proxytune/profiles", "site/edge", "edge")
     r = proxytune("--root", str(sandbox.root), "profiles", "list", env={"XDG_CONFIG_HOME": str(tmp_path / "none")})

@@ -75,27 +75,45 @@ def search_dirs(root: Path | None = None) -> list[tuple[str, Path, str | None]]:
     return out + [("shipped", PROFILES_DIR, None)]
 
 
-def _untrusted(directory: Path) -> str | None:
-    for d in (directory, *directory.parents):
+def _untrusted(path: Path) -> str | None:
+    """Why not to read this file or directory: it, or a directory above it (symlinks
+    followed), belongs to another user or others can write it (sticky /tmp aside)."""
+    real = path.resolve()
+    for d in (real, *real.parents):
         try:
             st = os.stat(d)
         except OSError as e:
             return f"cannot stat {d}: {e.strerror}"
         if st.st_uid not in (0, os.geteuid()):
             return f"{d} belongs to uid {st.st_uid}"
-        if st.st_mode & 0o022 and not (st.st_mode & stat.S_ISVTX and d != directory):
+        if st.st_mode & 0o022 and not (d != real and stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
             return f"{d} is writable by others"
     return None
 
 
+def _scan(root: Path | None) -> tuple[dict[str, tuple[str, Path]], list[str]]:
+    found: dict[str, tuple[str, Path]] = {}
+    ignored = []
+    for source, d, problem in search_dirs(root):
+        if problem:
+            ignored.append(f"ignored {d}: {problem}")
+            continue
+        for p in sorted(d.rglob("*.toml")):
+            if source != "shipped" and (why := _untrusted(p)):
+                ignored.append(f"ignored {p}: {why}")
+            else:
+                found.setdefault(str(p.relative_to(d).with_suffix("")), (source, p))
+    return dict(sorted(found.items())), ignored
+
+
 def catalog(root: Path | None = None) -> dict[str, tuple[str, Path]]:
     """Every profile name -> (source, file); a site or user profile hides a shipped one of that name."""
-    found: dict[str, tuple[str, Path]] = {}
-    for source, d, problem in search_dirs(root):
-        if problem is None:
-            for p in sorted(d.rglob("*.toml")):
-                found.setdefault(str(p.relative_to(d).with_suffix("")), (source, p))
-    return dict(sorted(found.items()))
+    return _scan(root)[0]
+
+
+def ignored(root: Path | None = None) -> list[str]:
+    """Site or user profiles (or their directories) skipped as untrusted, and why."""
+    return _scan(root)[1]
 
 
 def available(root: Path | None = None) -> list[str]:
