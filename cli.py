@@ -240,8 +240,9 @@ def history(host, as_json):
         return
     if not rows:
         click.echo(f"journal is empty ({journal.directory(host.state_dir)})")
-    for r in rows:
-        click.echo(f"{r['id']}  {r['state']:<20} {r['profile']}  {r['done']}/{r['steps']} steps")
+        return
+    render.print_rows("apply journal", ["id", "state", "profile", "steps done"],
+                      [[r["id"], r["state"], r["profile"], f"{r['done']}/{r['steps']}"] for r in rows])
 
 
 @tune.command()
@@ -471,8 +472,8 @@ def probe_list(as_json):
         emit_json([{"name": s.name, "path": str(s.path), "purpose": s.purpose, "tracepoints": s.tracepoints}
                    for s in cat.values()])
         return
-    for s in cat.values():
-        click.echo(f"{s.name:<16} {s.purpose}\n{'':<16} {', '.join(s.tracepoints)}")
+    render.print_rows("bpftrace catalog", ["name", "purpose", "tracepoints"],
+                      [[s.name, s.purpose, ", ".join(s.tracepoints)] for s in cat.values()])
 
 
 @probe.command("run")

@@ -75,3 +75,10 @@ def test_piped_bench_events_quick_has_no_box_drawing(tmp_path):
     assert r.returncode == 0, r.stderr
     assert not BOX.search(r.stdout + r.stderr), r.stdout
     assert any(l.count("\t") >= 2 for l in r.stdout.splitlines())
+
+
+def test_piped_probe_list_is_rows_too():
+    r = proxytune("probe", "list")
+    rows = [l.split("\t") for l in r.stdout.splitlines() if not l.startswith("#")]
+    assert rows[0] == ["name", "purpose", "tracepoints"] and len(rows) > 5
+    assert all(len(row) == 3 for row in rows) and "pollscan" in {row[0] for row in rows}
