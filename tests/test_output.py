@@ -67,7 +67,8 @@ def test_a_cell_with_a_tab_or_newline_stays_one_cell():
     t.add_column("a")
     t.add_column("b")
     t.add_row("x\ty", "line1\nline2")
-    assert tsv_lines(t) == ["# t", "a\tb", "x y\tline1 line2"]
+    t.add_row("[/not-markup]", "[green]met[/]")
+    assert tsv_lines(t) == ["# t", "a\tb", "x y\tline1 line2", "[/not-markup]\tmet"]
 
 
 def test_piped_bench_events_quick_has_no_box_drawing(tmp_path):

@@ -9,6 +9,7 @@ import re
 import sys
 
 from rich.console import Console
+from rich.errors import MarkupError
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -39,8 +40,15 @@ def tsv_lines(table: Table) -> list[str]:
     """'# title', the header row, then one row per line; cells as plain text,
     control characters (tabs, newlines) replaced so every row stays one line."""
     def plain(cell) -> str:
-        text = cell.plain if isinstance(cell, Text) else Text.from_markup(cell, emoji=False).plain if isinstance(cell, str) \
-            else str(cell)
+        if isinstance(cell, Text):
+            text = cell.plain
+        elif isinstance(cell, str):
+            try:
+                text = Text.from_markup(cell, emoji=False).plain
+            except MarkupError:         # not markup after all: show it as written
+                text = cell
+        else:
+            text = str(cell)
         return CONTROL.sub(" ", text).strip()
     lines = [f"# {plain(table.title)}"] if table.title else []
     lines.append("\t".join(plain(c.header) for c in table.columns))
