@@ -4,19 +4,25 @@
 SHELL := /bin/bash
 DEBIAN_TEST_PACKAGES := ansible openssh-server tuned dbus-daemon e2fsprogs iproute2 procps systemd util-linux \
 	gcc libc6-dev valgrind linux-perf bpftrace fio wrk nginx-light squid chromium haproxy varnish trafficserver \
-	python3-click python3-rich python3-jsonschema python3-matplotlib
+	python3-venv python3-click python3-rich python3-jsonschema python3-matplotlib lintian
 PYTEST_ARGS ?=
 
-.PHONY: test deps venv clean
+.PHONY: test deps venv clean dist
 
 test: deps
 	.venv/bin/python -m pytest $(PYTEST_ARGS)
 
 venv:
+	@tests/debian-deps.sh python3-venv
 	@PROXYTUNE_EXTRAS=test ./proxytune --version >/dev/null
 
 deps: venv
 	@tests/debian-deps.sh $(DEBIAN_TEST_PACKAGES)
 
 clean:
-	rm -rf .venv proxytune-report .pytest_cache
+	rm -rf .venv proxytune-report .pytest_cache dist
+
+# make dist: the wheel (pip/pipx) and the Debian package into dist/, offline
+# (setuptools from the venv, no build isolation; dpkg-deb): packaging/dist.sh.
+dist: venv
+	@packaging/dist.sh dist

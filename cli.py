@@ -11,6 +11,16 @@ import platform
 import sys
 from pathlib import Path
 
+if not __package__:
+    # From a checkout (./proxytune, tests), the checkout is the `proxytune`
+    # package, as installed: proxytune.tune is ./tune, proxytune.cli this file.
+    import importlib.machinery
+    import importlib.util
+    if "proxytune" not in sys.modules:
+        _spec = importlib.machinery.ModuleSpec("proxytune", None, is_package=True)
+        _spec.submodule_search_locations = [str(Path(__file__).resolve().parent)]
+        sys.modules["proxytune"] = importlib.util.module_from_spec(_spec)
+
 import click
 
 from tune import apply as apply_mod, export as export_mod, journal, observe, plan as plan_mod
@@ -74,8 +84,10 @@ def emit_json(doc) -> None:
 @click.option("--state-dir", envvar="PROXYTUNE_STATE_DIR", default="/var/lib/proxytune", show_default=True,
               metavar="DIR", help="Where the apply journal lives (rollback reads it).")
 @click.option("--debug", is_flag=True, help="On an internal error, print the Python traceback.")
+@click.option("--format", "table_format", type=click.Choice(render.FORMATS), envvar="PROXYTUNE_FORMAT",
+              help="Tables boxed, or as tab-separated rows for awk and cut [tsv when stdout is not a terminal].")
 @click.pass_context
-def main(ctx, root, state_dir, debug):
+def main(ctx, root, state_dir, debug, table_format):
     """Tune, diagnose and benchmark hosts that run web proxies.
 
     \b
@@ -85,7 +97,23 @@ def main(ctx, root, state_dir, debug):
       proxytune tune plan --persist          what apply would change, changing nothing
       proxytune tune apply --persist --yes   change it (journaled; `tune rollback` undoes)
     """
+    render.set_format(table_format)
     ctx.obj = Host.from_env(root, state_dir)
+
+
+def complete_profiles(ctx, param, incomplete):
+    """Shell completion: profile names (site, user, shipped); a path completes as a file."""
+    from click.shell_completion import CompletionItem
+    if incomplete.startswith((".", "/", "~")):
+        return [CompletionItem(incomplete, type="file")]
+    root = Path(ctx.find_root().params.get("root") or "/")
+    return [name for name in profile_mod.available(root) if name.startswith(incomplete)]
+
+
+def complete_probes(ctx, param, incomplete):
+    """Shell completion: the bpftrace catalog's probe names."""
+    from probes import bpftrace
+    return [name for name in bpftrace.catalog() if name.startswith(incomplete)]
 
 
 # ---------------------------------------------------------------- tune
@@ -93,7 +121,7 @@ def main(ctx, root, state_dir, debug):
 def profile_options(f):
     """--profile, --only and the parameters, shared by every tune command."""
     options = [
-        click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True,
+        click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, shell_complete=complete_profiles,
                      metavar="NAME|PATH", help="A shipped profile (see `profiles list`) or a TOML file."),
         click.option("--only", multiple=True, metavar="GLOB",
                      help="Only settings whose backend:key matches, e.g. 'sysctl:net.*' (repeatable)."),
@@ -266,7 +294,7 @@ def rollback(host, entry_id, force, yes, as_json):
 
 
 @tune.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the journal entries as JSON.")
 @click.pass_obj
 def history(host, as_json):
     """List the apply journal, oldest first: id, state (an apply whose process is gone
@@ -278,8 +306,9 @@ def history(host, as_json):
         return
     if not rows:
         click.echo(f"journal is empty ({journal.directory(host.state_dir)})")
-    for r in rows:
-        click.echo(f"{r['id']}  {r['state']:<20} {r['profile']}  {r['done']}/{r['steps']} steps")
+        return
+    render.print_rows("apply journal", ["id", "state", "profile", "steps done"],
+                      [[r["id"], r["state"], r["profile"], f"{r['done']}/{r['steps']}"] for r in rows])
 
 
 @tune.command()
@@ -301,7 +330,7 @@ def export(host, profile_ref, only, skip, service, user, cache_dirs, fmt, output
     Fleet use:  proxytune tune export --format ansible -o proxytune.yml
                 ansible-playbook -i hosts proxytune.yml
     """
-    prof = profile_mod.load(profile_ref)
+    prof = profile_mod.load(profile_ref, root=host.root)
     from tune import params as params_mod
     values, _ = params_mod.resolve(host, cli_params(service, user, cache_dirs), prof.params)
     settings, _ = profile_mod.expand(prof, values, host)
@@ -537,13 +566,13 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
               help="Idle keep-alive client connections during steady [200, full 1000; --compare-profile 1000].")
 @click.option("--target", metavar="HOST:PORT",
               help="Load a proxy you run instead of starting squid (it must reach 127.0.0.1, our origin).")
-@click.option("--compare-profile", metavar="NAME|PATH",
+@click.option("--compare-profile", metavar="NAME|PATH", shell_complete=complete_profiles,
               help="Run before and after applying this profile (journaled, rolled back after).")
 @click.option("--only", multiple=True, metavar="GLOB", help="With --compare-profile: only these settings.")
 @click.option("--skip", multiple=True, metavar="GLOB", help="With --compare-profile: leave these out.")
 @click.option("--yes", "-y", is_flag=True, help="With --compare-profile: change the host without asking.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
 @click.pass_obj
 def bench_proxy(host, quick, proxies, stores, concurrency, idle, target, compare_profile, only, skip, yes, output,
                 as_json):
@@ -614,7 +643,7 @@ def probe():
 
 
 @probe.command("caps")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the capabilities as JSON.")
 def probe_caps(as_json):
     """Root, tracefs (mounted when root), bpftrace, each tracepoint the catalog
     uses, kprobes (tried, not assumed), BTF, perf sampling, hardware counters,
@@ -629,7 +658,7 @@ def probe_caps(as_json):
 
 
 @probe.command("list")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the catalog as JSON.")
 def probe_list(as_json):
     """The bpftrace scripts in probes/, each runnable standalone: bpftrace probes/NAME.bt PID."""
     from probes import bpftrace
@@ -638,14 +667,14 @@ def probe_list(as_json):
         emit_json([{"name": s.name, "path": str(s.path), "purpose": s.purpose, "tracepoints": s.tracepoints}
                    for s in cat.values()])
         return
-    for s in cat.values():
-        click.echo(f"{s.name:<16} {s.purpose}\n{'':<16} {', '.join(s.tracepoints)}")
+    render.print_rows("bpftrace catalog", ["name", "purpose", "tracepoints"],
+                      [[s.name, s.purpose, ", ".join(s.tracepoints)] for s in cat.values()])
 
 
 @probe.command("run")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_probes)
 @target_options
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the maps as JSON.")
 def probe_run(name, pid, comm, duration, as_json):
     """Run one catalog script against a process for a window and print its maps."""
     from probes import bpftrace, proc, render as prender
@@ -664,7 +693,7 @@ def probe_run(name, pid, comm, duration, as_json):
 
 @probe.command("hotspots")
 @target_options
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the samples as JSON.")
 def probe_hotspots(pid, comm, duration, as_json):
     """Where the target's CPU goes: perf record -e cpu-clock -a, filtered by
     pid; functions by self time, and the proxy / kernel / shared-library split."""
@@ -690,7 +719,7 @@ def probe_hotspots(pid, comm, duration, as_json):
 
 @probe.command("cachemiss", context_settings={"ignore_unknown_options": True})
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the misses as JSON.")
 def probe_cachemiss(command, as_json):
     """D1 cache misses of a reproduction command, by function: hardware
     counters when the machine has them (totals only), else cachegrind with a
@@ -712,9 +741,9 @@ def probe_cachemiss(command, as_json):
 @click.option("--seconds", default="8", show_default=True, callback=duration_option,
               help="Length of each wrk run, seconds.")
 @click.option("--reps", type=click.IntRange(1, 20), default=3, show_default=True, help="Pairs of runs (off, on).")
-@click.option("--connections", type=click.IntRange(1, 5000), default=50, show_default=True)
+@click.option("--connections", type=click.IntRange(1, 5000), default=50, show_default=True, help="wrk connections.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
 def probe_overhead(seconds, reps, connections, output, as_json):
     """What the doctor costs: nginx's CPU per request under wrk, with and
     without the doctor attached, alternating. Needs root, nginx and wrk."""
@@ -736,7 +765,7 @@ def probe_overhead(seconds, reps, connections, output, as_json):
 
 @main.command()
 @target_options
-@click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, metavar="NAME|PATH",
+@click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, metavar="NAME|PATH", shell_complete=complete_profiles,
               help="Profile for the host audit.")
 @click.option("--cache-dir", "cache_dirs", multiple=True, metavar="DIR",
               help="The proxy's cache directory (repeatable) [from squid -f CONF].")
@@ -799,26 +828,34 @@ def profiles():
 
 
 @profiles.command("list")
-@click.option("--json", "as_json", is_flag=True)
-def profiles_list(as_json):
-    """Shipped profiles with their description."""
+@click.option("--json", "as_json", is_flag=True, help="Print the profiles as a JSON list.")
+@click.pass_obj
+def profiles_list(host, as_json):
+    """Profiles by name: the site's (/etc/proxytune/profiles), the user's
+    ($XDG_CONFIG_HOME/proxytune/profiles), then the shipped ones; a site or
+    user profile hides a shipped one of the same name."""
     rows = []
-    for name in profile_mod.available():
-        p = profile_mod.load(name)
-        rows.append({"name": name, "os": p.os, "settings": len(p.raw), "description": p.description})
+    for name, (source, path) in profile_mod.catalog(host.root).items():
+        p = profile_mod.load(name, root=host.root)
+        rows.append({"name": name, "source": source, "path": str(path), "os": p.os, "settings": len(p.raw),
+                     "description": p.description})
+    ignored = profile_mod.ignored(host.root)
     if as_json:
         emit_json(rows)
-        return
-    for r in rows:
-        click.echo(f"{r['name']:<20} {r['os']:<8} {r['settings']:>2} settings  {r['description']}")
+    else:
+        render.print_rows("profiles", ["name", "source", "os", "settings", "description"],
+                          [[r[k] for k in ("name", "source", "os", "settings", "description")] for r in rows])
+    for note in ignored:
+        click.echo(f"proxytune: warning: {note}", err=True)
 
 
 @profiles.command("show")
-@click.argument("name")
-@click.option("--json", "as_json", is_flag=True)
-def profiles_show(name, as_json):
+@click.argument("name", shell_complete=complete_profiles)
+@click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
+@click.pass_obj
+def profiles_show(host, name, as_json):
     """Every setting of a profile (with includes resolved): mode, value, reason, source."""
-    p = profile_mod.load(name)
+    p = profile_mod.load(name, root=host.root)
     rows = [{"setting": f"{r.backend}:{r.key}", "mode": r.mode, "wanted": r.wanted, "reason": r.reason,
              "source": r.source} for r in p.raw]
     if as_json:
@@ -835,7 +872,8 @@ def profiles_show(name, as_json):
 @main.group(invoke_without_command=True)
 @click.option("--output", "-o", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("proxytune-report"), show_default=True, help="Directory for report.{html,md,json}.")
-@click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, metavar="NAME|PATH")
+@click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, metavar="NAME|PATH", shell_complete=complete_profiles,
+              help="Profile for the host audit.")
 @click.option("--no-bench", is_flag=True, help="Only the host audit, no benchmarks.")
 @click.option("--with-proxy", is_flag=True, help="Also bench proxy --quick: squid ufs/aufs/rock under load (~2 min).")
 @click.option("--from", "from_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -901,5 +939,10 @@ def report_fleet(file, out_dir):
         click.echo(f"wrote {p}")
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The `proxytune` command (console script, /usr/bin/proxytune, ./proxytune)."""
     main(prog_name="proxytune")
+
+
+if __name__ == "__main__":
+    run()

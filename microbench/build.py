@@ -1,16 +1,23 @@
 """Build the C harnesses with cc, cached: rebuilt only when a source, the
-flags or the compiler change. Binaries live in microbench/build/."""
+flags or the compiler change. Binaries live in the user's cache directory
+(tune.datafiles.cache_dir), never next to installed code.
+
+Warnings are errors only when PROXYTUNE_WERROR=1 (the tests set it): a
+newer compiler on a user's host must not break the benchmarks."""
 
 import hashlib
+import os
 import shutil
 import subprocess
+import tempfile
+import time
 from pathlib import Path
 
+from tune.datafiles import cache_dir, shipped
 from tune.errors import ProxytuneError
 
-HERE = Path(__file__).resolve().parent
-BUILD = HERE / "build"
-CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"]
+CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra"]
+STALE_S = 86400
 LIBURING_HEADER = Path("/usr/include/liburing.h")
 
 HARNESSES = {
@@ -38,9 +45,13 @@ def compiler() -> str:
     return cc
 
 
+def cflags() -> list[str]:
+    return CFLAGS + (["-Werror"] if os.environ.get("PROXYTUNE_WERROR") == "1" else [])
+
+
 def build(name: str) -> Path:
     """Path to the built harness, compiling it first if anything changed."""
-    src_dir = HERE / HARNESSES[name][0]
+    src_dir = shipped("microbench", HARNESSES[name][0])
     sources = sorted(src_dir.glob("*.c"))
     headers = sorted(src_dir.glob("*.h"))
     extra, libs = _flags(name)
@@ -48,18 +59,34 @@ def build(name: str) -> Path:
     key = hashlib.sha256()
     for f in sources + headers:
         key.update(f.name.encode() + f.read_bytes())
-    key.update(" ".join([cc] + CFLAGS + extra + libs).encode())
+    flags = cflags()
+    key.update(" ".join([cc] + flags + extra + libs).encode())
     key.update(subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.encode())
-    out = BUILD / f"{name}-{key.hexdigest()[:12]}"
+    build_dir = cache_dir()
+    out = build_dir / f"{name}-{key.hexdigest()[:12]}"
     if out.exists():
         return out
-    BUILD.mkdir(exist_ok=True)
-    cmd = [cc, *CFLAGS, *extra, "-o", str(out), *map(str, sources), *libs]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise ProxytuneError(f"building {name} failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr else ''}",
-                             " ".join(cmd))
-    for old in BUILD.glob(f"{name}-*"):
-        if old != out:
-            old.unlink()
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=build_dir)
+    os.close(fd)
+    cmd = [cc, *flags, *extra, "-o", tmp, *map(str, sources), *libs]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ProxytuneError(f"building {name} failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr else ''}",
+                                 " ".join(cmd))
+        os.replace(tmp, out)    # atomic: a concurrent run sees no half-written binary
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    _remove_stale(build_dir, name, out)
     return out
+
+
+def _remove_stale(build_dir: Path, name: str, keep: Path) -> None:
+    """Old builds of this harness, left a day: another run may still use a recent one."""
+    for old in build_dir.glob(f"{name}-*"):
+        try:
+            if old != keep and time.time() - old.stat().st_mtime > STALE_S:
+                old.unlink()
+        except OSError:
+            pass

@@ -24,11 +24,12 @@ import threading
 import time
 from pathlib import Path
 
+from tune.datafiles import shipped
 from tune.errors import ProxytuneError
 
 from . import polymix, proxycost, proxyruns, servers
 
-LUA = Path(__file__).parent / "lua" / "polymix.lua"
+LUA = shipped("microbench", "lua", "polymix.lua")
 STORES = ["ufs", "aufs", "rock"]
 QUICK = {"files": 3000, "cache_mb": 256, "mem_mb": 8, "fill_s": 8, "steady_s": 12, "concurrency": 100, "idle": 200}
 FULL = {"files": 6000, "cache_mb": 512, "mem_mb": 8, "fill_s": 30, "steady_s": 60, "concurrency": 200, "idle": 1000}

@@ -17,11 +17,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tune.datafiles import shipped
 from tune.errors import ProxytuneError
 
 from . import children, target
 
-HERE = Path(__file__).parent
+HERE = shipped("probes")
 TRACING = Path("/sys/kernel/tracing")
 END_RE = re.compile(r"^END\s*\{(.*)\}\s*$", re.M)
 

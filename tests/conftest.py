@@ -2,6 +2,8 @@
 and helpers for the sandboxes the tests make (network namespaces, loop mounts).
 Nothing here touches the real /etc or /var/lib/proxytune."""
 
+import importlib.machinery
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -13,6 +15,14 @@ from click.testing import CliRunner
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+if "proxytune" not in sys.modules:      # the checkout is the `proxytune` package (as cli.py does)
+    _spec = importlib.machinery.ModuleSpec("proxytune", None, is_package=True)
+    _spec.submodule_search_locations = [str(REPO)]
+    sys.modules["proxytune"] = importlib.util.module_from_spec(_spec)
+# Harnesses build with -Werror here (never for users), into the checkout's own
+# cache rather than ~/.cache or /var/cache; subprocesses inherit both.
+os.environ.setdefault("PROXYTUNE_WERROR", "1")
+os.environ.setdefault("PROXYTUNE_CACHE_DIR", str(REPO / "microbench" / "build"))
 
 from tune.host import Host  # noqa: E402
 

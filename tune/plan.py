@@ -25,7 +25,7 @@ def select(settings: list[Setting], only: tuple[str, ...] = (), skip: tuple[str,
 def build(ref: str, host: Host, cli_params: dict, only: tuple[str, ...] = (),
           skip: tuple[str, ...] = ()) -> Plan:
     """Load the profile, fill in parameters, read the host, decide each change."""
-    prof = profile_mod.load(ref)
+    prof = profile_mod.load(ref, root=host.root)
     values, sources = params_mod.resolve(host, cli_params, prof.params)
     settings, notes = profile_mod.expand(prof, values, host)
     plan = Plan(profile=ref, os=prof.os, params={"values": values, "sources": sources}, notes=notes)

@@ -20,18 +20,21 @@ directory). Every problem is reported as `file:line: key: problem`, before
 anything on the host is looked at or changed.
 """
 
+import os
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import backends, names, tomlpos
+from .datafiles import shipped
 from .errors import ProfileError
 from .model import Setting
 from .modes import MODES
 from .params import PARAMS
 from .values import parse
 
-PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
+PROFILES_DIR = shipped("profiles")
 PROFILE_KEYS = {"description": str, "os": str, "include": list}
 SETTING_TEXT = ("reason", "source")
 PLACEHOLDERS = ("{service}", "{user}", "{cache_dir}")
@@ -60,22 +63,77 @@ class Profile:
     raw: list[RawSetting] = field(default_factory=list)
 
 
-def available() -> list[str]:
-    return sorted(str(p.relative_to(PROFILES_DIR).with_suffix("")) for p in PROFILES_DIR.rglob("*.toml"))
+def search_dirs(root: Path | None = None) -> list[tuple[str, Path, str | None]]:
+    """(source, directory, why it is ignored or None), first match wins: the site's
+    /etc/proxytune/profiles (under --root), the user's $XDG_CONFIG_HOME/proxytune/profiles,
+    then the shipped ones. A directory others can write is ignored: root must not
+    apply a profile another user planted."""
+    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    dirs = [("site", Path(root or "/") / "etc/proxytune/profiles"),
+            ("user", Path(config) / "proxytune/profiles")]
+    out = [(source, d, _untrusted(d)) for source, d in dirs if d.is_dir()]
+    return out + [("shipped", PROFILES_DIR, None)]
 
 
-def locate(ref: str, relative_to: Path | None = None) -> Path:
-    """A shipped profile name (linux/proxy) or a TOML file (relative to an including file)."""
+def _untrusted(path: Path) -> str | None:
+    """Why not to read this file or directory: it, or a directory above it (symlinks
+    followed), belongs to another user or others can write it (sticky /tmp aside)."""
+    real = path.resolve()
+    for d in (real, *real.parents):
+        try:
+            st = os.stat(d)
+        except OSError as e:
+            return f"cannot stat {d}: {e.strerror}"
+        if st.st_uid not in (0, os.geteuid()):
+            return f"{d} belongs to uid {st.st_uid}"
+        if st.st_mode & 0o022 and not (d != real and stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
+            return f"{d} is writable by others"
+    return None
+
+
+def _scan(root: Path | None) -> tuple[dict[str, tuple[str, Path]], list[str]]:
+    found: dict[str, tuple[str, Path]] = {}
+    ignored = []
+    for source, d, problem in search_dirs(root):
+        if problem:
+            ignored.append(f"ignored {d}: {problem}")
+            continue
+        for p in sorted(d.rglob("*.toml")):
+            if source != "shipped" and (why := _untrusted(p)):
+                ignored.append(f"ignored {p}: {why}")
+            else:
+                found.setdefault(str(p.relative_to(d).with_suffix("")), (source, p))
+    return dict(sorted(found.items())), ignored
+
+
+def catalog(root: Path | None = None) -> dict[str, tuple[str, Path]]:
+    """Every profile name -> (source, file); a site or user profile hides a shipped one of that name."""
+    return _scan(root)[0]
+
+
+def ignored(root: Path | None = None) -> list[str]:
+    """Site or user profiles (or their directories) skipped as untrusted, and why."""
+    return _scan(root)[1]
+
+
+def available(root: Path | None = None) -> list[str]:
+    return list(catalog(root))
+
+
+def locate(ref: str, relative_to: Path | None = None, root: Path | None = None) -> Path:
+    """A profile name (linux/proxy, searched in search_dirs) or a TOML file (relative to an including file)."""
     candidates = [relative_to / ref] if relative_to is not None else []
-    candidates += [Path(ref), PROFILES_DIR / f"{ref}.toml"]
+    candidates.append(Path(ref))
+    if ref in (known := catalog(root)):
+        candidates.append(known[ref][1])
     for c in candidates:
         if c.is_file():
             return c.resolve()
-    raise ProfileError(ref, None, None, f"no such profile (shipped: {', '.join(available())})")
+    raise ProfileError(ref, None, None, f"no such profile (known: {', '.join(available(root))})")
 
 
-def load(ref: str, _stack: tuple = ()) -> Profile:
-    path = locate(ref, _stack[-1].parent if _stack else None)
+def load(ref: str, _stack: tuple = (), root: Path | None = None) -> Profile:
+    path = locate(ref, _stack[-1].parent if _stack else None, root)
     try:
         text = path.read_text()
         doc = tomllib.loads(text)
@@ -98,13 +156,13 @@ def load(ref: str, _stack: tuple = ()) -> Profile:
         if not isinstance(inc, str):
             fail(("profile", "include"), "include takes a list of profile names")
         try:
-            child = locate(inc, path.parent)
+            child = locate(inc, path.parent, root)
         except ProfileError as e:
             fail(("profile", "include"), f"{inc}: {e.problem}")
         if child in _stack + (path,):
             chain = " -> ".join(p.name for p in _stack + (path, child))
             fail(("profile", "include"), f"include loop: {chain}")
-        parent = load(str(child), _stack + (path,))
+        parent = load(str(child), _stack + (path,), root)
         if parent.os != os_name:
             fail(("profile", "include"), f"includes {inc} for {parent.os}, but this profile is for {os_name}")
         merged_params.update(parent.params)

@@ -57,10 +57,32 @@ static double cpu_ns(void)
     return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
+/* The document is built in memory and written to stdout only when complete:
+ * an error half-way prints one error document, never a truncated result. */
+static FILE *out;
+static char *out_buf;
+static size_t out_len;
+
 static void die(const char *what, int err)
 {
     printf("{\"harness\": \"evbench\", \"error\": \"%s: %s\"}\n", what, strerror(err));
     exit(1);
+}
+
+static void out_begin(void)
+{
+    out = open_memstream(&out_buf, &out_len);
+    if (!out)
+        die("open_memstream", errno);
+}
+
+static int out_end(void)
+{
+    if (fclose(out) != 0)
+        die("write result", errno);
+    fwrite(out_buf, 1, out_len, stdout);
+    free(out_buf);
+    return fflush(stdout) == 0 ? 0 : 1;
 }
 
 /* ---- descriptors ---------------------------------------------------- */
@@ -155,21 +177,21 @@ static double timer_ns(void)
 static void json_head(const struct opts *o, const struct backend *be, int n_used, rlim_t soft, rlim_t hard,
                       int capped)
 {
-    printf("{\"harness\": \"evbench\", \"version\": 1, \"backend\": \"%s\", \"mode\": \"%s\", ",
+    fprintf(out, "{\"harness\": \"evbench\", \"version\": 1, \"backend\": \"%s\", \"mode\": \"%s\", ",
            be->name, o->mode);
-    printf("\"params\": {\"n\": %d, \"n_requested\": %d, \"k\": %d, \"ready\": \"%s\", \"calls\": %d, "
+    fprintf(out, "\"params\": {\"n\": %d, \"n_requested\": %d, \"k\": %d, \"ready\": \"%s\", \"calls\": %d, "
            "\"reps\": %d, \"warmup\": %d, \"transport\": \"%s\", \"pin\": %d, \"rate\": %d, "
            "\"duration_ms\": %d, \"work_us\": %d, \"libevent_a\": %d, \"libevent_w\": %d}, ",
            n_used, o->n, o->k, o->ready, o->calls, o->reps, o->warmup, o->tcp ? "tcp" : "socketpair", o->pin,
            o->rate, o->duration_ms, o->work_us, o->lib_a, o->lib_w);
-    printf("\"nofile\": {\"soft_before\": %llu, \"raised_to\": %llu, \"capped\": %s}, ",
+    fprintf(out, "\"nofile\": {\"soft_before\": %llu, \"raised_to\": %llu, \"capped\": %s}, ",
            (unsigned long long)soft, (unsigned long long)hard, capped ? "true" : "false");
-    printf("\"floor\": {\"null_syscall_ns\": %.1f, \"timer_ns\": %.1f}, ", null_syscall_ns(), timer_ns());
+    fprintf(out, "\"floor\": {\"null_syscall_ns\": %.1f, \"timer_ns\": %.1f}, ", null_syscall_ns(), timer_ns());
 }
 
 static void unavailable(const struct opts *o, const char *name, const char *why)
 {
-    printf("{\"harness\": \"evbench\", \"version\": 1, \"backend\": \"%s\", \"mode\": \"%s\", "
+    fprintf(out, "{\"harness\": \"evbench\", \"version\": 1, \"backend\": \"%s\", \"mode\": \"%s\", "
            "\"available\": false, \"reason\": \"%s\"}\n", name, o->mode, why);
 }
 
@@ -187,7 +209,7 @@ static void mode_idle(const struct opts *o, const struct backend *be, evb_t *b, 
     if (!cold)
         for (int i = 0; i < k; i++)
             poke(p[i * stride][1]);
-    printf("\"available\": true, \"reps\": [");
+    fprintf(out, "\"available\": true, \"reps\": [");
     for (int r = -1; r < o->reps; r++) {             /* r = -1: warm-up, not reported */
         int calls = r < 0 ? o->warmup : o->calls;
         double waited = 0, c0 = cpu_ns(), t0 = now_ns(), events = 0;
@@ -213,18 +235,18 @@ static void mode_idle(const struct opts *o, const struct backend *be, evb_t *b, 
         if (r < 0)
             continue;
         double per_call = cold ? waited / calls : wall / calls;
-        printf("%s{\"ns_per_call\": %.1f, \"events_per_call\": %.3f, \"ns_per_event\": %.2f, "
+        fprintf(out, "%s{\"ns_per_call\": %.1f, \"events_per_call\": %.3f, \"ns_per_event\": %.2f, "
                "\"cpu_share\": %.3f}", r ? ", " : "", per_call, events / calls, per_call * calls / (events ? events : 1),
                cpu / wall);
     }
-    printf("], \"wrong_counts\": %d}\n", bad);
+    fprintf(out, "], \"wrong_counts\": %d}\n", bad);
     free(ready);
 }
 
 static void mode_churn(const struct opts *o, const struct backend *be, evb_t *b, int (*p)[2], int n)
 {
     int spare = p[n][0], ready[4];
-    printf("\"available\": true, \"reps\": [");
+    fprintf(out, "\"available\": true, \"reps\": [");
     for (int r = -1; r < o->reps; r++) {
         int calls = r < 0 ? o->warmup : o->calls;
         double c0 = cpu_ns(), t0 = now_ns();
@@ -243,10 +265,10 @@ static void mode_churn(const struct opts *o, const struct backend *be, evb_t *b,
         double with_wait = now_ns() - t1, cpu = cpu_ns() - c0;
         if (r < 0)
             continue;
-        printf("%s{\"ns_per_request\": %.1f, \"ns_per_request_with_wait\": %.1f, \"cpu_share\": %.3f}",
+        fprintf(out, "%s{\"ns_per_request\": %.1f, \"ns_per_request_with_wait\": %.1f, \"cpu_share\": %.3f}",
                r ? ", " : "", ctl / calls, with_wait / calls, cpu / (ctl + with_wait));
     }
-    printf("]}\n");
+    fprintf(out, "]}\n");
 }
 
 struct producer {
@@ -285,7 +307,7 @@ static void spin_ns(double ns)
 static void mode_load(const struct opts *o, const struct backend *be, evb_t *b, int (*p)[2], int n)
 {
     int max = n < 4096 ? n : 4096, *ready = malloc(max * sizeof(int));
-    printf("\"available\": true, \"reps\": [");
+    fprintf(out, "\"available\": true, \"reps\": [");
     for (int r = 0; r < o->reps; r++) {
         struct producer pr = { p, n, o->rate, 0, 0, 0, 0 };
         pr.start = now_ns() + 1e6;
@@ -310,13 +332,13 @@ static void mode_load(const struct opts *o, const struct backend *be, evb_t *b, 
         }
         double wall = now_ns() - t0;
         pthread_join(th, NULL);
-        printf("%s{\"offered_per_s\": %d, \"writes\": %ld, \"events\": %ld, \"calls\": %ld, "
+        fprintf(out, "%s{\"offered_per_s\": %d, \"writes\": %ld, \"events\": %ld, \"calls\": %ld, "
                "\"events_per_call\": %.3f, \"handled_per_s\": %.1f, \"wait_ns_per_event\": %.1f, "
                "\"wall_ms\": %.1f}", r ? ", " : "", o->rate, pr.writes, events, calls,
                calls ? (double)events / calls : 0, events / (wall / 1e9), events ? in_wait / events : 0,
                wall / 1e6);
     }
-    printf("]}\n");
+    fprintf(out, "]}\n");
     free(ready);
 }
 
@@ -331,7 +353,7 @@ static void mode_libevent(const struct opts *o, const struct backend *be, evb_t 
         die("calloc", ENOMEM);
     for (int i = 0; i < n; i++)
         index[p[i][0]] = i;
-    printf("\"available\": true, \"reps\": [");
+    fprintf(out, "\"available\": true, \"reps\": [");
     for (int r = -1; r < o->reps; r++) {
         int space = n / o->lib_a * 2, fired = 0, count = 0, writes = o->lib_w;
         if (space < 1)
@@ -355,9 +377,9 @@ static void mode_libevent(const struct opts *o, const struct backend *be, evb_t 
         }
         double us = (now_ns() - t0) / 1e3;
         if (r >= 0)
-            printf("%s{\"us_per_run\": %.1f, \"fired\": %d}", r ? ", " : "", us, fired);
+            fprintf(out, "%s{\"us_per_run\": %.1f, \"fired\": %d}", r ? ", " : "", us, fired);
     }
-    printf("]}\n");
+    fprintf(out, "]}\n");
     free(ready); free(index);
 }
 
@@ -365,13 +387,13 @@ static void mode_libevent(const struct opts *o, const struct backend *be, evb_t 
 
 static void list_backends(void)
 {
-    printf("{\"harness\": \"evbench\", \"version\": 1, \"mode\": \"list\", \"backends\": [");
+    fprintf(out, "{\"harness\": \"evbench\", \"version\": 1, \"mode\": \"list\", \"backends\": [");
     for (int i = 0; i < NBACKENDS; i++) {
         const char *why = BACKENDS[i]->unavailable();
-        printf("%s{\"name\": \"%s\", \"available\": %s, \"reason\": \"%s\"}", i ? ", " : "", BACKENDS[i]->name,
+        fprintf(out, "%s{\"name\": \"%s\", \"available\": %s, \"reason\": \"%s\"}", i ? ", " : "", BACKENDS[i]->name,
                why ? "false" : "true", why ? why : "");
     }
-    printf("]}\n");
+    fprintf(out, "]}\n");
 }
 
 static void usage(void)
@@ -391,6 +413,7 @@ int main(int argc, char **argv)
         {"rate", 1, 0, 'L'}, {"duration-ms", 1, 0, 'D'}, {"work-us", 1, 0, 'U'}, {0, 0, 0, 0},
     };
     int c;
+    out_begin();
     while ((c = getopt_long(argc, argv, "n:a:w:", longs, NULL)) != -1) {
         switch (c) {
         case 'b': o.backend = optarg; break;
@@ -413,7 +436,7 @@ int main(int argc, char **argv)
     }
     if (strcmp(o.mode, "list") == 0) {
         list_backends();
-        return 0;
+        return out_end();
     }
     const struct backend *be = NULL;
     for (int i = 0; i < NBACKENDS; i++)
@@ -424,12 +447,12 @@ int main(int argc, char **argv)
     const char *why = be->unavailable();
     if (why) {
         unavailable(&o, be->name, why);
-        return 0;
+        return out_end();
     }
     if (be == &be_uring_multishot && strcmp(o.mode, "idle") == 0 && strcmp(o.ready, "hot") == 0) {
         unavailable(&o, be->name, "multishot poll is edge-triggered: it reports new readiness only, "
                                   "so it has no hot mode (the same descriptors staying ready)");
-        return 0;
+        return out_end();
     }
     if (o.pin >= 0) {
         cpu_set_t set;
@@ -465,5 +488,5 @@ int main(int argc, char **argv)
     else
         usage();
     be->destroy(b);
-    return 0;
+    return out_end();
 }

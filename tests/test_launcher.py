@@ -1,0 +1,90 @@
+"""No surprise installs: the checkout launcher installs Debian packages only
+for the commands that need them, says which, and PROXYTUNE_NO_INSTALL=1
+turns it off. Run against a copy of the launcher in a temp checkout whose
+apt-get, dpkg-query, id and python are fakes that record their calls."""
+
+import os
+import shutil
+import stat
+import subprocess
+
+import pytest
+
+from conftest import REPO
+
+REPORT = "gcc libc6-dev liburing-dev valgrind linux-perf iproute2 fio".split()
+BENCH = REPORT + ["wrk"]
+
+
+def fake(path, body):
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A checkout with the real launcher and pyproject, a fake venv python, fakes on PATH."""
+    top, bin_dir, log = tmp_path / "checkout", tmp_path / "bin", tmp_path / "calls.log"
+    (top / ".venv/bin").mkdir(parents=True)
+    bin_dir.mkdir()
+    shutil.copy(REPO / "proxytune", top / "proxytune")
+    shutil.copy(REPO / "pyproject.toml", top / "pyproject.toml")
+    fake(top / ".venv/bin/python", f'echo "python $*" >> {log}\n')
+    for stamp in (".installed", ".installed-test"):
+        (top / ".venv" / stamp).touch()
+    fake(bin_dir / "apt-get", f'echo "apt-get $*" >> {log}\n')
+    fake(bin_dir / "dpkg-query", "echo 'deinstall ok config-files'\n")   # every package missing
+    fake(bin_dir / "id", 'if [ "$1" = -u ]; then echo 0; else exec /usr/bin/id "$@"; fi\n')
+
+    def run(*args, env=None):
+        environment = {k: v for k, v in os.environ.items() if k not in ("PROXYTUNE_NO_INSTALL", "PROXYTUNE_EXTRAS")}
+        environment.update({"PATH": f"{bin_dir}:{os.environ['PATH']}", **(env or {})})
+        r = subprocess.run([str(top / "proxytune"), *args], capture_output=True, text=True, env=environment,
+                           timeout=60)
+        calls = log.read_text().splitlines() if log.exists() else []
+        log.unlink(missing_ok=True)
+        return r, [c for c in calls if c.startswith("apt-get")], [c for c in calls if c.startswith("python")]
+    return run
+
+
+def installed(apt_calls):
+    return [c.split()[5:] for c in apt_calls if " install " in c]
+
+
+def test_tune_and_profiles_never_install(checkout):
+    for args in (["tune", "check"], ["--root", "/srv/img", "tune", "apply", "--yes"], ["profiles", "list"],
+                 ["--version"], []):
+        r, apt, python = checkout(*args)
+        assert r.returncode == 0, r.stderr
+        assert apt == [], (args, apt)
+        assert "Debian packages" not in r.stderr
+        assert python and python[-1].endswith(" ".join(["cli.py", *args]))
+
+
+def test_report_installs_exactly_its_packages_and_says_which(checkout):
+    r, apt, python = checkout("report", "--no-bench")
+    assert r.returncode == 0, r.stderr
+    assert apt[0] == "apt-get update -q" and installed(apt) == [REPORT]
+    assert f"report needs these Debian packages; installing: {' '.join(REPORT)}" in r.stderr
+    assert python[-1].endswith("cli.py report --no-bench")
+
+
+def test_the_command_is_found_after_global_options(checkout):
+    _, apt, _ = checkout("--root", "/srv/img", "--state-dir=/tmp/x", "--format", "tsv", "bench", "events")
+    assert installed(apt) == [BENCH]
+    _, apt, _ = checkout("doctor", "--comm", "squid")
+    assert installed(apt) == [["bpftrace", "linux-perf", "iproute2"]]
+    _, apt, _ = checkout("probe", "list")
+    assert installed(apt) == [["bpftrace", "linux-perf", "valgrind"]]
+
+
+def test_help_never_installs(checkout):
+    for args in (["bench", "--help"], ["report", "-h"]):
+        _, apt, _ = checkout(*args)
+        assert apt == [], args
+
+
+def test_no_install_names_the_packages_and_installs_nothing(checkout):
+    r, apt, python = checkout("report", env={"PROXYTUNE_NO_INSTALL": "1"})
+    assert apt == [] and python
+    assert f"report would use the Debian packages: {' '.join(REPORT)}" in r.stderr

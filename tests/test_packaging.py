@@ -1,0 +1,224 @@
+"""make dist: the wheel installs into a fresh venv and the .deb unpacks into a
+temp root, and both run from outside the checkout under one `proxytune`
+namespace, finding their profiles, bpftrace scripts and C sources where they
+were installed. Also: lintian finds no error, the man page and the bash
+completion work, data is found in each layout, and builds go to a private cache."""
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+DEBIAN_PYTHON = Path("/usr/bin/python3")
+TOP_LEVEL = {"tune", "probes", "microbench", "reports", "cli", "cli.py", "profiles"}
+
+
+def run(argv, cwd, env=None, timeout=300):
+    r = subprocess.run([str(a) for a in argv], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, **(env or {})})
+    return r
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dist")
+    r = run([REPO / "packaging/dist.sh", out], cwd=REPO, env={"PYTHON": sys.executable})
+    assert r.returncode == 0, r.stderr
+    wheel, = out.glob("proxytune-*-py3-none-any.whl")
+    deb, = out.glob("proxytune_*_all.deb")
+    return wheel, deb
+
+
+@pytest.fixture(scope="module")
+def outside(tmp_path_factory):
+    """A working directory away from the checkout, a private build cache, and
+    an apt-get on PATH that records any call (an installed copy makes none)."""
+    home = tmp_path_factory.mktemp("outside")
+    (home / "bin").mkdir()
+    (home / "bin/apt-get").write_text(f"#!/bin/sh\necho \"$@\" >> {home}/apt-calls\n")
+    (home / "bin/apt-get").chmod(0o755)
+    env = {"PATH": f"{home}/bin:{os.environ['PATH']}", "PROXYTUNE_CACHE_DIR": str(home / "cache"),
+           "XDG_CONFIG_HOME": str(home / "config"), "PYTHONDONTWRITEBYTECODE": "1"}
+    for k in ("PROXYTUNE_ROOT", "PROXYTUNE_STATE_DIR", "PYTHONPATH"):
+        env[k] = ""
+    return home, env
+
+
+def top_level(names) -> set[str]:
+    return {n.split("/")[0] for n in names}
+
+
+def test_the_wheel_holds_one_namespace_and_its_data(dist):
+    wheel, _ = dist
+    names = zipfile.ZipFile(wheel).namelist()
+    assert top_level(names) == {"proxytune", wheel.name.split("-py3")[0] + ".dist-info"}
+    for data in ("proxytune/profiles/linux/proxy.toml", "proxytune/probes/pollscan.bt",
+                 "proxytune/microbench/evbench/main.c", "proxytune/microbench/objbench/objbench.h",
+                 "proxytune/microbench/lua/polymix.lua", "proxytune/cli.py", "proxytune/tune/backends/sysctl.py"):
+        assert data in names, data
+    entry = zipfile.ZipFile(wheel).read(f"{wheel.name.split('-py3')[0]}.dist-info/entry_points.txt").decode()
+    assert "proxytune = proxytune.cli:run" in entry
+
+
+def needs_debian_python():
+    if not DEBIAN_PYTHON.exists():
+        pytest.skip("needs Debian's python3")
+    probe = run([DEBIAN_PYTHON, "-c", "import click, rich, matplotlib, jsonschema"], cwd="/")
+    if probe.returncode:
+        pytest.skip("needs python3-click python3-rich python3-matplotlib python3-jsonschema (make deps)")
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(dist, tmp_path_factory):
+    """The wheel in a fresh venv; its dependencies come from Debian's python3-* (no download)."""
+    needs_debian_python()
+    venv = tmp_path_factory.mktemp("venv") / "v"
+    assert run([DEBIAN_PYTHON, "-m", "venv", "--system-site-packages", venv], cwd="/").returncode == 0
+    r = run([venv / "bin/python", "-m", "pip", "install", "-q", "--no-index", "--disable-pip-version-check",
+             dist[0]], cwd="/")
+    assert r.returncode == 0, r.stderr
+    return venv
+
+
+def test_wheel_runs_from_outside_the_checkout(wheel_venv, outside):
+    home, env = outside
+    site, = (wheel_venv / "lib").glob("python3*/site-packages")
+    assert not TOP_LEVEL & {p.name for p in site.iterdir()}, sorted(p.name for p in site.iterdir())
+    installed = sorted(site.joinpath("proxytune").rglob("*"))
+    exe = wheel_venv / "bin/proxytune"
+    r = run([exe, "--version"], cwd=home, env=env)
+    assert r.returncode == 0 and "0.1.0" in r.stdout, r.stderr
+    r = run([exe, "tune", "check", "--json", "--service", "nosuchproxy"], cwd=home, env=env)
+    assert r.returncode in (0, 1), r.stderr
+    assert json.loads(r.stdout)["kind"] == "audit"
+    r = run([exe, "profiles", "list"], cwd=home, env=env)
+    rows = [line.split("\t") for line in r.stdout.splitlines()]
+    assert ["linux/proxy", "shipped", "linux"] == rows[[row[0] for row in rows].index("linux/proxy")][:3]
+    r = run([exe, "bench", "events", "--quick", "-o", home / "events.json"], cwd=home, env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((home / "events.json").read_text())["data"]["idle"]
+    assert list((home / "cache").glob("evbench-*")), "the harness is built in the private cache"
+    assert sorted(site.joinpath("proxytune").rglob("*")) == installed, "nothing is written next to installed code"
+    assert not (home / "apt-calls").exists(), "an installed proxytune never installs anything"
+
+
+@pytest.fixture(scope="module")
+def deb_root(dist, tmp_path_factory):
+    needs_debian_python()
+    root = tmp_path_factory.mktemp("debroot")
+    assert run(["dpkg-deb", "-x", dist[1], root], cwd="/").returncode == 0
+    return root
+
+
+def deb_env(root, env):
+    return {**env, "PYTHONPATH": str(root / "usr/lib/python3/dist-packages")}
+
+
+def test_deb_layout_follows_debian(deb_root, dist):
+    files = {str(p.relative_to(deb_root)) for p in deb_root.rglob("*") if p.is_file()}
+    assert "usr/bin/proxytune" in files and os.access(deb_root / "usr/bin/proxytune", os.X_OK)
+    assert {"usr/share/proxytune/profiles/linux/proxy.toml", "usr/share/proxytune/probes/pollscan.bt",
+            "usr/share/proxytune/microbench/evbench/main.c", "usr/share/man/man8/proxytune.8.gz",
+            "usr/share/bash-completion/completions/proxytune", "usr/share/doc/proxytune/copyright",
+            "usr/share/doc/proxytune/changelog.Debian.gz"} <= files
+    assert top_level(f[len("usr/lib/python3/dist-packages/"):] for f in files
+                     if f.startswith("usr/lib/python3/dist-packages/")) == {"proxytune"}
+    assert not [f for f in files if f.startswith("usr/lib/python3/dist-packages/proxytune/profiles")]
+    control = run(["dpkg-deb", "-f", dist[1], "Depends", "Recommends", "Suggests"], cwd="/").stdout
+    for dep in ("python3 (>= 3.11)", "python3-click", "python3-rich", "python3-matplotlib", "python3-jsonschema"):
+        assert dep in control.split("\n")[0], control
+    for optional in ("bpftrace", "linux-perf", "fio", "wrk", "gcc", "liburing-dev", "valgrind"):
+        assert optional in control
+    page = gzip.decompress((deb_root / "usr/share/man/man8/proxytune.8.gz").read_bytes()).decode()
+    assert page.startswith(".TH PROXYTUNE 8") and "tune check" in page and "\\-\\-profile" in page
+
+
+def test_deb_runs_from_its_unpacked_root(deb_root, outside):
+    home, env = outside
+    env = deb_env(deb_root, env)
+    exe = [DEBIAN_PYTHON, deb_root / "usr/bin/proxytune"]
+    r = run([*exe, "--version"], cwd=home, env=env)
+    assert r.returncode == 0 and "0.1.0" in r.stdout, r.stderr
+    r = run([*exe, "profiles", "list", "--json"], cwd=home, env=env)
+    rows = {row["name"]: row for row in json.loads(r.stdout)}
+    assert rows["linux/proxy"]["path"].startswith(str(deb_root / "usr/share/proxytune/profiles"))
+    r = run([*exe, "tune", "check", "--json", "--service", "nosuchproxy"], cwd=home, env=env)
+    assert r.returncode in (0, 1) and json.loads(r.stdout)["kind"] == "audit", r.stderr
+    r = run([*exe, "probe", "list", "--json"], cwd=home, env=env)
+    assert {p["name"] for p in json.loads(r.stdout)} >= {"pollscan", "syscall_mix"}
+    r = run([*exe, "bench", "fdscan", "--quick", "-o", home / "fdscan.json"], cwd=home, env=env)
+    assert r.returncode == 0, r.stderr
+    assert not (home / "apt-calls").exists()
+
+
+def test_deb_bash_completion_completes_commands_profiles_and_probes(deb_root, outside):
+    if not shutil.which("bash"):
+        pytest.skip("needs bash")
+    home, env = outside
+    wrapper = home / "bin/proxytune"
+    wrapper.write_text(f"#!/bin/sh\nexec {DEBIAN_PYTHON} {deb_root}/usr/bin/proxytune \"$@\"\n")
+    wrapper.chmod(0o755)
+
+    def complete(*words):
+        script = (f"source {deb_root}/usr/share/bash-completion/completions/proxytune\n"
+                  f"COMP_WORDS=(proxytune {' '.join(words)}); COMP_CWORD={len(words)}\n"
+                  "_proxytune_completion proxytune; printf '%s\\n' \"${COMPREPLY[@]}\"")
+        r = run(["bash", "-c", script], cwd=home, env=deb_env(deb_root, env))
+        return set(r.stdout.split())
+    assert "tune" in complete("t")
+    assert complete("tune", "check", "--profile", "linux/squ") == {"linux/squid", "linux/squid-2000"}
+    assert complete("probe", "run", "pollsc") == {"pollscan"}
+
+
+def test_lintian_finds_no_error(dist):
+    if not shutil.which("lintian"):
+        pytest.skip("needs lintian (make deps)")
+    r = run(["lintian", "--tag-display-limit", "0", dist[1]], cwd="/", timeout=300)
+    errors = [line for line in r.stdout.splitlines() if line.startswith("E:")]
+    assert not errors, r.stdout
+
+
+def test_imports_use_the_one_namespace():
+    """After a merge, packaging/rewrite-imports.py has to be run again: this fails until it is."""
+    r = run([sys.executable, REPO / "packaging/rewrite-imports.py", "--check"], cwd=REPO)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_shipped_data_is_found_in_the_debian_share_dir(tmp_path, monkeypatch):
+    from tune import datafiles
+    package = tmp_path / "usr/lib/python3/dist-packages/proxytune"
+    (package / "probes").mkdir(parents=True)
+    (tmp_path / "usr/share/proxytune/profiles").mkdir(parents=True)
+    monkeypatch.setattr(datafiles, "PACKAGE_ROOT", package)
+    assert datafiles.shipped("probes") == tmp_path / "usr/share/proxytune/probes"
+    (package / "profiles").mkdir()
+    assert datafiles.shipped("probes") == package / "probes"
+
+
+def test_the_build_cache_is_private(tmp_path, monkeypatch):
+    from tune import datafiles
+    from tune.errors import ProxytuneError
+    monkeypatch.setenv("PROXYTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    made = datafiles.cache_dir()
+    assert made.stat().st_mode & 0o777 == 0o700
+    made.chmod(0o777)
+    with pytest.raises(ProxytuneError, match="writable by others"):
+        datafiles.cache_dir()
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    monkeypatch.setenv("PROXYTUNE_CACHE_DIR", str(tmp_path / "link"))
+    with pytest.raises(ProxytuneError, match="not a directory of ours"):
+        datafiles.cache_dir()
+    monkeypatch.delenv("PROXYTUNE_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "lstat", lambda p: os.stat_result((0o40700, 0, 0, 0, 1000, 0, 0, 0, 0, 0)))
+    assert datafiles.cache_dir() == tmp_path / "xdg/proxytune"
