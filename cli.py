@@ -23,11 +23,11 @@ if not __package__:
 
 import click
 
-from tune import apply as apply_mod, export as export_mod, journal, observe, plan as plan_mod
-from tune import profile as profile_mod, render
-from tune.errors import ProxytuneError
-from tune.host import Host
-from probes.target import MAX_SECONDS, duration_option
+from proxytune.tune import apply as apply_mod, export as export_mod, journal, observe, plan as plan_mod
+from proxytune.tune import profile as profile_mod, render
+from proxytune.tune.errors import ProxytuneError
+from proxytune.tune.host import Host
+from proxytune.probes.target import MAX_SECONDS, duration_option
 
 __version__ = "0.1.0"
 DEFAULT_PROFILE = {"linux": "linux/proxy", "freebsd": "freebsd/proxy"}.get(platform.system().lower(), "linux/proxy")
@@ -112,7 +112,7 @@ def complete_profiles(ctx, param, incomplete):
 
 def complete_probes(ctx, param, incomplete):
     """Shell completion: the bpftrace catalog's probe names."""
-    from probes import bpftrace
+    from proxytune.probes import bpftrace
     return [name for name in bpftrace.catalog() if name.startswith(incomplete)]
 
 
@@ -161,7 +161,7 @@ def check(host, profile_ref, only, skip, service, user, cache_dirs, as_json):
     obs = audit_observations(plan)
     code = max(plan.exit_code(), 1 if observe.warnings(obs) else 0)
     if as_json:
-        from reports.schema import envelope
+        from proxytune.reports.schema import envelope
         emit_json(envelope("audit", {**plan.to_json(), "observations": obs}, plan.params["values"]["cache_dirs"]))
     else:
         render.print_plan(plan, f"tune check: {profile_ref}")
@@ -202,7 +202,7 @@ def plan_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist, 
     steps, notes = apply_mod.steps_for(plan, host, persist, files_only)
     notes = scope_notes(host, files_only) + notes + (plan_mod.boot_warnings(plan) if persist else [])
     if as_json:
-        from reports.schema import envelope
+        from proxytune.reports.schema import envelope
         emit_json(envelope("plan", {**plan.to_json(), "steps": steps, "persist": persist, "files_only": files_only,
                                     "root": str(host.root), "step_notes": notes}))
     else:
@@ -252,7 +252,7 @@ def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist,
     outcome.notes[:0] = scope_notes(host, files_only)
     after = plan_mod.build(profile_ref, host, params, only, skip)
     if as_json:
-        from reports.schema import envelope
+        from proxytune.reports.schema import envelope
         emit_json(envelope("apply", {"journal": outcome.entry and outcome.entry["id"], "steps": outcome.steps,
                                      "files_only": files_only, "notes": outcome.notes, "verify": after.to_json()}))
     else:
@@ -284,7 +284,7 @@ def rollback(host, entry_id, force, yes, as_json):
         click.confirm("Roll back?", abort=True)
     outcome = apply_mod.rollback(host, entry["id"], force)
     if as_json:
-        from reports.schema import envelope
+        from proxytune.reports.schema import envelope
         emit_json(envelope("rollback", {"journal": entry["id"], "state": outcome.entry["state"],
                                         "steps": outcome.steps, "kept": outcome.kept, "notes": outcome.notes,
                                         "failures": outcome.failures}))
@@ -331,7 +331,7 @@ def export(host, profile_ref, only, skip, service, user, cache_dirs, fmt, output
                 ansible-playbook -i hosts proxytune.yml
     """
     prof = profile_mod.load(profile_ref, root=host.root)
-    from tune import params as params_mod
+    from proxytune.tune import params as params_mod
     values, _ = params_mod.resolve(host, cli_params(service, user, cache_dirs), prof.params)
     settings, _ = profile_mod.expand(prof, values, host)
     if tuned_include is not None and not export_mod.export_host.NAME.fullmatch(tuned_include):
@@ -367,7 +367,7 @@ def fleet_options(f):
 
 def run_fleet(action, opts: dict, body=None):
     """Prepare the fleet, run `body(fleet)` (default: one read-only play), print, exit with its code."""
-    from tune import fleet as fleet_mod
+    from proxytune.tune import fleet as fleet_mod
     fl = fleet_mod.Fleet(opts["inventory"], opts["profile_ref"], tuple(opts["only"]), tuple(opts["skip"]),
                          opts["limit"], opts["forks"], opts.get("persist", False),
                          progress=lambda line: click.echo(f"fleet: {line}", err=True))
@@ -380,8 +380,8 @@ def run_fleet(action, opts: dict, body=None):
 
 
 def show_fleet(data, as_json):
-    from reports import fleet as fleet_report
-    from reports.schema import envelope
+    from proxytune.reports import fleet as fleet_report
+    from proxytune.reports.schema import envelope
     if as_json:
         emit_json(envelope("fleet", data))
         return
@@ -434,7 +434,7 @@ def fleet_doctor(**opts):
 @click.pass_obj
 def fleet_apply(host, serial, canary, verify_cmd, yes, **opts):
     """Rolling apply: the canary first, then --serial batches; journaled on every host."""
-    from tune import fleet_rollout
+    from proxytune.tune import fleet_rollout
     if not yes:
         raise ProxytuneError("fleet apply changes every host it reaches: add --yes",
                              "review `proxytune fleet plan -i INVENTORY` first")
@@ -447,7 +447,7 @@ def fleet_apply(host, serial, canary, verify_cmd, yes, **opts):
 @click.pass_obj
 def fleet_rollback(host, yes, **opts):
     """Undo the last fleet apply on every host it reached (each host's own journal entry)."""
-    from tune import fleet_rollout
+    from proxytune.tune import fleet_rollout
     if not yes:
         raise ProxytuneError("fleet rollback changes every host the last apply reached: add --yes")
     run_fleet("rollback", opts, body=lambda f: fleet_rollout.rollback(f, host.state_dir))
@@ -459,7 +459,7 @@ def finish_bench(data: dict, name: str, output: Path | None, as_json: bool, show
     """Wrap a bench result in the result schema, store it, print it (table or JSON).
     Stored at --output, else proxytune-results/NAME-STAMP.json."""
     import time
-    from reports.schema import envelope
+    from proxytune.reports.schema import envelope
     doc = envelope("bench", data)
     path = output or Path("proxytune-results") / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -494,7 +494,7 @@ def bench_events(quick, backends, pin, tcp, output, as_json):
     benchmark as an outside reference. Each point: warm-up, >= 5 repetitions,
     median and spread; points taken while the machine was busy are flagged.
     """
-    from microbench import events, render as mrender
+    from proxytune.microbench import events, render as mrender
     data = events.run(quick=quick, backends=list(backends), pin=pin, tcp=tcp, quiet=as_json)
     finish_bench(data, "events", output, as_json, mrender.events_table)
 
@@ -512,7 +512,7 @@ def bench_fdscan(quick, output, as_json):
     4 long-lived bitmaps      5 bitmaps + word-at-a-time result scan
     D1 misses per call from hardware counters, else cachegrind (D1 32K/8/64).
     """
-    from microbench import fdscan, render as mrender
+    from proxytune.microbench import fdscan, render as mrender
     finish_bench(fdscan.run(quick=quick, quiet=as_json), "fdscan", output, as_json, mrender.fdscan_table)
 
 
@@ -541,7 +541,7 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
     perf), CPU per object, hit ratio, device writes; fio gives the limit.
     Needs root (loop devices, mounts).
     """
-    from microbench import devices, render as mrender, storage
+    from proxytune.microbench import devices, render as mrender, storage
     if os.geteuid() != 0:
         raise ProxytuneError("bench storage needs root: it makes loop devices and mounts them")
     fs_list = [f.strip() for f in fss.split(",")] if fss else None
@@ -594,7 +594,7 @@ def bench_proxy(host, quick, proxies, stores, concurrency, idle, target, compare
     the profile applied (the proxy restarted with the service's new
     LimitNOFILE), then rolled back. Needs --yes.
     """
-    from microbench import proxybench, render as mrender
+    from proxytune.microbench import proxybench, render as mrender
     if target:
         import re as _re
         if not _re.fullmatch(r"[\w.\-]+:\d{1,5}", target) or not 0 < int(target.rsplit(":", 1)[1]) < 65536:
@@ -648,7 +648,7 @@ def probe_caps(as_json):
     """Root, tracefs (mounted when root), bpftrace, each tracepoint the catalog
     uses, kprobes (tried, not assumed), BTF, perf sampling, hardware counters,
     valgrind, container and pid namespace. Exit 1 if something is missing."""
-    from probes import caps, render as prender
+    from proxytune.probes import caps, render as prender
     c = caps.check()
     if as_json:
         emit_json(c)
@@ -661,7 +661,7 @@ def probe_caps(as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print the catalog as JSON.")
 def probe_list(as_json):
     """The bpftrace scripts in probes/, each runnable standalone: bpftrace probes/NAME.bt PID."""
-    from probes import bpftrace
+    from proxytune.probes import bpftrace
     cat = bpftrace.catalog()
     if as_json:
         emit_json([{"name": s.name, "path": str(s.path), "purpose": s.purpose, "tracepoints": s.tracepoints}
@@ -677,7 +677,7 @@ def probe_list(as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print the maps as JSON.")
 def probe_run(name, pid, comm, duration, as_json):
     """Run one catalog script against a process for a window and print its maps."""
-    from probes import bpftrace, proc, render as prender
+    from proxytune.probes import bpftrace, proc, render as prender
     cat = bpftrace.catalog()
     if name not in cat:
         raise ProxytuneError(f"no probe named {name!r}", f"known: {', '.join(cat)}")
@@ -697,7 +697,7 @@ def probe_run(name, pid, comm, duration, as_json):
 def probe_hotspots(pid, comm, duration, as_json):
     """Where the target's CPU goes: perf record -e cpu-clock -a, filtered by
     pid; functions by self time, and the proxy / kernel / shared-library split."""
-    from probes import children, perf, proc, target
+    from proxytune.probes import children, perf, proc, target
     pids = proc.resolve(pid, comm)
     with children.Children() as kids:
         rec = perf.Record(kids)
@@ -728,7 +728,7 @@ def probe_cachemiss(command, as_json):
     \b
       proxytune probe cachemiss -- ./server --idle 5000
     """
-    from probes import caps, perf, render as prender
+    from proxytune.probes import caps, perf, render as prender
     hw = perf.hw_cache_misses(list(command)) if caps.hardware_counters()[0] else None
     r = hw or perf.cachegrind(list(command))
     if as_json:
@@ -747,8 +747,8 @@ def probe_cachemiss(command, as_json):
 def probe_overhead(seconds, reps, connections, output, as_json):
     """What the doctor costs: nginx's CPU per request under wrk, with and
     without the doctor attached, alternating. Needs root, nginx and wrk."""
-    from probes import overhead
-    from microbench.runner import progress
+    from proxytune.probes import overhead
+    from proxytune.microbench.runner import progress
     if os.geteuid() != 0:
         raise ProxytuneError("probe overhead needs root (bpftrace, perf -a)")
     with progress(as_json) as bar:
@@ -794,9 +794,9 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, as
       sudo ./proxytune doctor --comm squid
       sudo ./proxytune doctor --pid 1234 --duration 5 --json
     """
-    from probes import doctor as doctor_mod, proc, render as prender
-    from reports.schema import envelope
-    from tune.render import console
+    from proxytune.probes import doctor as doctor_mod, proc, render as prender
+    from proxytune.reports.schema import envelope
+    from proxytune.tune.render import console
     pids = proc.resolve(pid, comm)
     if os.geteuid() != 0:
         raise ProxytuneError("doctor needs root (bpftrace, perf -a)", "sudo ./proxytune doctor ...")
@@ -863,7 +863,7 @@ def profiles_show(host, name, as_json):
         return
     click.echo(f"{name} ({p.os}): {p.description}\nfile: {p.path}")
     for r in p.raw:
-        from tune.modes import describe
+        from proxytune.tune.modes import describe
         click.echo(f"  {r.backend}:{r.key}  {describe(r.mode, r.wanted)}\n      {r.reason}  [{r.source}]")
 
 
@@ -896,7 +896,7 @@ def report(ctx, out_dir, profile_ref, no_bench, with_proxy, from_files):
     """
     if ctx.invoked_subcommand:
         return
-    from reports import build
+    from proxytune.reports import build
     saved = build.saved_benches(list(from_files)) if from_files else None
     paths, doc = build.write_report(ctx.obj, profile_ref, out_dir, benches=not no_bench and not saved,
                                     with_proxy=with_proxy and not (saved and "proxy" in saved), saved=saved)
@@ -916,7 +916,7 @@ def report_compare(files, out_dir):
     """Put results side by side, one column per file: reports, benches,
     audits or doctor results, from several hosts (a FreeBSD and a Linux
     host) or one host before and after tuning."""
-    from reports import build, compare
+    from proxytune.reports import build, compare
     if len(files) < 2:
         raise ProxytuneError("compare needs at least two result files")
     docs = build.load_results(list(files))
@@ -930,7 +930,7 @@ def report_compare(files, out_dir):
               default=Path("proxytune-fleet"), show_default=True, help="Directory for fleet.{html,md}.")
 def report_fleet(file, out_dir):
     """A `fleet ... --json` result as a hosts x settings matrix (terminal, Markdown, HTML)."""
-    from reports import build, fleet as fleet_report
+    from proxytune.reports import build, fleet as fleet_report
     doc = build.load_results([file])[0]
     if doc["kind"] != "fleet":
         raise ProxytuneError(f"{file} is a {doc['kind']} result, not a fleet result")

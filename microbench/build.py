@@ -13,8 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tune.datafiles import cache_dir, shipped
-from tune.errors import ProxytuneError
+from proxytune.tune.datafiles import cache_dir, shipped
+from proxytune.tune.errors import ProxytuneError
 
 CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra"]
 STALE_S = 86400

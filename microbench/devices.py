@@ -13,10 +13,10 @@ import signal
 import subprocess
 from pathlib import Path
 
-from probes import tempdir
+from proxytune.probes import tempdir
 
 from . import rawdev
-from tune.errors import ProxytuneError
+from proxytune.tune.errors import ProxytuneError
 
 MKFS = {"ext2": ["mkfs.ext2", "-q", "-F"], "ext4": ["mkfs.ext4", "-q", "-F"], "xfs": ["mkfs.xfs", "-q", "-f"],
         "btrfs": ["mkfs.btrfs", "-q", "-f"]}

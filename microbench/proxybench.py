@@ -24,8 +24,8 @@ import threading
 import time
 from pathlib import Path
 
-from tune.datafiles import shipped
-from tune.errors import ProxytuneError
+from proxytune.tune.datafiles import shipped
+from proxytune.tune.errors import ProxytuneError
 
 from . import polymix, proxycost, proxyruns, servers
 
@@ -276,7 +276,7 @@ def _error_count(steady: dict, idle_failed: dict, idle_dropped: int) -> int:
 
 
 def _nofile_of(pid: int) -> list:
-    from tune.observe import proc_limits
+    from proxytune.tune.observe import proc_limits
     lim = proc_limits(pid)
     return list(lim) if lim else None
 
@@ -327,8 +327,8 @@ def compare_profile(host, profile_ref: str, store: str | None = "ufs", quick: bo
     squid.service sets none, so systemd's soft default of 1024) before, and the profile's after,
     both capped by this process's hard limit (raising it needs CAP_SYS_RESOURCE)."""
     import resource
-    from tune import apply as apply_mod, plan as plan_mod
-    from tune.apply import describe
+    from proxytune.tune import apply as apply_mod, plan as plan_mod
+    from proxytune.tune.apply import describe
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     service = proxyruns.SERVICES[proxy]
     params = {"service": service}

@@ -9,7 +9,7 @@ import contextlib
 import json
 import urllib.request
 
-from tune.errors import ProxytuneError
+from proxytune.tune.errors import ProxytuneError
 
 from . import proxyservers
 

@@ -2,7 +2,7 @@
 
 from rich.table import Table
 
-from tune.render import console
+from proxytune.tune.render import console
 
 from . import fio
 
@@ -117,7 +117,7 @@ def proxy_table(r: dict) -> None:
     names = ", ".join(sorted({s.get("proxy", "squid") for s in r["stores"]}))
     t = Table(title=f"bench proxy: {names}, {p['concurrency']} wrk connections + {p['idle']} idle, "
                     f"{p['steady_s']} s steady after {p['fill_s']} s fill", title_justify="left")
-    from reports.tables import PROXY_HEADERS, proxy_rows
+    from proxytune.reports.tables import PROXY_HEADERS, proxy_rows
     for col in PROXY_HEADERS:
         t.add_column(col, justify="left" if col in ("run", "store") else "right")
     labels, rows = proxy_rows(r)

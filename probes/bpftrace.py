@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tune.datafiles import shipped
-from tune.errors import ProxytuneError
+from proxytune.tune.datafiles import shipped
+from proxytune.tune.errors import ProxytuneError
 
 from . import children, target
 

@@ -12,8 +12,8 @@ uprobes on its hot paths; every tracer is reaped on exit and on Ctrl-C.
 import subprocess
 from pathlib import Path
 
-from tune.errors import ProxytuneError
-from tune import observe, params
+from proxytune.tune.errors import ProxytuneError
+from proxytune.tune import observe, params
 
 from . import bpftrace, caps, children, findings, netstat, perf, proc, proxies, proxies_findings, target
 
@@ -52,7 +52,7 @@ def squid_cache_dirs(pid: int) -> list[str]:
 
 def audit(host, profile_ref: str, service: str, cache_dirs: list[str]) -> dict:
     """The host audit against the profile (what `tune check` shows), reduced to what drifts."""
-    from tune import plan as plan_mod
+    from proxytune.tune import plan as plan_mod
     try:
         plan = plan_mod.build(profile_ref, host, {"service": service, "cache_dirs": cache_dirs})
     except ProxytuneError as e:

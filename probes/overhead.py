@@ -8,7 +8,7 @@ import statistics
 import threading
 import time
 
-from microbench import servers, stats
+from proxytune.microbench import servers, stats
 
 from . import doctor, proc
 

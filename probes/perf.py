@@ -10,7 +10,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
-from tune.errors import ProxytuneError
+from proxytune.tune.errors import ProxytuneError
 
 from . import children, proc, tempdir
 

@@ -3,9 +3,9 @@
 import os
 from pathlib import Path
 
-from tune.observe import proc_limits
-from tune.procs import fd_count, pids_of
-from tune.errors import ProxytuneError
+from proxytune.tune.observe import proc_limits
+from proxytune.tune.procs import fd_count, pids_of
+from proxytune.tune.errors import ProxytuneError
 
 from . import target
 

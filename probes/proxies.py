@@ -320,7 +320,7 @@ def audit_as(target: Proxy | None, profile_ref: str, comm: str) -> tuple[str, st
     default, its own profile."""
     if target is None:
         return profile_ref, comm
-    from tune.profile import PROFILES_DIR
+    from proxytune.tune.profile import PROFILES_DIR
     own = f"linux/{target.kind}"
     if profile_ref == "linux/proxy" and (PROFILES_DIR / f"{own}.toml").is_file():
         profile_ref = own

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tune.errors import ProxytuneError
+from proxytune.tune.errors import ProxytuneError
 
 MAX_SECONDS = 300.0         # a window longer than this fills the disk with perf samples and is never what one wants
 PF_EXITING = 0x00000004     # include/linux/sched.h

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from tune.errors import ProxytuneError
+from proxytune.tune.errors import ProxytuneError
 
 from . import target
 

@@ -8,9 +8,9 @@ instead of stopping the report.
 import json
 from pathlib import Path
 
-from tune import observe, plan as plan_mod
-from tune.errors import ProxytuneError
-from tune.host import Host
+from proxytune.tune import observe, plan as plan_mod
+from proxytune.tune.errors import ProxytuneError
+from proxytune.tune.host import Host
 
 from . import html, markdown, seeds, summary
 from .schema import envelope
@@ -30,7 +30,7 @@ def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = Fa
     """(sections, parts that could not run, with why). `saved` holds bench results already
     measured (from --from files), which are used instead of running those benches."""
     import os
-    from microbench import events, fdscan, proxybench, storage
+    from proxytune.microbench import events, fdscan, proxybench, storage
     parts = {"audit": lambda: audit_section(host, profile_ref)}
     if benches:
         parts["events"] = lambda: events.run(quick=True, quiet=quiet)

@@ -7,7 +7,7 @@ drops connections under load), then the choices the benches measured here
 item is derived from this report's sections; none is written in advance.
 """
 
-from probes.findings import SEVERITY_RANK
+from proxytune.probes.findings import SEVERITY_RANK
 
 
 def from_doctor(doc: dict | None) -> list[dict]:

@@ -3,7 +3,7 @@ markdown.py and html.py only format them."""
 
 from dataclasses import dataclass, field
 
-from microbench import fio
+from proxytune.microbench import fio
 
 from . import plots
 
@@ -215,7 +215,7 @@ def proxy_section(r: dict) -> Section:
                          + (f", capped at this host's hard limit {n['hard_limit_here']}" if n["capped"] else "")
                          + f"; applied {len(r['applied'])} step(s), rolled back: {r['rolled_back']}")
     if len({(s.get("proxy", "squid"), s["store"]) for s in r["stores"]}) > 2 and not compare:
-        from microbench import storequestion as sq
+        from proxytune.microbench import storequestion as sq
         heads, rows = sq.table_rows(r["stores"])
         sec.tables.append(Table("The storage question on real caches: each store's design", heads, rows))
         sec.tables.append(Table("What each design predicts, and whether it held",

@@ -24,7 +24,7 @@ if "proxytune" not in sys.modules:      # the checkout is the `proxytune` packag
 os.environ.setdefault("PROXYTUNE_WERROR", "1")
 os.environ.setdefault("PROXYTUNE_CACHE_DIR", str(REPO / "microbench" / "build"))
 
-from tune.host import Host  # noqa: E402
+from proxytune.tune.host import Host  # noqa: E402
 
 IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (network namespaces, loop devices, prlimit)")
@@ -43,7 +43,7 @@ def sandbox(tmp_path, monkeypatch):
 
 @pytest.fixture
 def cli():
-    from cli import main
+    from proxytune.cli import main
 
     def run(*args, input=None):
         return CliRunner().invoke(main, list(args), input=input, catch_exceptions=False)

@@ -2,8 +2,8 @@
 so the FreeBSD backends run on Linux exactly as they would there: they
 only ever talk to a host through the command runner."""
 
-from tune.errors import BackendError
-from tune.runner import CommandRunner
+from proxytune.tune.errors import BackendError
+from proxytune.tune.runner import CommandRunner
 
 
 class FreeBSDCommands(CommandRunner):

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import IS_ROOT, in_netns, needs_root, proxytune
 from snapshot import SandboxState
-from tune.procs import identity
+from proxytune.tune.procs import identity
 
 FILES_PROFILE = ('[profile]\nos = "linux"\n'
                  '[limits."proxy:nofile"]\nat_least = 70000\nreason = "t"\nsource = "t"\n'
@@ -274,7 +274,7 @@ def test_umask_000_still_gives_private_journal_and_documented_modes(sandbox, pro
 def test_ids_unique_within_one_second_and_pid_and_ordered_by_sequence(sandbox, prof, tmp_path):
     """Two applies by one pid in one second (in-process), then sequence numbers past 9999:
     rollback picks the newest by sequence, although its id sorts first as a string."""
-    from tune import apply as apply_mod, journal, plan as plan_mod
+    from proxytune.tune import apply as apply_mod, journal, plan as plan_mod
     ids = []
     for only in ("limits:*", "service:*"):
         plan = plan_mod.build(str(prof), sandbox, {"service": "squid", "user": None, "cache_dirs": []}, (only,))

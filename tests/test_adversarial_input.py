@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO, in_netns, needs_root, proxytune
 from snapshot import SandboxState
 from test_bad_profiles import marked_line
-from tune.backends.mount import mount_of
+from proxytune.tune.backends.mount import mount_of
 
 SYSCTLS = ("net.core.somaxconn", "fs.file-max", "fs.nr_open", "kernel.core_pattern")
 COMMANDS = (["tune", "check"], ["tune", "plan", "--persist"], ["tune", "apply", "--yes", "--persist"],
@@ -342,7 +342,7 @@ def test_at_least_25_adversarial_cases():
 
 def test_doctor_audit_keeps_working_on_a_malformed_host_file(sandbox):
     """doctor's host audit shows the setting in error instead of failing."""
-    from probes import doctor
+    from proxytune.probes import doctor
     write_host_files(sandbox.root, {LIMITS: "ptadv soft nofile 64k\n"})    # the user defaults to the service
     audit = doctor.audit(sandbox, "linux/proxy", "ptadv", [])
     assert audit["available"] and audit["summary"]["error"] >= 1, audit
@@ -361,7 +361,7 @@ def test_any_error_message_stays_one_line(args, fragment, sandbox, cli, tmp_path
 
 
 def test_fstab_path_with_a_space_is_matched_escaped_and_kept_escaped():
-    from tune import fstab
+    from proxytune.tune import fstab
     text = "# x\n/dev/sdb1 /var/spool/my\\040cache ext4 defaults 0 2\n"
     assert fstab.find_entry(text, "/var/spool/my cache") == 1
     assert fstab.set_atime(text, "/var/spool/my cache", "noatime") == \

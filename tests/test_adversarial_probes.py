@@ -266,7 +266,7 @@ def test_a_zeroed_device_is_accepted_held_o_excl_and_written(images, private_tmp
 
 @needs_root
 def test_force_destroy_data_overrides_data_but_says_so(images):
-    from microbench import rawdev
+    from proxytune.microbench import rawdev
     dev = images.make("forced", random_bytes, size_mb=20)
     with rawdev.claim(dev, force=True) as c:
         assert c.path == dev and any("overwriting although it holds data" in n for n in c.notes)
@@ -303,7 +303,7 @@ def test_a_sigkilled_run_is_cleaned_up_by_the_next(images, private_tmp):
 @needs_root
 def test_a_live_runs_sandbox_is_not_touched(private_tmp):
     """Another run's dir whose owner lives (this test) is not ours to remove; one without an owner file neither."""
-    from probes import tempdir
+    from proxytune.probes import tempdir
     os.environ["TMPDIR"] = str(private_tmp)
     tempfile.tempdir = None
     try:
@@ -437,7 +437,7 @@ def test_a_failing_tracer_is_one_line_and_leaves_no_files(tool, args, words, pri
 
 def test_a_recycled_pid_is_not_the_same_process():
     """Identity is pid + start time: the same pid with another start time counts as exited."""
-    from probes import target
+    from proxytune.probes import target
     child = sleeper()
     try:
         start = target.read_stat(child.pid).start

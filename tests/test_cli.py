@@ -7,8 +7,8 @@ import json
 import jsonschema
 import pytest
 
-from reports.schema import RESULT, validate
-from tune import profile
+from proxytune.reports.schema import RESULT, validate
+from proxytune.tune import profile
 
 
 def test_check_json_lists_every_setting_of_linux_proxy(sandbox, cli):

@@ -124,7 +124,7 @@ def wrk_background(url: str, seconds: int, connections: int, script: Path | None
 
 @pytest.mark.skipif(not (shutil.which("wrk") and Path("/usr/sbin/nginx").exists()), reason="needs nginx and wrk")
 def test_nginx_with_a_low_worker_rlimit_nofile_is_fd_exhaustion():
-    from microbench import servers
+    from proxytune.microbench import servers
     with servers.Nginx(workers=1, rlimit_nofile=64) as ng:
         load = wrk_background(f"http://127.0.0.1:{ng.port}/", 25, 300)
         try:
@@ -151,7 +151,7 @@ end
 
 @pytest.mark.skipif(not (shutil.which("wrk") and Path("/usr/sbin/squid").exists()), reason="needs squid and wrk")
 def test_squid_ufs_under_cache_misses_is_file_per_object_churn(tmp_path):
-    from microbench import servers
+    from proxytune.microbench import servers
     with servers.Nginx(workers=1) as origin, servers.Squid("ufs", cache_mb=200) as squid:
         lua = tmp_path / "miss.lua"
         lua.write_text(MISS_LUA % origin.port)

@@ -322,7 +322,7 @@ def test_limits_d_is_applied_by_pam_limits_at_login(tmp_path, cli):
 
 
 def test_tuned_profile_directory_follows_the_installed_version():
-    from tune.export_host import tuned_profile_dir
+    from proxytune.tune.export_host import tuned_profile_dir
     assert tuned_profile_dir((2, 20, 0)) == "/etc/tuned/proxytune"
     assert tuned_profile_dir((2, 24, 0)) == "/etc/tuned/profiles/proxytune"
     assert tuned_profile_dir((3, 0)) == "/etc/tuned/profiles/proxytune"

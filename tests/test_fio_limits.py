@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from microbench import fio
+from proxytune.microbench import fio
 
 
 @pytest.mark.parametrize("engine, ioengine, depth, numjobs", [
@@ -63,7 +63,7 @@ def test_the_report_renders_a_measured_storage_result_with_its_limits():
     """Regression: the storage section once shadowed the fio module and crashed every report."""
     import json
     from pathlib import Path
-    from reports import tables
+    from proxytune.reports import tables
     data = json.loads((Path(__file__).resolve().parent.parent / "docs/results/report-with-proxy.json").read_text())
     sec = tables.storage_section(data["data"]["sections"]["storage"])
     assert sec.tables[0].headers[-2:] == ["fill / fio", "steady / fio"]

@@ -220,7 +220,7 @@ def test_a_failing_host_stops_the_serial_rollout_before_the_next_batch(fleet_hos
 def test_the_bundle_is_reproducible_and_the_playbook_passes_no_name_to_a_shell(tmp_path):
     import sys
     sys.path.insert(0, str(REPO))
-    from tune import fleet_play as fp
+    from proxytune.tune import fleet_play as fp
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     one, digest = fp.bundle(tmp_path / "a")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from freebsd_runner import FreeBSDCommands
-from tune import apply as apply_mod, export, params, plan as plan_mod, profile
-from tune.host import Host
+from proxytune.tune import apply as apply_mod, export, params, plan as plan_mod, profile
+from proxytune.tune.host import Host
 
 FIXTURES = Path(__file__).parent / "fixtures/freebsd"
 SYSCTLS = {
@@ -79,7 +79,7 @@ def test_export_freebsd_matches_expected():
 
 
 def test_linux_formats_refuse_a_freebsd_profile():
-    from tune.errors import ProxytuneError
+    from proxytune.tune.errors import ProxytuneError
     with pytest.raises(ProxytuneError, match="is for Linux profiles") as e:
         export.export("sysctl.d", [], "freebsd/proxy", "freebsd")
     assert e.value.hint == "use --format freebsd"

@@ -14,9 +14,9 @@ import subprocess
 
 import pytest
 
-from microbench import build, events, fdscan, stats
-from microbench.runner import run_json
-from reports.schema import envelope, validate
+from proxytune.microbench import build, events, fdscan, stats
+from proxytune.microbench.runner import run_json
+from proxytune.reports.schema import envelope, validate
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """Assignment modes: at-least never lowers, covers only widens, exact is exact."""
 
-from tune import modes
-from tune.values import parse, render
+from proxytune.tune import modes
+from proxytune.tune.values import parse, render
 
 
 def test_parse_kernel_and_profile_forms_agree():

@@ -18,7 +18,7 @@ def walk(command, path=("proxytune",)):
 
 
 def test_every_option_of_every_command_has_help():
-    from cli import main
+    from proxytune.cli import main
     missing = [f"{' '.join(path)} {'/'.join(p.opts)}" for path, cmd in walk(main) for p in cmd.params
                if isinstance(p, click.Option) and not (p.help or "").strip()]
     assert not missing, f"options without help: {missing}"
@@ -27,7 +27,7 @@ def test_every_option_of_every_command_has_help():
 
 
 def test_every_command_has_json():
-    from cli import main
+    from proxytune.cli import main
     # export prints a file format and report writes files; compare writes a directory
     exempt = {("proxytune", "tune", "export"), ("proxytune", "report"), ("proxytune", "report", "compare")}
     lacking = [" ".join(path) for path, cmd in walk(main) if not isinstance(cmd, click.Group) and path not in exempt
@@ -50,7 +50,7 @@ def test_piped_check_prints_tab_separated_rows(sandbox):
 
 
 def test_format_forces_tsv_or_table(sandbox):
-    from cli import main
+    from proxytune.cli import main
     from click.testing import CliRunner
     tsv = CliRunner().invoke(main, ["--format", "tsv", "profiles", "list"])
     assert tsv.exit_code == 0 and "linux/proxy\tshipped\tlinux\t" in tsv.output
@@ -62,7 +62,7 @@ def test_format_forces_tsv_or_table(sandbox):
 
 def test_a_cell_with_a_tab_or_newline_stays_one_cell():
     from rich.table import Table
-    from tune.render import tsv_lines
+    from proxytune.tune.render import tsv_lines
     t = Table(title="t")
     t.add_column("a")
     t.add_column("b")

@@ -193,7 +193,7 @@ def test_imports_use_the_one_namespace():
 
 
 def test_shipped_data_is_found_in_the_debian_share_dir(tmp_path, monkeypatch):
-    from tune import datafiles
+    from proxytune.tune import datafiles
     package = tmp_path / "usr/lib/python3/dist-packages/proxytune"
     (package / "probes").mkdir(parents=True)
     (tmp_path / "usr/share/proxytune/profiles").mkdir(parents=True)
@@ -204,8 +204,8 @@ def test_shipped_data_is_found_in_the_debian_share_dir(tmp_path, monkeypatch):
 
 
 def test_the_build_cache_is_private(tmp_path, monkeypatch):
-    from tune import datafiles
-    from tune.errors import ProxytuneError
+    from proxytune.tune import datafiles
+    from proxytune.tune.errors import ProxytuneError
     monkeypatch.setenv("PROXYTUNE_CACHE_DIR", str(tmp_path / "cache"))
     made = datafiles.cache_dir()
     assert made.stat().st_mode & 0o777 == 0o700

@@ -1,7 +1,7 @@
 """Parameters come from the command line, the profile, or the proxy's own config."""
 
-from tune import params
-from tune.host import Host
+from proxytune.tune import params
+from proxytune.tune.host import Host
 
 
 def test_squid_cache_dirs_from_squid_conf(tmp_path):

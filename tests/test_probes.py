@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import IS_ROOT, needs_root, proxytune
-from probes import bpftrace, findings, perf
+from proxytune.probes import bpftrace, findings, perf
 
 needs_bpftrace = pytest.mark.skipif(not (IS_ROOT and shutil.which("bpftrace")), reason="needs root and bpftrace")
 

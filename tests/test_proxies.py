@@ -91,7 +91,7 @@ def doctor_under_load(server, held: int, connections: int, script: Path | None =
 @needs_doctor
 @pytest.mark.skipif(not Path("/usr/sbin/haproxy").exists(), reason="needs haproxy")
 def test_haproxy_at_its_maxconn_is_the_finding_not_somaxconn():
-    from microbench import proxyservers, servers
+    from proxytune.microbench import proxyservers, servers
     with servers.Nginx() as origin, proxyservers.HAProxy(origin.port, maxconn=50, cache_mb=0) as h:
         doc = doctor_under_load(h, 300, 50)
         conf = str(h.conf)
@@ -155,7 +155,7 @@ class SlowOrigin:
 @needs_doctor
 @pytest.mark.skipif(not Path("/usr/sbin/varnishd").exists(), reason="needs varnish")
 def test_varnish_out_of_worker_threads_names_thread_pool_max(tmp_path):
-    from microbench import proxyservers
+    from proxytune.microbench import proxyservers
     lua = tmp_path / "slow.lua"
     lua.write_text(SLOW_LUA)
     with SlowOrigin(0.5) as origin, proxyservers.Varnish(origin.port, params={
@@ -175,7 +175,7 @@ def test_varnish_out_of_worker_threads_names_thread_pool_max(tmp_path):
 @needs_doctor
 @pytest.mark.skipif(not Path("/usr/sbin/nginx").exists(), reason="needs nginx")
 def test_nginx_out_of_worker_connections_names_the_directive():
-    from microbench import servers
+    from proxytune.microbench import servers
     with servers.Nginx(workers=1, connections=64) as ng:
         doc = doctor_under_load(ng, 300, 50)
         conf = str(ng.dir / "nginx.conf")
@@ -189,7 +189,7 @@ def test_nginx_out_of_worker_connections_names_the_directive():
 @needs_doctor
 @pytest.mark.skipif(not Path("/usr/sbin/squid").exists(), reason="needs squid")
 def test_squid_short_of_fds_is_told_its_max_filedescriptors():
-    from microbench import servers
+    from proxytune.microbench import servers
     with servers.Nginx() as origin, servers.Squid("rock", cache_mb=64, nofile=(256, 256)) as sq:
         doc = doctor_under_load(sq, 400, 20)
         conf = str(sq.conf)
@@ -205,7 +205,7 @@ def test_squid_short_of_fds_is_told_its_max_filedescriptors():
 @needs_doctor
 @pytest.mark.skipif(not Path("/usr/bin/traffic_server").exists(), reason="needs trafficserver")
 def test_trafficserver_at_connections_throttle_names_records_config():
-    from microbench import proxyservers, servers
+    from proxytune.microbench import proxyservers, servers
     with servers.Nginx() as origin, proxyservers.TrafficServer(origin.port, cache_mb=64, throttle=50) as ts:
         doc = doctor_under_load(ts, 300, 50)
         conf = str(ts.conf)
@@ -222,7 +222,7 @@ def test_trafficserver_at_connections_throttle_names_records_config():
 # ---------------------------------------------------------------- rules on recorded evidence, hostile input
 
 def _generic_accept_overflow():
-    from probes.findings import Finding
+    from proxytune.probes.findings import Finding
     return Finding("accept-queue-overflow", "high", "t", {"ListenOverflows": 9, "per_s": 3.0}, "raise net.core.somaxconn")
 
 
@@ -235,13 +235,13 @@ def _haproxy_ev(curr: int, maxconn: int) -> dict:
 
 
 def test_an_unknown_proxy_keeps_the_generic_advice():
-    from probes import proxies_findings
+    from proxytune.probes import proxies_findings
     f = _generic_accept_overflow()
     assert proxies_findings.refine([f], {"proxy": None}) == [f] and "somaxconn" in f.fix
 
 
 def test_haproxy_below_its_maxconn_leaves_the_kernel_finding_alone():
-    from probes import proxies_findings
+    from proxytune.probes import proxies_findings
     out = proxies_findings.refine([_generic_accept_overflow()], _haproxy_ev(curr=10, maxconn=50))
     assert [f.id for f in out] == ["accept-queue-overflow"]
     out = proxies_findings.refine([_generic_accept_overflow()], _haproxy_ev(curr=50, maxconn=50))
@@ -250,7 +250,7 @@ def test_haproxy_below_its_maxconn_leaves_the_kernel_finding_alone():
 
 
 def test_config_paths_from_a_hostile_argv_are_read_never_followed_into_non_files(tmp_path):
-    from probes import proxies
+    from proxytune.probes import proxies
     fifo = tmp_path / "conf"
     os.mkfifo(fifo)                                          # a read would block forever
     assert proxies.read_config(os.getpid(), str(fifo)) == (str(fifo), None)
@@ -263,7 +263,7 @@ def test_config_paths_from_a_hostile_argv_are_read_never_followed_into_non_files
 
 
 def test_argv_options_in_every_spelling():
-    from probes import proxies
+    from proxytune.probes import proxies
     argv = ["varnishd", "-p", "thread_pool_max=10", "-pthread_pools=3", "-n", "/w", "--run-root=/r.yaml"]
     assert proxies.option(argv, "-p") == ["thread_pool_max=10", "thread_pools=3"]
     assert proxies.option(argv, "--run-root") == ["/r.yaml"] and proxies.option(argv, "-n") == ["/w"]
@@ -277,7 +277,7 @@ HAVE_ALL = IS_ROOT and shutil.which("wrk") and all(Path(p).exists() for p in (
 
 @pytest.mark.skipif(not HAVE_ALL, reason="needs root, wrk, nginx, haproxy, varnish and trafficserver")
 def test_bench_drives_every_proxy_and_store_under_the_mix(monkeypatch):
-    from microbench import proxybench, storequestion
+    from proxytune.microbench import proxybench, storequestion
     monkeypatch.setitem(proxybench.QUICK, "fill_s", 3)
     monkeypatch.setitem(proxybench.QUICK, "steady_s", 4)
     monkeypatch.setitem(proxybench.QUICK, "files", 500)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import IS_ROOT, REPO, proxytune
-from microbench import proxybench
+from proxytune.microbench import proxybench
 
 HAVE = IS_ROOT and shutil.which("wrk") and Path("/usr/sbin/squid").exists() and Path("/usr/sbin/nginx").exists()
 needs_servers = pytest.mark.skipif(not HAVE, reason="needs root, squid, nginx and wrk")
@@ -125,7 +125,7 @@ def test_report_compare_puts_files_side_by_side(tmp_path):
 @needs_servers
 def test_target_loads_a_proxy_we_did_not_start(monkeypatch):
     """--target: a squid started outside the bench is loaded; hits come from its X-Cache headers."""
-    from microbench import servers
+    from proxytune.microbench import servers
     monkeypatch.setitem(proxybench.QUICK, "fill_s", 3)
     monkeypatch.setitem(proxybench.QUICK, "steady_s", 4)
     monkeypatch.setitem(proxybench.QUICK, "files", 500)

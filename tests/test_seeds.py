@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reports import seeds, summary
+from proxytune.reports import seeds, summary
 
 REPO = Path(__file__).resolve().parent.parent
 MEASURED = json.loads((REPO / "docs/results/report-with-proxy.json").read_text())["data"]["sections"]

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, needs_root
-from microbench import devices, fio, rawdev, storage
-from microbench.build import build
-from reports.schema import envelope, validate
-from tune.errors import ProxytuneError
+from proxytune.microbench import devices, fio, rawdev, storage
+from proxytune.microbench.build import build
+from proxytune.reports.schema import envelope, validate
+from proxytune.tune.errors import ProxytuneError
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ import subprocess
 import pytest
 
 from conftest import needs_root
-from tune.backends.sysctl import SysctlBackend
-from tune.host import Host
-from tune.model import Change, Setting
-from tune import sysctld
+from proxytune.tune.backends.sysctl import SysctlBackend
+from proxytune.tune.host import Host
+from proxytune.tune.model import Change, Setting
+from proxytune.tune import sysctld
 
 WANTED = 8192
 OURS = {"etc/sysctl.d/90-proxytune.conf": f"net.core.somaxconn = {WANTED}\n"}
