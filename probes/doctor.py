@@ -124,6 +124,7 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
     ev["procs"] = {str(k): v for k, v in procs.items()}
     ev["cpu_cores"] = cpu / window if window > 0 else 0.0
     ev["listeners"] = [l for l in observe.listeners() if set(l["pids"]) & set(pids)]
+    ev["connections"] = observe.connections({l["local"].rsplit(":", 1)[-1] for l in ev["listeners"]}, pids)
     ev["cache_dirs"] = observe.observe("", dirs, None)["cache_dirs"] if dirs else []
     ev["perf"] = prof
     ev["loop"] = loop_summary(ev)

@@ -13,6 +13,7 @@ argv are read (never written), size-capped and never followed into a
 shell; sockets get one fixed command; stats time out in seconds.
 """
 
+import datetime
 import json
 import os
 import re
@@ -272,10 +273,16 @@ class TrafficServer(Proxy):
     def config_dir(self) -> str:
         return self.layout("sysconfdir", "/etc/trafficserver")
 
-    def throttle_warnings(self) -> int:
-        """'too many connections, throttling' in diags.log: at its cap it resets new connections, /_stats too."""
+    def throttle_warnings(self) -> dict:
+        """'too many connections, throttling' lines in diags.log logged since this traffic_server started
+        (older ones belong to an earlier run), with the connection count the last one gives. ATS logs it
+        at most once every few minutes, so a short window may see none new while it still throttles."""
         _, text = read_config(self.pid, str(Path(self.layout("logdir", "/var/log/trafficserver")) / "diags.log"))
-        return (text or "").count("too many connections, throttling")
+        since = started_at(self.pid)
+        lines = [ln for ln in (text or "").splitlines() if "too many connections, throttling" in ln
+                 and (since is None or (logged_at(ln) or since) >= since - 1)]
+        last = re.search(r"current_connections=(\d+)", lines[-1]) if lines else None
+        return {"throttle_warnings": len(lines), "throttled_at_connections": int(last.group(1)) if last else None}
 
     def config_arg(self):
         return str(Path(self.config_dir()) / "records.config")
@@ -296,7 +303,7 @@ class TrafficServer(Proxy):
         return out
 
     def stats(self):
-        warned = {"throttle_warnings": self.throttle_warnings()}
+        warned = self.throttle_warnings()
         ports = re.findall(r"^\d+", (self.conf.get("proxy.config.http.server_ports") or {}).get("value", "8080"))
         if self.conf["stats_over_http"]["value"] != "on" or not ports:
             return {"available": False, "reason": "the stats_over_http plugin is not in plugin.config", **warned}
@@ -309,6 +316,32 @@ class TrafficServer(Proxy):
                 "proxy.process.http.current_client_connections", "proxy.process.http.total_client_connections")
         return {"available": True, "source": f"stats_over_http 127.0.0.1:{ports[0]}/_stats", **warned,
                 **{k.rsplit(".", 1)[1]: int(float(g[k])) for k in keep if k in g}}
+
+
+def started_at(pid: int) -> float | None:
+    """When pid started, in seconds since the epoch (boot time + its start tick)."""
+    try:
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = int(re.search(r"^btime (\d+)", Path("/proc/stat").read_text(), re.M).group(1))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def logged_at(line: str) -> float | None:
+    """The time of a diags.log line ('[Nov 23 11:44:06.895] ...'), which has no year: this year's,
+    or last year's when that would lie in the future."""
+    m = re.match(r"\[(\w{3} +\d+ \d\d:\d\d:\d\d)", line)
+    if not m:
+        return None
+    now = datetime.datetime.now()
+    try:
+        t = datetime.datetime.strptime(f"{now.year} {m.group(1)}", "%Y %b %d %H:%M:%S")
+    except ValueError:
+        return None
+    if t > now + datetime.timedelta(days=1):
+        t = t.replace(year=now.year - 1)
+    return t.timestamp()
 
 
 KINDS = (HAProxy, Varnish, Squid, Nginx, TrafficServer)

@@ -110,20 +110,25 @@ def ats_throttle(ev: dict, generic: dict) -> Finding | None:
     d, conf = p["directives"], p.get("config")
     name = "proxy.config.net.connections_throttle"
     cap = int(d[name]["value"]) if d.get(name, {}).get("value", "").isdigit() else None
-    cur = _peak(p, "connections_currently_open")
+    # the throttle counts client and origin connections; ATS's own gauge can read 0 under load
+    counted = [v for v in (_peak(p, "connections_currently_open"), (ev.get("connections") or {}).get("total"))
+               if v is not None]
+    cur = max(counted) if counted else None
     after = p.get("stats_after") or {}
     throttled = _delta(p, "connections_throttled_in")
     if throttled is None:                 # at the cap it reset our first /_stats: the count since its start
         throttled = after.get("connections_throttled_in")
     warned = _delta(p, "throttle_warnings") or 0
     reset = not after.get("available") and after.get("throttle_warnings", 0) > 0    # it refused our /_stats too
-    if not cap or not (throttled or warned or reset or (cur is not None and cur >= AT_CAP * cap)):
+    since_start = after.get("throttle_warnings") or 0       # logged at most every few minutes
+    if not cap or not (throttled or warned or reset or since_start or (cur is not None and cur >= AT_CAP * cap)):
         return None
     return Finding("trafficserver-connections-throttle", "high" if throttled or warned or reset else "medium",
-                   f"traffic_server is at its connections_throttle {cap}",
+                   f"traffic_server reached its connections_throttle {cap} and resets new connections",
                    {"connections_throttle": cap, "where": _where(d, name, conf), "connections_currently_open": cur,
                     "connections_throttled_in": throttled, "throttle_warnings_in_window": warned,
-                    "throttle_warnings_in_diags_log": after.get("throttle_warnings"),
+                    "throttle_warnings_since_start": since_start,
+                    "throttled_at_connections": after.get("throttled_at_connections"),
                     "stats": after.get("source") or after.get("reason"), "kernel_symptom": _kernel_symptom(generic)},
                    f"raise `CONFIG {name} INT {cap}` in {_where(d, name, conf)} (default 30000) and the fd limit "
                    "above 2 x it (profile linux/trafficserver: LimitNOFILE 65536); then traffic_ctl config reload "
@@ -138,10 +143,12 @@ def squid_fd_limit(ev: dict, generic: dict) -> Finding | None:
     d, conf = p["directives"], p.get("config")
     used, most = _peak(p, "fds_in_use"), _peak(p, "max_fds")
     worst = max(ev["procs"].values(), key=lambda pr: pr.get("fd_use", 0), default={})
+    if not used:
+        # at its cap squid defers every accept, the cache manager's too: /proc holds the same numbers
+        used, most = worst.get("fds_open"), worst.get("nofile_soft")
     at_cap = bool(used and most and most - used < 2 * min(100, most // 4) + 5)
     if not at_cap and worst.get("fd_use", 0) < 0.9:
         return None
-    most = most or worst.get("nofile_soft")
     v = d.get("max_filedescriptors", {}).get("value", "not set")
     return Finding("squid-fd-limit", "high" if generic.get("accept-queue-overflow") else "medium",
                    f"squid is at its file-descriptor limit ({most}) and stops accepting",

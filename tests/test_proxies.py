@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -194,10 +195,12 @@ def test_squid_short_of_fds_is_told_its_max_filedescriptors():
         doc = doctor_under_load(sq, 400, 20)
         conf = str(sq.conf)
     f = by_id(doc)
-    assert doc["findings"][0]["id"] == "squid-fd-limit", doc["findings"]
+    assert doc["findings"][0]["id"] == "squid-fd-limit", [(x["id"], x["evidence"]) for x in doc["findings"]]
     own = f["squid-fd-limit"]
     assert own["evidence"]["max_fds"] == 256 and own["evidence"]["fds_in_use"] > 256 - 2 * 64 - 5
-    assert own["evidence"]["source"].endswith("/squid-internal-mgr/info")
+    # the cache manager answers when squid still accepts; at its cap only /proc does
+    src = own["evidence"]["source"]
+    assert src.endswith("/squid-internal-mgr/info") or src.startswith("/proc fd count"), src
     for fid in ("squid-fd-limit", "low-nofile-limit"):
         assert f"set `max_filedescriptors 65536` in {conf} (not set now" in f[fid]["fix"], f[fid]["fix"]
 
@@ -210,7 +213,7 @@ def test_trafficserver_at_connections_throttle_names_records_config():
         doc = doctor_under_load(ts, 300, 50)
         conf = str(ts.conf)
     f = by_id(doc)
-    assert "trafficserver-connections-throttle" in f, (doc["findings"], {k: v for k, v in doc["evidence"]["proxy"].items() if k.startswith("stats")})
+    assert "trafficserver-connections-throttle" in f, (doc["findings"], {k: v for k, v in doc["data"]["evidence"]["proxy"].items() if k.startswith("stats")})
     own = f["trafficserver-connections-throttle"]
     assert "`CONFIG proxy.config.net.connections_throttle INT 50`" in own["fix"] and conf in own["fix"]
     assert doc["data"]["evidence"]["proxy"]["kind"] == "trafficserver"
@@ -247,6 +250,49 @@ def test_haproxy_below_its_maxconn_leaves_the_kernel_finding_alone():
     out = proxies_findings.refine([_generic_accept_overflow()], _haproxy_ev(curr=50, maxconn=50))
     assert [f.id for f in out] == ["haproxy-maxconn"]
     assert "`maxconn 50`" in out[0].fix and "/etc/haproxy/haproxy.cfg:7" in out[0].fix
+
+
+def _ats_ev(warnings: int, open_now: int) -> dict:
+    stats = {"available": True, "source": "stats_over_http", "throttle_warnings": warnings,
+             "throttled_at_connections": 50 if warnings else None, "connections_currently_open": 0}
+    return {"procs": {}, "listeners": [], "connections": {"clients": open_now, "total": open_now}, "proxy": {
+        "kind": "trafficserver", "config": "/etc/trafficserver/records.config",
+        "directives": {"proxy.config.net.connections_throttle": {"value": "50", "line": 11}},
+        "stats_before": stats, "stats_after": stats}}
+
+
+def test_trafficserver_throttle_from_its_log_or_the_kernels_count_not_its_zero_gauge():
+    from proxytune.probes import proxies_findings
+    assert proxies_findings.refine([], _ats_ev(warnings=0, open_now=20)) == []
+    for ev in (_ats_ev(warnings=1, open_now=20), _ats_ev(warnings=0, open_now=49)):
+        out = proxies_findings.refine([], ev)
+        assert [f.id for f in out] == ["trafficserver-connections-throttle"], ev
+        assert "records.config:11" in out[0].fix
+
+
+def test_squid_silent_at_its_cap_is_judged_from_proc():
+    """At its cap squid defers the cache manager's accept too: /proc's fd count decides."""
+    from proxytune.probes import proxies_findings
+    def ev(fds):
+        return {"listeners": [], "procs": {"7": {"pid": 7, "fds_open": fds, "nofile_soft": 256, "fd_use": fds / 256}},
+                "proxy": {"kind": "squid", "config": "/etc/squid/squid.conf", "directives": {},
+                          "stats_before": {"available": False}, "stats_after": {"available": False}}}
+    assert proxies_findings.refine([], ev(100)) == []
+    out = proxies_findings.refine([], ev(205))          # 51 free, under twice squid's reserve of 64
+    assert [f.id for f in out] == ["squid-fd-limit"]
+    assert out[0].evidence["max_fds"] == 256 and out[0].evidence["source"].startswith("/proc fd count")
+
+
+def test_diags_log_times_have_no_year_and_older_runs_do_not_count():
+    import datetime
+    from proxytune.probes import proxies
+    now = datetime.datetime.now().replace(microsecond=0)
+    line = now.strftime("[%b %d %H:%M:%S.123] [ACCEPT 0:8080] WARNING: too many connections, throttling.")
+    assert proxies.logged_at(line) == now.timestamp()
+    ahead = (now + datetime.timedelta(days=3)).strftime("[%b %d %H:%M:%S.000] x")
+    assert proxies.logged_at(ahead) < now.timestamp()          # a date ahead of today is last year's
+    assert proxies.logged_at("WARNING: no stamp") is None
+    assert abs(proxies.started_at(os.getpid()) - time.time()) < 24 * 3600
 
 
 def test_config_paths_from_a_hostile_argv_are_read_never_followed_into_non_files(tmp_path):
@@ -310,8 +356,8 @@ def test_compare_profile_with_nginx_a_1024_fd_cache_fails_where_the_tuned_one_ho
     root, state = tmp_path / "root", tmp_path / "state"
     (root / "etc").mkdir(parents=True)
     env = {**os.environ, "PROXYTUNE_ROOT": str(root), "PROXYTUNE_STATE_DIR": str(state)}
-    py = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from microbench import proxybench as p; "
-          "p.QUICK.update(fill_s=3, steady_s=5, files=800); import cli; "
+    py = (f"import sys; sys.path.insert(0, {str(REPO)!r}); import cli; from proxytune.microbench import proxybench as p; "
+          "p.QUICK.update(fill_s=3, steady_s=5, files=800); "
           f"cli.main(['bench', 'proxy', '--quick', '--proxy', 'nginx', '--compare-profile', 'linux/nginx', "
           f"'--only', 'service:*', '--yes', '--json', '-o', {str(tmp_path / 'r.json')!r}], prog_name='proxytune')")
     p = subprocess.run(["unshare", "-n", "bash", "-c", f"ip link set lo up; {REPO}/.venv/bin/python -c \"{py}\""],

@@ -43,6 +43,24 @@ def listeners() -> list[dict]:
     return rows
 
 
+def connections(ports: set[str], pids: list[int]) -> dict | None:
+    """Established TCP connections the pids hold, counted by the kernel: `clients` on their listening
+    ports, `total` with the ones to origins (some proxies' own gauges lag or read 0 under load)."""
+    try:
+        out = subprocess.run(["ss", "-tnpH", "state", "established"], capture_output=True, text=True,
+                             timeout=10).stdout
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return None
+    want, n = set(pids), {"clients": 0, "total": 0}
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) < 4 or not want & {int(p) for p in re.findall(r"pid=([0-9]+)", line)}:
+            continue
+        n["total"] += 1
+        n["clients"] += f[2].rsplit(":", 1)[-1] in ports
+    return n
+
+
 def observe(service: str, cache_dirs: list[str], somaxconn: int | None) -> dict:
     """Observations with a status each: ok or warn (warn makes `tune check` exit 1)."""
     pids = pids_of(service)
