@@ -123,8 +123,9 @@ def fraction(store_mb_per_s: float | None, limit: dict | None) -> dict:
 
 
 def cell(combo: dict, phase: str) -> str:
-    """A table cell for a store's share of its limit: the fraction, or the flag when it was no limit."""
-    if combo.get(f"{phase}_fio_error"):
-        return "no limit (>1)"
+    """A table cell for a store's share of its limit: the fraction, or the flag when it was no limit
+    (result files written before the flag existed carry the bare fraction: flagged here too)."""
     v = combo.get(f"{phase}_vs_fio")
+    if combo.get(f"{phase}_fio_error") or (v is not None and v > 1.0):
+        return "no limit (>1)"
     return "-" if v is None else f"{v:.2f}"

@@ -12,7 +12,10 @@ table{border-collapse:collapse;margin:.6em 0 1.4em;display:block;overflow-x:auto
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}.met,.ok{color:#17802c}.drift,.warn{color:#a66300;font-weight:600}.error{color:#b00020;font-weight:600}
 .na{color:#888}.holds{color:#17802c}.grew{color:#1b5fa8;font-weight:600}.shrank{color:#a66300}.reversed{color:#b00020;font-weight:600}code{background:#f5f5f5;padding:0 3px}h1{margin-bottom:0}.sub{color:#666}
-@media (max-width:700px){body{margin:1em .5em;font-size:13px}td,th{padding:2px 4px}}
+@media (max-width:700px){body{margin:1em .5em;font-size:13px}td,th{padding:2px 4px}
+table.cards,.cards tbody,.cards tr,.cards td{display:block}.cards tr:first-child{display:none}
+.cards tr{border:1px solid #ccc;margin:0 0 .6em}.cards td{border:0;border-top:1px solid #eee}
+.cards td::before{content:attr(data-label) ": ";font-weight:600;color:#444}}
 figure{margin:1em 0}figure img{max-width:100%;border:1px solid #ddd}figcaption{color:#555}
 """
 
@@ -24,13 +27,16 @@ def _e(v) -> str:
 
 
 def table(t: Table, level: str = "h3") -> str:
+    """Wide tables scroll inside their box; on a phone every row becomes a card of label: value lines."""
+    cards = " class=cards" if len(t.headers) > 2 else ""
     out = [f"<{level}>{_e(t.title)}</{level}>",
-           "<table><tr>" + "".join(f"<th>{_e(x)}</th>" for x in t.headers) + "</tr>"]
+           f"<table{cards}><tr>" + "".join(f"<th>{_e(x)}</th>" for x in t.headers) + "</tr>"]
     for r in t.rows:
         cells = []
         for i, c in enumerate(r):
             cls = {"n/a": "na", "not measurable here": "na"}.get(c, c) if i == t.status_col else ""
-            cells.append(f'<td class="{_e(cls)}">{_e(c)}</td>' if cls else f"<td>{_e(c)}</td>")
+            label = f' data-label="{_e(t.headers[i])}"' if cards and i < len(t.headers) else ""
+            cells.append(f'<td{label} class="{_e(cls)}">{_e(c)}</td>' if cls else f"<td{label}>{_e(c)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     return "\n".join(out) + "</table>"
 

@@ -39,6 +39,7 @@ def test_a_store_above_its_limit_is_flagged_never_printed_as_a_fraction():
     assert bad["fraction"] is None and "measurement error" in bad["error"] and "x1.30" in bad["error"]
     assert fio.cell({"steady_vs_fio": None, "steady_fio_error": bad["error"]}, "steady") == "no limit (>1)"
     assert fio.cell({"steady_vs_fio": 0.7, "steady_fio_error": None}, "steady") == "0.70"
+    assert fio.cell({"fill_vs_fio": 2.05}, "fill") == "no limit (>1)"      # a file from before the flag
 
 
 @pytest.mark.skipif(not shutil.which("fio"), reason="fio is not installed")

@@ -107,6 +107,15 @@ def test_report_html_renders_every_plot_in_headless_chromium(tmp_path):
              "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
     assert f'data-rendered="{n_img}/{n_img}"' in dom.stdout, dom.stdout[-500:] + dom.stderr[-500:]
+    # phone and desktop widths: nothing wider than the window; on a phone the tables turn into cards
+    fit = tmp_path / "fit.html"
+    fit.write_text(html.replace("</body>", "<script>const d = document.documentElement; document.body.setAttribute("
+                                          "'data-fit', (d.scrollWidth <= innerWidth) + '/' + getComputedStyle("
+                                          "document.querySelector('table.cards tr')).display)</script></body>"))
+    for width, header_row in ((390, "none"), (1280, "table-row")):
+        dom = subprocess.run([CHROMIUM, *flags, f"--window-size={width},900", "--dump-dom", fit.as_uri()],
+                             capture_output=True, text=True, timeout=120)
+        assert f'data-fit="true/{header_row}"' in dom.stdout, (width, dom.stdout[-300:], dom.stderr[-300:])
     shot = tmp_path / "shot.png"
     subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", "--window-size=1200,3000", (out / "report.html").as_uri()],
                    capture_output=True, timeout=120)
