@@ -25,7 +25,8 @@ import click
 
 from proxytune.tune import apply as apply_mod, export as export_mod, journal, observe, plan as plan_mod
 from proxytune.tune import profile as profile_mod, render
-from proxytune.tune.errors import ProxytuneError
+from proxytune.core import console
+from proxytune.core.errors import ProxytuneError
 from proxytune.tune.host import Host
 from proxytune.probes.target import MAX_SECONDS, duration_option
 
@@ -84,7 +85,7 @@ def emit_json(doc) -> None:
 @click.option("--state-dir", envvar="PROXYTUNE_STATE_DIR", default="/var/lib/proxytune", show_default=True,
               metavar="DIR", help="Where the apply journal lives (rollback reads it).")
 @click.option("--debug", is_flag=True, help="On an internal error, print the Python traceback.")
-@click.option("--format", "table_format", type=click.Choice(render.FORMATS), envvar="PROXYTUNE_FORMAT",
+@click.option("--format", "table_format", type=click.Choice(console.FORMATS), envvar="PROXYTUNE_FORMAT",
               help="Tables boxed, or as tab-separated rows for awk and cut [tsv when stdout is not a terminal].")
 @click.pass_context
 def main(ctx, root, state_dir, debug, table_format):
@@ -97,7 +98,7 @@ def main(ctx, root, state_dir, debug, table_format):
       proxytune tune plan --persist          what apply would change, changing nothing
       proxytune tune apply --persist --yes   change it (journaled; `tune rollback` undoes)
     """
-    render.set_format(table_format)
+    console.set_format(table_format)
     ctx.obj = Host.from_env(root, state_dir)
 
 
@@ -307,7 +308,7 @@ def history(host, as_json):
     if not rows:
         click.echo(f"journal is empty ({journal.directory(host.state_dir)})")
         return
-    render.print_rows("apply journal", ["id", "state", "profile", "steps done"],
+    console.print_rows("apply journal", ["id", "state", "profile", "steps done"],
                       [[r["id"], r["state"], r["profile"], f"{r['done']}/{r['steps']}"] for r in rows])
 
 
@@ -667,7 +668,7 @@ def probe_list(as_json):
         emit_json([{"name": s.name, "path": str(s.path), "purpose": s.purpose, "tracepoints": s.tracepoints}
                    for s in cat.values()])
         return
-    render.print_rows("bpftrace catalog", ["name", "purpose", "tracepoints"],
+    console.print_rows("bpftrace catalog", ["name", "purpose", "tracepoints"],
                       [[s.name, s.purpose, ", ".join(s.tracepoints)] for s in cat.values()])
 
 
@@ -697,9 +698,10 @@ def probe_run(name, pid, comm, duration, as_json):
 def probe_hotspots(pid, comm, duration, as_json):
     """Where the target's CPU goes: perf record -e cpu-clock -a, filtered by
     pid; functions by self time, and the proxy / kernel / shared-library split."""
-    from proxytune.probes import children, perf, proc, target
+    from proxytune.core import procgroup
+    from proxytune.probes import perf, proc, target
     pids = proc.resolve(pid, comm)
-    with children.Children() as kids:
+    with procgroup.Children() as kids:
         rec = perf.Record(kids)
         watch = target.Watch(pids)
         watch.wait(duration)
@@ -729,7 +731,7 @@ def probe_cachemiss(command, as_json):
       proxytune probe cachemiss -- ./server --idle 5000
     """
     from proxytune.probes import caps, perf, render as prender
-    hw = perf.hw_cache_misses(list(command)) if caps.hardware_counters()[0] else None
+    hw = perf.hw_cache_misses(list(command)) if caps.hardware_counters().ok else None
     r = hw or perf.cachegrind(list(command))
     if as_json:
         emit_json(r)
@@ -794,9 +796,9 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, as
       sudo ./proxytune doctor --comm squid
       sudo ./proxytune doctor --pid 1234 --duration 5 --json
     """
+    from proxytune.core import procfs
     from proxytune.probes import doctor as doctor_mod, proc, render as prender
     from proxytune.reports.schema import envelope
-    from proxytune.tune.render import console
     pids = proc.resolve(pid, comm)
     if os.geteuid() != 0:
         raise ProxytuneError("doctor needs root (bpftrace, perf -a)", "sudo ./proxytune doctor ...")
@@ -806,8 +808,8 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, as
     else:
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
         with Progress(TextColumn("watching {task.description}"), BarColumn(), TimeRemainingColumn(),
-                      console=console(), transient=True) as bar:
-            task = bar.add_task(f"{proc.comm_of(pids[0])} ({len(pids)} pid(s))", total=duration)
+                      console=console.console(), transient=True) as bar:
+            task = bar.add_task(f"{procfs.comm_of(pids[0])} ({len(pids)} pid(s))", total=duration)
             r = doctor_mod.diagnose(pids, duration, host=host, profile_ref=profile_ref, cache_dirs=list(cache_dirs),
                                     deep=deep, use_perf=not no_perf,
                                     tick=lambda t: bar.update(task, completed=t))
@@ -843,7 +845,7 @@ def profiles_list(host, as_json):
     if as_json:
         emit_json(rows)
     else:
-        render.print_rows("profiles", ["name", "source", "os", "settings", "description"],
+        console.print_rows("profiles", ["name", "source", "os", "settings", "description"],
                           [[r[k] for k in ("name", "source", "os", "settings", "description")] for r in rows])
     for note in ignored:
         click.echo(f"proxytune: warning: {note}", err=True)

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from proxytune.tune.datafiles import cache_dir, shipped
-from proxytune.tune.errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 
 CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra"]
 STALE_S = 86400

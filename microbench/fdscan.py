@@ -13,6 +13,8 @@ import re
 import shutil
 import subprocess
 
+from proxytune.core.capability import perf_counts
+
 from . import stats
 from .build import build
 from .runner import progress, run_json
@@ -29,16 +31,6 @@ LL = "8388608,16,64"
 def calls_for(variant: int, n: int) -> int:
     per_fd_ns = {1: 4.0, 2: 2.5, 3: 2.5, 4: 0.7, 5: 0.02}[variant]
     return max(20, min(200000, int(2e7 / (per_fd_ns * n + 50))))
-
-
-def hardware_counters() -> str | None:
-    """None when perf can count L1D load misses here, else why not."""
-    if not shutil.which("perf"):
-        return "perf is not installed"
-    p = subprocess.run(["perf", "stat", "-x,", "-e", "L1-dcache-load-misses", "true"], capture_output=True, text=True)
-    if p.returncode != 0 or "not supported" in p.stderr or "<not counted>" in p.stderr:
-        return "perf cannot count L1-dcache-load-misses here (no hardware counters, e.g. in a VM)"
-    return None
 
 
 def _cachegrind_misses(exe, variant, n, calls) -> int:
@@ -68,16 +60,16 @@ def misses_per_call(exe, variant, n, source) -> float:
 def run(quick: bool = False, quiet: bool = False) -> dict:
     plan = QUICK if quick else FULL
     exe = build("fdscan")
-    hw = hardware_counters()
-    source = "perf" if hw is None else ("cachegrind" if shutil.which("valgrind") else None)
+    hw = perf_counts("L1-dcache-load-misses")
+    source = "perf" if hw.ok else ("cachegrind" if shutil.which("valgrind") else None)
     jobs = [("time", v, n) for v in VARIANTS for n in plan["ns"]] + [("misses", v, plan["miss_n"]) for v in VARIANTS]
     result = {"bench": "fdscan", "quick": quick, "variants": {str(k): v for k, v in VARIANTS.items()},
               "points": [], "misses": [],
               "miss_source": source or "unavailable",
-              "miss_source_note": hw if hw else "hardware counters (perf stat)",
+              "miss_source_note": "hardware counters (perf stat)" if hw.ok else hw.why,
               "cachegrind_geometry": {"D1": D1, "LL": LL} if source == "cachegrind" else None}
     if source is None:
-        result["miss_source_note"] = f"{hw}; valgrind is not installed either (Debian: valgrind)"
+        result["miss_source_note"] = f"{hw.why}; valgrind is not installed either (Debian: valgrind)"
     with progress(quiet) as bar:
         task = bar.add_task("bench fdscan", total=len(jobs))
         for kind, v, n in jobs:

@@ -2,7 +2,7 @@
 
 from rich.table import Table
 
-from proxytune.tune.render import console
+from proxytune.core.console import console
 
 from . import fio
 

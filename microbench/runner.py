@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from proxytune.tune.errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 
 
 def run_json(argv: list[str], timeout: int = 300) -> dict:

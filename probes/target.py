@@ -11,38 +11,14 @@ seen as the original process having exited.
 import math
 import os
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
-from proxytune.tune.errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
+from proxytune.core.procfs import ProcStat, alive, read_stat
 
 MAX_SECONDS = 300.0         # a window longer than this fills the disk with perf samples and is never what one wants
 PF_EXITING = 0x00000004     # include/linux/sched.h
 PF_KTHREAD = 0x00200000
 KTHREADD = 2                # every kernel thread is kthreadd or its child
-
-
-@dataclass(frozen=True)
-class ProcStat:
-    pid: int
-    comm: str
-    state: str
-    ppid: int
-    flags: int
-    start: int              # clock ticks after boot
-
-
-def read_stat(pid: int) -> ProcStat | None:
-    """/proc/PID/stat parsed past the comm (which may hold spaces and parentheses); None when gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (OSError, ValueError):
-        return None
-    head, _, rest = text.rpartition(")")
-    f = rest.split()
-    if len(f) < 20:
-        return None
-    return ProcStat(pid, head.partition("(")[2], f[0], int(f[1]), int(f[6]), int(f[19]))
 
 
 def shown(name: str) -> str:
@@ -52,7 +28,7 @@ def shown(name: str) -> str:
 
 def unwatchable(st: ProcStat) -> str | None:
     """Why this process cannot be watched, or None."""
-    if st.state in ("Z", "X", "x"):
+    if st.gone:
         return "it is a zombie (exited, not yet reaped): nothing left to watch"
     if st.flags & PF_KTHREAD or st.pid == KTHREADD or st.ppid == KTHREADD:
         return "it is a kernel thread: doctor and probes watch user processes"
@@ -94,15 +70,9 @@ def watchable(pids: list[int]) -> list[int]:
     return [p for p in pids if (st := read_stat(p)) is not None and unwatchable(st) is None]
 
 
-def identity(pids: list[int]) -> dict[int, int]:
+def start_times(pids: list[int]) -> dict[int, int]:
     """pid -> start time, taken when the window opens."""
     return {p: st.start for p in pids if (st := read_stat(p)) is not None}
-
-
-def alive(pid: int, start: int) -> bool:
-    """Still the process we started watching: same pid, same start time, not a zombie."""
-    st = read_stat(pid)
-    return st is not None and st.start == start and st.state not in ("Z", "X", "x")
 
 
 def duration(value) -> float:
@@ -126,7 +96,7 @@ class Watch:
 
     def __init__(self, pids: list[int]):
         self.pids = list(pids)
-        self.ids = identity(self.pids)
+        self.ids = start_times(self.pids)
         self.exited: dict[int, float] = {p: 0.0 for p in self.pids if p not in self.ids}
 
     def poll(self, elapsed: float) -> None:

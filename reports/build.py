@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from proxytune.tune import observe, plan as plan_mod
-from proxytune.tune.errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 from proxytune.tune.host import Host
 
 from . import html, markdown, seeds, summary

@@ -76,7 +76,7 @@ def print_terminal(data: dict) -> None:
     """The matrix and the problem hosts as rich tables, then one summary line."""
     from rich.markup import escape
     from rich.table import Table as RichTable
-    from proxytune.tune.render import console
+    from proxytune.core.console import console
     out = console()
     for t in tables(data):
         rt = RichTable(title=t.title, title_justify="left")

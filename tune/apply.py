@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import backends, files, journal, lock
-from .errors import Interrupted, NotApplicable, ProxytuneError
+from proxytune.core.errors import Interrupted, NotApplicable, ProxytuneError
 from .files import FileState
 from .host import Host
 from .model import Plan

@@ -10,9 +10,11 @@ import pwd
 import re
 
 from . import hostfiles, names
-from .errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 from .host import Host
-from .procs import KNOWN_PROXIES, pids_of
+from proxytune.core.procfs import pids_of
+
+KNOWN_PROXIES = ("squid", "nginx", "haproxy", "varnishd", "traffic_server")
 
 DEFAULT_USERS = {"squid": "proxy", "nginx": "www-data", "haproxy": "haproxy",
                  "varnishd": "varnish", "traffic_server": "trafficserver"}

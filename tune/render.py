@@ -5,85 +5,16 @@ person sees it. Tables are boxed on a terminal and plain tab-separated rows
 otherwise (or as --format says), so awk and cut can read piped output.
 """
 
-import re
-import sys
-
-from rich.console import Console
-from rich.errors import MarkupError
 from rich.markup import escape
 from rich.table import Table
-from rich.text import Text
+
+from proxytune.core.console import console
 
 from .apply import Outcome, describe
 from .model import DRIFT, ERROR, MET, NOT_APPLICABLE, Plan
 from .values import render
 
 STYLE = {MET: "green", DRIFT: "yellow", NOT_APPLICABLE: "dim", ERROR: "red", "ok": "green", "warn": "yellow"}
-
-
-FORMATS = ("table", "tsv")
-_format: str | None = None          # None: tsv when stdout is not a terminal
-CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
-
-
-def set_format(fmt: str | None) -> None:
-    """--format: "table", "tsv", or None to decide by whether stdout is a terminal."""
-    global _format
-    _format = fmt
-
-
-def tsv_wanted() -> bool:
-    return _format == "tsv" or (_format is None and not sys.stdout.isatty())
-
-
-def tsv_lines(table: Table) -> list[str]:
-    """'# title', the header row, then one row per line; cells as plain text,
-    control characters (tabs, newlines) replaced so every row stays one line."""
-    def plain(cell) -> str:
-        if isinstance(cell, Text):
-            text = cell.plain
-        elif isinstance(cell, str):
-            try:
-                text = Text.from_markup(cell, emoji=False).plain
-            except MarkupError:         # not markup after all: show it as written
-                text = cell
-        else:
-            text = str(cell)
-        return CONTROL.sub(" ", text).strip()
-    lines = [f"# {plain(table.title)}"] if table.title else []
-    lines.append("\t".join(plain(c.header) for c in table.columns))
-    columns = [list(c.cells) for c in table.columns]
-    lines += ["\t".join(plain(col[i]) for col in columns) for i in range(table.row_count)]
-    return lines
-
-
-class TsvConsole(Console):
-    """A Console that prints rich Tables as tab-separated rows when tsv_wanted()."""
-
-    def print(self, *objects, **kwargs) -> None:
-        if not tsv_wanted() or not any(isinstance(o, Table) for o in objects):
-            return super().print(*objects, **kwargs)
-        for o in objects:
-            if isinstance(o, Table):
-                self.file.write("".join(line + "\n" for line in tsv_lines(o)))   # rich would expand tabs
-            else:
-                super().print(o, **kwargs)
-
-
-def console() -> Console:
-    """No emoji (':squid:' is a setting, not a squid), wide when piped."""
-    probe = Console()
-    return TsvConsole(highlight=False, emoji=False, width=None if probe.is_terminal else 160)
-
-
-def print_rows(title: str, headers: list[str], rows: list[list]) -> None:
-    """A plain table of values (escaped: text is shown as written)."""
-    t = Table(title=title, title_justify="left")
-    for h in headers:
-        t.add_column(h)
-    for r in rows:
-        t.add_row(*(escape(str(c)) for c in r))
-    console().print(t)
 
 
 def plan_table(plan: Plan, title: str, show_target: bool = False) -> Table:

@@ -2,7 +2,7 @@
 always reaped: stopped with SIGINT so they print what they gathered, killed
 if they do not stop, and killed on any exception (Ctrl-C included).
 
-A Children set also owns the run's private temp dir (tempdir.RunDir): the
+A Children set also owns the run's private temp dir (rundir.RunDir): the
 tracers run with it as their working directory and write their files (the
 bpftrace program, perf.data) there, and it is removed once they are reaped.
 They get SIGKILL if we die (PR_SET_PDEATHSIG), so a SIGKILLed doctor leaves
@@ -14,7 +14,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from . import tempdir
+from . import rundir
 
 PR_SET_PDEATHSIG = 1
 try:
@@ -35,7 +35,7 @@ class Children:
 
     def __init__(self, kind: str = "probe"):
         self.procs: list[subprocess.Popen] = []
-        self.run = tempdir.RunDir(kind)
+        self.run = rundir.RunDir(kind)
         self.dir: Path | None = None
 
     def __enter__(self):
@@ -44,7 +44,7 @@ class Children:
         return self
 
     def __exit__(self, *exc):
-        with tempdir.signals_held():
+        with rundir.signals_held():
             for p in self.procs:
                 kill(p)
         return self.run.__exit__(*exc)
