@@ -249,7 +249,7 @@ def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist,
         for n in scope_notes(host, files_only):
             click.echo(f"note: {n}")
         click.confirm(f"Apply these {len(steps)} step(s)?", abort=True)
-    outcome = apply_mod.apply_plan(plan, host, persist, files_only)
+    outcome = apply_mod.apply_plan(plan, host, persist, files_only, confirmed=None if yes else steps)
     outcome.notes[:0] = scope_notes(host, files_only)
     after = plan_mod.build(profile_ref, host, params, only, skip)
     if as_json:
