@@ -23,7 +23,7 @@ if not __package__:
 
 import click
 
-from proxytune.tune import apply as apply_mod, export as export_mod, journal, observe, plan as plan_mod
+from proxytune.tune import apply as apply_mod, audit as audit_mod, export as export_mod, journal, plan as plan_mod
 from proxytune.tune import profile as profile_mod, render
 from proxytune.core import console
 from proxytune.core.errors import ProxytuneError
@@ -158,22 +158,15 @@ def check(host, profile_ref, only, skip, service, user, cache_dirs, as_json):
     backlogs, and the atime mode of its cache directories. Changes nothing.
     Exit 0 when everything is met, 1 on drift or warnings, 2 on error.
     """
-    plan = plan_mod.build(profile_ref, host, cli_params(service, user, cache_dirs), only, skip)
-    obs = audit_observations(plan)
-    code = max(plan.exit_code(), 1 if observe.warnings(obs) else 0)
+    audit = audit_mod.build(host, profile_ref, cli_params(service, user, cache_dirs), only, skip)
+    doc = audit.to_json()
     if as_json:
         from proxytune.reports.schema import envelope
-        emit_json(envelope("audit", {**plan.to_json(), "observations": obs}, plan.params["values"]["cache_dirs"]))
+        emit_json(envelope("audit", doc, doc["params"]["values"]["cache_dirs"]))
     else:
-        render.print_plan(plan, f"tune check: {profile_ref}")
-        render.print_observations(obs)
-    sys.exit(code)
-
-
-def audit_observations(plan) -> dict:
-    somaxconn = next((c.current for c in plan.changes if c.setting.address == "sysctl:net.core.somaxconn"), None)
-    values = plan.params["values"]
-    return observe.observe(values["service"], values["cache_dirs"], somaxconn if isinstance(somaxconn, int) else None)
+        console.print_section(audit_mod.section(doc, f"tune check: {profile_ref}"))
+        render.print_parameters(audit.plan)
+    sys.exit(audit.exit_code())
 
 
 FILES_ONLY_HELP = ("Write only the files (sysctl.d, limits.d, drop-ins, fstab) under --root; change "
@@ -456,11 +449,12 @@ def fleet_rollback(host, yes, **opts):
 
 # ---------------------------------------------------------------- bench
 
-def finish_bench(data: dict, name: str, output: Path | None, as_json: bool, show) -> None:
-    """Wrap a bench result in the result schema, store it, print it (table or JSON).
-    Stored at --output, else proxytune-results/NAME-STAMP.json."""
+def finish_bench(data: dict, name: str, output: Path | None, as_json: bool) -> None:
+    """Wrap a bench result in the result schema, store it, print it (JSON, or the report's own section
+    for this bench). Stored at --output, else proxytune-results/NAME-STAMP.json."""
     import time
     from proxytune.reports.schema import envelope
+    from proxytune.reports.tables import SECTIONS
     doc = envelope("bench", data)
     path = output or Path("proxytune-results") / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -468,7 +462,7 @@ def finish_bench(data: dict, name: str, output: Path | None, as_json: bool, show
     if as_json:
         emit_json(doc)
     else:
-        show(data)
+        console.print_section(SECTIONS[name](data))
         click.echo(f"result: {path}")
 
 
@@ -495,9 +489,9 @@ def bench_events(quick, backends, pin, tcp, output, as_json):
     benchmark as an outside reference. Each point: warm-up, >= 5 repetitions,
     median and spread; points taken while the machine was busy are flagged.
     """
-    from proxytune.microbench import events, render as mrender
+    from proxytune.microbench import events
     data = events.run(quick=quick, backends=list(backends), pin=pin, tcp=tcp, quiet=as_json)
-    finish_bench(data, "events", output, as_json, mrender.events_table)
+    finish_bench(data, "events", output, as_json)
 
 
 @bench.command("fdscan")
@@ -513,8 +507,8 @@ def bench_fdscan(quick, output, as_json):
     4 long-lived bitmaps      5 bitmaps + word-at-a-time result scan
     D1 misses per call from hardware counters, else cachegrind (D1 32K/8/64).
     """
-    from proxytune.microbench import fdscan, render as mrender
-    finish_bench(fdscan.run(quick=quick, quiet=as_json), "fdscan", output, as_json, mrender.fdscan_table)
+    from proxytune.microbench import fdscan
+    finish_bench(fdscan.run(quick=quick, quiet=as_json), "fdscan", output, as_json)
 
 
 @bench.command("storage")
@@ -542,7 +536,7 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
     perf), CPU per object, hit ratio, device writes; fio gives the limit.
     Needs root (loop devices, mounts).
     """
-    from proxytune.microbench import devices, render as mrender, storage
+    from proxytune.microbench import devices, storage
     if os.geteuid() != 0:
         raise ProxytuneError("bench storage needs root: it makes loop devices and mounts them")
     fs_list = [f.strip() for f in fss.split(",")] if fss else None
@@ -550,7 +544,7 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
         raise ProxytuneError(f"unknown filesystem {bad[0]!r}", f"known: {', '.join(devices.MKFS)}")
     data = storage.run(quick=quick, fss=fs_list, device=device, force=force_destroy_data,
                        engines=list(engines) or None, quiet=as_json)
-    finish_bench(data, "storage", output, as_json, mrender.storage_table)
+    finish_bench(data, "storage", output, as_json)
 
 
 @bench.command("proxy")
@@ -595,7 +589,7 @@ def bench_proxy(host, quick, proxies, stores, concurrency, idle, target, compare
     the profile applied (the proxy restarted with the service's new
     LimitNOFILE), then rolled back. Needs --yes.
     """
-    from proxytune.microbench import proxybench, render as mrender
+    from proxytune.microbench import proxybench
     if target:
         import re as _re
         if not _re.fullmatch(r"[\w.\-]+:\d{1,5}", target) or not 0 < int(target.rsplit(":", 1)[1]) < 65536:
@@ -615,7 +609,7 @@ def bench_proxy(host, quick, proxies, stores, concurrency, idle, target, compare
     else:
         data = proxybench.run(quick, list(stores) or None, concurrency, idle, None, as_json, target=target,
                               proxies=list(proxies) or None)
-    finish_bench(data, "proxy", output, as_json, mrender.proxy_table)
+    finish_bench(data, "proxy", output, as_json)
 
 
 # ---------------------------------------------------------------- probe / doctor

@@ -38,3 +38,7 @@ class Section:
     tables: list[Table] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    def drawn_figures(self) -> list[Figure]:
+        """The figures that had something to plot (drawing them now)."""
+        return [f for f in self.figures if f.png]

@@ -15,7 +15,7 @@ from pathlib import Path
 from proxytune.core.errors import ProxytuneError
 from proxytune.core import procfs, procgroup
 from proxytune.core.capability import no
-from proxytune.tune import observe, params
+from proxytune.tune import audit as audit_mod, observe, params
 
 from . import bpftrace, caps, findings, netstat, perf, proc, proxies, proxies_findings, target
 
@@ -54,15 +54,12 @@ def squid_cache_dirs(pid: int) -> list[str]:
 
 def audit(host, profile_ref: str, service: str, cache_dirs: list[str]) -> dict:
     """The host audit against the profile (what `tune check` shows), reduced to what drifts."""
-    from proxytune.tune import plan as plan_mod
     try:
-        plan = plan_mod.build(profile_ref, host, {"service": service, "cache_dirs": cache_dirs})
+        found = audit_mod.build(host, profile_ref, {"service": service, "cache_dirs": cache_dirs})
     except ProxytuneError as e:
-        return {"available": False, "reason": e.message}
-    doc = plan.to_json()
-    drift = [s for s in doc["settings"] if s["status"] == "drift"]
-    return {"available": True, "profile": profile_ref, "summary": doc["summary"],
-            "drift": [{k: s[k] for k in ("setting", "current", "wanted", "reason")} for s in drift]}
+        return no(e.message).to_result()
+    return {"available": True, "profile": profile_ref, "summary": found.plan.to_json()["summary"],
+            "drift": found.drift()}
 
 
 def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linux/proxy",

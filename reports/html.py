@@ -40,7 +40,7 @@ def section(s: Section) -> str:
     if s.intro:
         out.append(f"<p>{_e(s.intro)}</p>")
     out += [table(t) for t in s.tables]
-    for f in s.figures:
+    for f in s.drawn_figures():
         data = base64.b64encode(f.png).decode()
         out.append(f'<figure><img alt="{_e(f.caption)}" src="data:image/png;base64,{data}">'
                    f"<figcaption>{_e(f.caption)}</figcaption></figure>")

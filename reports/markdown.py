@@ -20,7 +20,7 @@ def section(s: Section) -> str:
     if s.intro:
         out.append(s.intro + "\n")
     out += [table(t) for t in s.tables]
-    out += [f"![{f.caption}]({f.name})\n" for f in s.figures]
+    out += [f"![{f.caption}]({f.name})\n" for f in s.drawn_figures()]
     out += [f"- {n}" for n in s.notes]
     return "\n".join(out) + "\n"
 
