@@ -454,7 +454,7 @@ def finish_bench(data: dict, name: str, output: Path | None, as_json: bool) -> N
     for this bench). Stored at --output, else proxytune-results/NAME-STAMP.json."""
     import time
     from proxytune.reports.schema import envelope
-    from proxytune.reports.tables import SECTIONS
+    from proxytune.reports.tables import section_for
     doc = envelope("bench", data)
     path = output or Path("proxytune-results") / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -462,8 +462,13 @@ def finish_bench(data: dict, name: str, output: Path | None, as_json: bool) -> N
     if as_json:
         emit_json(doc)
     else:
-        console.print_section(SECTIONS[name](data))
+        console.print_section(section_for(name, data))
         click.echo(f"result: {path}")
+    failed = data.get("unavailable_points", [])
+    if data.get("available") is False or failed:
+        why = data.get("reason") or f"{len(failed)} measurement(s) failed, first: {failed[0]['reason']}"
+        say_error(f"bench {name}: {why}", f"the result ({'JSON above' if as_json else path}) records what failed")
+        sys.exit(2)
 
 
 @main.group()

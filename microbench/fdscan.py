@@ -17,7 +17,7 @@ from proxytune.core.capability import perf_counts
 
 from . import stats
 from .build import build
-from .runner import progress, run_json
+from .runner import HarnessError, failed_point, progress, run_json, unavailable
 
 VARIANTS = {1: "array of structs, fields on 3 cache lines", 2: "array of structs, fields adjacent",
             3: "separate compact array of the 3 fields", 4: "long-lived bitmaps, copied per call",
@@ -37,18 +37,28 @@ def _cachegrind_misses(exe, variant, n, calls) -> int:
     cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=yes", f"--D1={D1}", f"--LL={LL}",
            "--cachegrind-out-file=/dev/null", str(exe), "--variant", str(variant), "--n", str(n),
            "--calls", str(calls), "--reps", "1"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    m = re.search(r"D1\s+misses:\s+([\d,]+)", p.stderr)
+    m = re.search(r"D1\s+misses:\s+([\d,]+)", _counter_run(cmd).stderr)
     if not m:
-        raise RuntimeError(f"cachegrind printed no D1 misses: {p.stderr[-200:]}")
+        raise HarnessError(f"cachegrind printed no D1 misses for {exe.name}", " ".join(cmd))
     return int(m.group(1).replace(",", ""))
+
+
+def _counter_run(cmd: list[str]) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        raise HarnessError(f"{cmd[0]} over the fdscan harness did not finish in 600 s", " ".join(cmd)) from None
 
 
 def _perf_misses(exe, variant, n, calls) -> int:
     cmd = ["perf", "stat", "-x,", "-e", "L1-dcache-load-misses", str(exe), "--variant", str(variant),
            "--n", str(n), "--calls", str(calls), "--reps", "1"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    return int(p.stderr.strip().splitlines()[-1].split(",")[0])
+    p = _counter_run(cmd)
+    try:
+        return int(p.stderr.strip().splitlines()[-1].split(",")[0])
+    except (IndexError, ValueError):
+        raise HarnessError(f"perf stat printed no L1-dcache-load-misses count for {exe.name} "
+                           f"(exit {p.returncode})", " ".join(cmd)) from None
 
 
 def misses_per_call(exe, variant, n, source) -> float:
@@ -57,9 +67,24 @@ def misses_per_call(exe, variant, n, source) -> float:
     return (count(exe, variant, n, 2 * calls) - count(exe, variant, n, calls)) / calls
 
 
+def _measure(result: dict, exe, kind: str, v: int, n: int, plan: dict, source: str | None) -> None:
+    if kind == "time":
+        doc = run_json([exe, "--variant", v, "--n", n, "--calls", calls_for(v, n), "--reps", plan["reps"]])
+        result["points"].append({"variant": v, "n": n,
+                                 "ns_per_call": stats.summary([r["ns_per_call"] for r in doc["reps"]]),
+                                 "handlers_per_call": doc["reps"][0]["handlers_per_call"],
+                                 "command": doc["command"]})
+    elif source:
+        result["misses"].append({"variant": v, "n": n, "d1_misses_per_call": misses_per_call(exe, v, n, source)})
+
+
 def run(quick: bool = False, quiet: bool = False) -> dict:
     plan = QUICK if quick else FULL
-    exe = build("fdscan")
+    try:
+        exe = build("fdscan")
+    except HarnessError as e:
+        return unavailable({"bench": "fdscan", "quick": quick, "points": [], "misses": [],
+                            "miss_source": "unavailable"}, e)
     hw = perf_counts("L1-dcache-load-misses")
     source = "perf" if hw.ok else ("cachegrind" if shutil.which("valgrind") else None)
     jobs = [("time", v, n) for v in VARIANTS for n in plan["ns"]] + [("misses", v, plan["miss_n"]) for v in VARIANTS]
@@ -74,14 +99,10 @@ def run(quick: bool = False, quiet: bool = False) -> dict:
         task = bar.add_task("bench fdscan", total=len(jobs))
         for kind, v, n in jobs:
             bar.update(task, description=f"fdscan {kind} variant {v} N={n}")
-            if kind == "time":
-                doc = run_json([exe, "--variant", v, "--n", n, "--calls", calls_for(v, n), "--reps", plan["reps"]])
-                result["points"].append({"variant": v, "n": n,
-                                         "ns_per_call": stats.summary([r["ns_per_call"] for r in doc["reps"]]),
-                                         "handlers_per_call": doc["reps"][0]["handlers_per_call"],
-                                         "command": doc["command"]})
-            elif source:
-                result["misses"].append({"variant": v, "n": n, "d1_misses_per_call": misses_per_call(exe, v, n, source)})
+            try:
+                _measure(result, exe, kind, v, n, plan, source)
+            except HarnessError as e:
+                failed_point(result, {"mode": kind, "variant": v, "n": n}, e)
             bar.advance(task)
     m = {x["variant"]: x["d1_misses_per_call"] for x in result["misses"]}
     if 1 in m and 3 in m and m[3] > 0:

@@ -21,7 +21,7 @@ from proxytune.core.capability import perf_counts
 
 from . import devices, fio, rawdev, stats
 from .build import build
-from .runner import progress
+from .runner import HarnessError, progress, unavailable
 
 ENGINES = ["sync", "threads", "posix-aio", "io_uring"]
 FS_STORES = ["ufs", "largefile"]
@@ -73,6 +73,10 @@ def run(quick: bool = False, fss: list[str] | None = None, device: str | None = 
     read_mb = max(plan["capacity_mb"], int(plan["requests"] * 10.6 / 1024))     # steady phase: ~10.6 KB per request
     if device is not None:
         rawdev.resolve(device)          # '' or not a block device: an error before anything is made
+    try:
+        build("objbench")               # before any loop device is made; cached for _prepare
+    except HarnessError as e:
+        return unavailable({"bench": "storage", "quick": quick}, e)
     with devices.Sandbox() as sb, contextlib.ExitStack() as held:
         for line in sb.reaped:
             print(f"proxytune: {line}", file=sys.stderr)

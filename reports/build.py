@@ -35,9 +35,14 @@ def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = Fa
     done, skipped = {}, {}
     for name, run in parts.items():
         try:
-            done[name] = run()
+            data = run()
         except ProxytuneError as e:
             skipped[name] = e.message
+            continue
+        if data.get("available") is False:
+            skipped[name] = data["reason"]
+        else:
+            done[name] = data
     return done, skipped
 
 

@@ -49,7 +49,7 @@ def events_section(r: dict) -> Section:
             f"{l['backend']} {l['offered_per_s']}/s: {l['events_per_call']:.2f}" for l in r["load"]))
     pb = r.get("perf_bench_epoll", {})
     sec.notes.append(f"outside reference: `{pb['command']}`: {pb['ops_per_s']:,} ops/s" if pb.get("available")
-                     else f"perf bench epoll wait: unavailable: {pb.get('reason')}")
+                     else f"perf bench epoll wait: unavailable: {pb.get('reason', 'not run')}")
     if r.get("noisy_points"):
         sec.notes.append(f"{r['noisy_points']} point(s) ran while the machine was busy")
     return sec
@@ -200,9 +200,19 @@ SECTIONS = {"seeds": seeds_section, "audit": audit.section, "events": events_sec
             "proxy": proxy_section}
 
 
+def section_for(name: str, data: dict) -> Section:
+    """The section of one result part; a bench whose harness could not run says so and why."""
+    if data.get("available") is False:
+        return Section(f"bench {name}: unavailable", data["reason"])
+    sec = SECTIONS[name](data)
+    sec.notes += [f"not measured: {' '.join(str(v) for k, v in p.items() if k not in ('available', 'reason'))}: "
+                  f"{p['reason']}" for p in data.get("unavailable_points", [])]
+    return sec
+
+
 def sections(doc: dict) -> list[Section]:
     """The summary first (when the document has one), the seeds next, then the measured sections in order."""
     secs = doc["data"]["sections"]
     order = ["seeds"] + [n for n in secs if n != "seeds"]
     out = [summary_section(doc["data"]["summary"])] if "summary" in doc["data"] else []
-    return out + [SECTIONS[name](secs[name]) for name in order if name in secs and name in SECTIONS]
+    return out + [section_for(name, secs[name]) for name in order if name in secs and name in SECTIONS]
