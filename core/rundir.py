@@ -95,6 +95,32 @@ class RunDir:
             shutil.rmtree(self.path, ignore_errors=True)
 
 
+class InRunDir:
+    """Base of what owns a RunDir and something to undo in it (tracer processes, loop mounts):
+    `with` enters the dir (self.dir); leaving runs close() with signals held, then removes the dir."""
+
+    def __init__(self, kind: str, before_remove=None):
+        self.run = RunDir(kind, before_remove)
+        self.dir: Path | None = None
+
+    @property
+    def reaped(self) -> list[str]:
+        return self.run.reaped
+
+    def __enter__(self):
+        self.run.__enter__()
+        self.dir = self.run.path
+        return self
+
+    def __exit__(self, *exc):
+        with signals_held():
+            self.close()
+        return self.run.__exit__(*exc)
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
 def read_owner(d: Path) -> tuple[int, int, str] | None:
     """(pid, start, boot id) of a run dir we made, or None if it is not provably ours."""
     try:

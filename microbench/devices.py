@@ -45,31 +45,16 @@ def mkfs_available(fs: str) -> Capability:
     return Capability(False, f"{MKFS[fs][0]} not found (Debian package {pkg})")
 
 
-class Sandbox:
+class Sandbox(rundir.InRunDir):
     """Temp dir, loop devices and mounts of one bench run; close() undoes all of it.
 
     The dir is a rundir.RunDir: if this run is SIGKILLed, the next one finds
     its owner gone and removes what it left (reap_leftovers)."""
 
     def __init__(self):
-        self.run = rundir.RunDir("storage", before_remove=reap_leftovers)
-        self.dir: Path | None = None
+        super().__init__("storage", before_remove=reap_leftovers)
         self.loops: list[str] = []
         self.mounts: list[Path] = []
-
-    @property
-    def reaped(self) -> list[str]:
-        return self.run.reaped
-
-    def __enter__(self):
-        self.run.__enter__()
-        self.dir = self.run.path
-        return self
-
-    def __exit__(self, *exc):
-        with rundir.signals_held():
-            self.close()
-        return self.run.__exit__(*exc)
 
     def loop(self, size_mb: int, name: str) -> str:
         """A loop device over a sparse file, with direct I/O so the host's page cache stays out."""
