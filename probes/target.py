@@ -12,6 +12,7 @@ import math
 import os
 import time
 
+from proxytune.core.capability import Capability, no, yes
 from proxytune.core.errors import ProxytuneError
 from proxytune.core.procfs import ProcStat, alive, read_stat
 
@@ -26,21 +27,21 @@ def shown(name: str) -> str:
     return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in name)
 
 
-def unwatchable(st: ProcStat) -> str | None:
-    """Why this process cannot be watched, or None."""
+def watch_capability(st: ProcStat) -> Capability:
+    """Whether this process can be watched, and why not."""
     if st.gone:
-        return "it is a zombie (exited, not yet reaped): nothing left to watch"
+        return no("it is a zombie (exited, not yet reaped): nothing left to watch")
     if st.flags & PF_KTHREAD or st.pid == KTHREADD or st.ppid == KTHREADD:
-        return "it is a kernel thread: doctor and probes watch user processes"
+        return no("it is a kernel thread: doctor and probes watch user processes")
     if st.flags & PF_EXITING:
-        return "it is exiting"
+        return no("it is exiting")
     try:
         os.readlink(f"/proc/{st.pid}/exe")
     except FileNotFoundError:
-        return "it has no executable any more (exiting)"
+        return no("it has no executable any more (exiting)")
     except OSError:
         pass                # EACCES: another user's process; not ours to judge here
-    return None
+    return yes("it can be watched")
 
 
 def why_not(pid: int) -> str:
@@ -48,7 +49,7 @@ def why_not(pid: int) -> str:
     st = read_stat(pid)
     if st is None:
         return f"pid {pid} has exited"
-    return f"pid {pid} ({shown(st.comm)}): {unwatchable(st) or 'it can be watched'}"
+    return f"pid {pid} ({shown(st.comm)}): {watch_capability(st).why}"
 
 
 def check(pid: int) -> ProcStat:
@@ -58,16 +59,16 @@ def check(pid: int) -> ProcStat:
     st = read_stat(pid)
     if st is None:
         raise ProxytuneError(f"no process with pid {pid}", "list them with: ps -e -o pid,comm")
-    why = unwatchable(st)
-    if why:
-        raise ProxytuneError(f"refusing to watch pid {pid} ({shown(st.comm)}): {why}",
+    can = watch_capability(st)
+    if not can.ok:
+        raise ProxytuneError(f"refusing to watch pid {pid} ({shown(st.comm)}): {can.why}",
                              "pick a running user process: ps -e -o pid,stat,comm")
     return st
 
 
 def watchable(pids: list[int]) -> list[int]:
     """The pids that are live user processes (kernel threads, zombies and the exiting left out)."""
-    return [p for p in pids if (st := read_stat(p)) is not None and unwatchable(st) is None]
+    return [p for p in pids if (st := read_stat(p)) is not None and watch_capability(st).ok]
 
 
 def start_times(pids: list[int]) -> dict[int, int]:
