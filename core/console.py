@@ -15,12 +15,14 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from .errors import CONTROL
 from .sections import Section
 from .sections import Table as SectionTable
 
 FORMATS = ("table", "tsv")
 _format: str | None = None          # None: tsv when stdout is not a terminal
-CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+# a run of what one_line() escapes (C0/C1 controls, line separators, bidi overrides) becomes one space
+CONTROL_RUN = re.compile(f"(?:{CONTROL.pattern})+")
 
 
 def set_format(fmt: str | None) -> None:
@@ -46,7 +48,7 @@ def tsv_lines(table: Table) -> list[str]:
                 text = cell
         else:
             text = str(cell)
-        return CONTROL.sub(" ", text).strip()
+        return CONTROL_RUN.sub(" ", text).strip()
     lines = [f"# {plain(table.title)}"] if table.title else []
     lines.append("\t".join(plain(c.header) for c in table.columns))
     columns = [list(c.cells) for c in table.columns]

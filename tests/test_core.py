@@ -90,3 +90,17 @@ def test_nofile_limits_and_fd_count_match_this_process():
 def test_bad_pids_read_as_gone():
     for pid in (-1, 0, "1; rm -rf /", 2 ** 40):
         assert procfs.read_stat(pid) is None and procfs.identity(pid) is None
+
+
+def test_a_tsv_cell_with_a_line_separator_or_bidi_override_stays_one_cell():
+    """splitlines() (and some terminals) break at U+2028 and reorder at U+202E: a hostile
+    process name in a cell must not forge a second row."""
+    from rich.table import Table
+    from proxytune.core.console import tsv_lines
+    t = Table(title="t")
+    t.add_column("comm")
+    t.add_column("status")
+    t.add_row("evil\u2028squid\tmet", "a\u202eb\x85c\r\nd")
+    lines = tsv_lines(t)
+    assert lines == ["# t", "comm\tstatus", "evil squid met\ta b c d"]
+    assert "\n".join(lines).splitlines() == lines
