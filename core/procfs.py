@@ -127,6 +127,24 @@ def nofile_limits(pid: int) -> tuple[int | str, int | str] | None:
     return (conv(m.group(1)), conv(m.group(2))) if m else None
 
 
+def uid_of(pid: int) -> int | None:
+    """The real uid the process runs as (/proc/PID/status Uid:)."""
+    try:
+        m = re.search(r"^Uid:\s+(\d+)", Path(f"/proc/{pid}/status").read_text(), re.M)
+    except OSError:
+        return None
+    return int(m.group(1)) if m else None
+
+
+def write_bytes(pid: int) -> int | None:
+    """Bytes the process caused to be sent to storage (/proc/PID/io write_bytes; needs task I/O accounting)."""
+    try:
+        m = re.search(r"^write_bytes:\s*(\d+)", Path(f"/proc/{pid}/io").read_text(), re.M)
+    except OSError:
+        return None
+    return int(m.group(1)) if m else None
+
+
 def cpu_seconds(pid: int) -> float | None:
     """utime + stime of every thread of pid, in seconds."""
     st = read_stat(pid)

@@ -9,21 +9,14 @@ import re
 import shutil
 import signal
 import subprocess
-from pathlib import Path
 
 from proxytune.core import procfs
 
 
 def write_bytes(pids: list[int]) -> int | None:
-    total, seen = 0, False
-    for pid in pids:
-        try:
-            m = re.search(r"^write_bytes:\s*(\d+)", Path(f"/proc/{pid}/io").read_text(), re.M)
-        except OSError:
-            continue
-        if m:
-            total, seen = total + int(m.group(1)), True
-    return total if seen else None
+    """Summed over pids; None when the kernel gives it for none of them."""
+    counts = [n for n in map(procfs.write_bytes, pids) if n is not None]
+    return sum(counts) if counts else None
 
 
 class Cost:

@@ -104,3 +104,10 @@ def test_a_tsv_cell_with_a_line_separator_or_bidi_override_stays_one_cell():
     lines = tsv_lines(t)
     assert lines == ["# t", "comm\tstatus", "evil squid met\ta b c d"]
     assert "\n".join(lines).splitlines() == lines
+
+
+def test_uid_and_write_bytes_of_this_process():
+    assert procfs.uid_of(os.getpid()) == os.getuid()
+    io = procfs.write_bytes(os.getpid())
+    assert io is None or io >= 0
+    assert procfs.uid_of(2 ** 40) is None and procfs.write_bytes(2 ** 40) is None
