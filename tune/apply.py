@@ -114,8 +114,12 @@ def _step_key(step: dict) -> tuple:
 
 
 def _shown(value) -> str:
-    text = "absent" if value is None else value.get("sha256", "")[:12] if isinstance(value, dict) and "sha256" in value \
-        else json.dumps(value, sort_keys=True, default=str)
+    """An old state in a few words: absent, a file by its digest, or the value."""
+    if value is None:
+        return "absent"
+    if isinstance(value, dict) and "sha256" in value:
+        return f"a file with sha256 {value['sha256'][:12]}..."
+    text = json.dumps(value, sort_keys=True, default=str)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
