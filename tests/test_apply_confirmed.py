@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, in_netns, needs_root
 from proxytune.core.errors import ProxytuneError
 from proxytune.tune import apply as apply_mod, plan as plan_mod
 
@@ -107,3 +107,37 @@ def test_api_runs_the_confirmed_steps_when_nothing_changed(sandbox):
     outcome = apply_mod.apply_plan(plan, sandbox, confirmed=json.loads(json.dumps(confirmed)))
     assert [s["path"] for s in outcome.steps] == [confirmed[0]["path"]]
     assert (sandbox.root / "etc/security/limits.d/90-proxytune.conf").read_text() == confirmed[0]["new"]
+
+
+@needs_root
+def test_a_sysctl_set_by_hand_at_the_prompt_is_refused_in_a_netns(sandbox, tmp_path):
+    """A live value (net.core.somaxconn, private to a network namespace) changed between the
+    prompt and the answer: the confirmed step's old value no longer holds; nothing is written."""
+    script = tmp_path / "race.py"
+    script.write_text(f"""
+import sys
+sys.path.insert(0, {str(REPO / "tests")!r})
+import conftest
+from pathlib import Path
+from proxytune.core.errors import ProxytuneError
+from proxytune.tune import apply as apply_mod, plan as plan_mod
+from proxytune.tune.host import Host
+KNOB = Path("/proc/sys/net/core/somaxconn")
+KNOB.write_text("128")
+host = Host(root=Path({str(sandbox.root)!r}), state_dir=Path({str(sandbox.state_dir)!r}))
+plan = plan_mod.build("linux/proxy", host, {{}}, ("sysctl:net.core.somaxconn",), ())
+confirmed, _ = apply_mod.steps_for(plan, host, False)
+assert [s["old"] for s in confirmed] == ["128"], confirmed
+KNOB.write_text("256")                       # the operator, while the prompt waits
+try:
+    apply_mod.apply_plan(plan, host, confirmed=confirmed)
+    print("APPLIED")
+except ProxytuneError as e:
+    print("REFUSED", e.message)
+print("NOW", KNOB.read_text().strip())
+""")
+    r = in_netns(f"{REPO}/.venv/bin/python {script}")
+    assert r.returncode == 0, r.stderr
+    assert "REFUSED sysctl:net.core.somaxconn changed since the plan was shown: it is now 256, shown as 128" \
+        in r.stdout, r.stdout
+    assert "NOW 256" in r.stdout

@@ -119,7 +119,7 @@ def _shown(value) -> str:
         return "absent"
     if isinstance(value, dict) and "sha256" in value:
         return f"a file with sha256 {value['sha256'][:12]}..."
-    text = json.dumps(value, sort_keys=True, default=str)
+    text = " ".join(value.split()) if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
