@@ -89,13 +89,14 @@ STATUS_STYLE = {"met": "green", "drift": "yellow", "n/a": "dim", "error": "red",
                 "holds": "green", "reversed": "red"}
 
 
-def rich_table(table: SectionTable) -> Table:
-    """A Section's table as a rich Table: cells shown as written, its status column coloured."""
+def rich_table(table: SectionTable, cell=None) -> Table:
+    """A Section's table as a rich Table: cells shown as written (or as `cell(text)` marks them up),
+    its status column coloured."""
     t = Table(title=escape(table.title), title_justify="left")
     for h in table.headers:
         t.add_column(escape(str(h)), overflow="fold")
     for r in table.rows:
-        cells = ["-" if c is None else escape(str(c)) for c in r]
+        cells = [(cell or escape)("-" if c is None else str(c)) for c in r]
         if table.status_col is not None and r[table.status_col] in STATUS_STYLE:
             st = r[table.status_col]
             cells[table.status_col] = f"[{STATUS_STYLE[st]}]{st}[/]"

@@ -4,7 +4,9 @@ as data: URIs, no scripts, nothing fetched from a network."""
 import base64
 import html as h
 
-from .tables import Section, Table, host_table, sections
+from proxytune.core.sections import Section, Table
+
+from .tables import host_table, sections
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}

@@ -1,6 +1,8 @@
 """Result JSON -> Markdown (for pull requests, tickets, docs); figures are PNG files beside it."""
 
-from .tables import Section, Table, host_table, sections
+from proxytune.core.sections import Section, Table
+
+from .tables import host_table, sections
 
 
 def _cell(v) -> str:
