@@ -127,22 +127,23 @@ def nofile_limits(pid: int) -> tuple[int | str, int | str] | None:
     return (conv(m.group(1)), conv(m.group(2))) if m else None
 
 
-def uid_of(pid: int) -> int | None:
-    """The real uid the process runs as (/proc/PID/status Uid:)."""
+def _number(pid: int, name: str, pattern: str) -> int | None:
+    """The first group of `pattern` in /proc/PID/NAME as an int; None when gone or absent."""
     try:
-        m = re.search(r"^Uid:\s+(\d+)", Path(f"/proc/{pid}/status").read_text(), re.M)
+        m = re.search(pattern, Path(f"/proc/{pid}/{name}").read_text(), re.M)
     except OSError:
         return None
     return int(m.group(1)) if m else None
+
+
+def uid_of(pid: int) -> int | None:
+    """The real uid the process runs as (/proc/PID/status Uid:)."""
+    return _number(pid, "status", r"^Uid:\s+(\d+)")
 
 
 def write_bytes(pid: int) -> int | None:
     """Bytes the process caused to be sent to storage (/proc/PID/io write_bytes; needs task I/O accounting)."""
-    try:
-        m = re.search(r"^write_bytes:\s*(\d+)", Path(f"/proc/{pid}/io").read_text(), re.M)
-    except OSError:
-        return None
-    return int(m.group(1)) if m else None
+    return _number(pid, "io", r"^write_bytes:\s*(\d+)")
 
 
 def cpu_seconds(pid: int) -> float | None:
