@@ -23,9 +23,10 @@ if not __package__:
 
 import click
 
-from proxytune.tune import apply as apply_mod, export as export_mod, journal, observe, plan as plan_mod
+from proxytune.tune import apply as apply_mod, audit as audit_mod, export as export_mod, journal, plan as plan_mod
 from proxytune.tune import profile as profile_mod, render
-from proxytune.tune.errors import ProxytuneError
+from proxytune.core import console
+from proxytune.core.errors import ProxytuneError
 from proxytune.tune.host import Host
 from proxytune.probes.target import MAX_SECONDS, duration_option
 
@@ -84,7 +85,7 @@ def emit_json(doc) -> None:
 @click.option("--state-dir", envvar="PROXYTUNE_STATE_DIR", default="/var/lib/proxytune", show_default=True,
               metavar="DIR", help="Where the apply journal lives (rollback reads it).")
 @click.option("--debug", is_flag=True, help="On an internal error, print the Python traceback.")
-@click.option("--format", "table_format", type=click.Choice(render.FORMATS), envvar="PROXYTUNE_FORMAT",
+@click.option("--format", "table_format", type=click.Choice(console.FORMATS), envvar="PROXYTUNE_FORMAT",
               help="Tables boxed, or as tab-separated rows for awk and cut [tsv when stdout is not a terminal].")
 @click.pass_context
 def main(ctx, root, state_dir, debug, table_format):
@@ -97,7 +98,7 @@ def main(ctx, root, state_dir, debug, table_format):
       proxytune tune plan --persist          what apply would change, changing nothing
       proxytune tune apply --persist --yes   change it (journaled; `tune rollback` undoes)
     """
-    render.set_format(table_format)
+    console.set_format(table_format)
     ctx.obj = Host.from_env(root, state_dir)
 
 
@@ -157,22 +158,15 @@ def check(host, profile_ref, only, skip, service, user, cache_dirs, as_json):
     backlogs, and the atime mode of its cache directories. Changes nothing.
     Exit 0 when everything is met, 1 on drift or warnings, 2 on error.
     """
-    plan = plan_mod.build(profile_ref, host, cli_params(service, user, cache_dirs), only, skip)
-    obs = audit_observations(plan)
-    code = max(plan.exit_code(), 1 if observe.warnings(obs) else 0)
+    audit = audit_mod.build(host, profile_ref, cli_params(service, user, cache_dirs), only, skip)
+    doc = audit.to_json()
     if as_json:
         from proxytune.reports.schema import envelope
-        emit_json(envelope("audit", {**plan.to_json(), "observations": obs}, plan.params["values"]["cache_dirs"]))
+        emit_json(envelope("audit", doc, doc["params"]["values"]["cache_dirs"]))
     else:
-        render.print_plan(plan, f"tune check: {profile_ref}")
-        render.print_observations(obs)
-    sys.exit(code)
-
-
-def audit_observations(plan) -> dict:
-    somaxconn = next((c.current for c in plan.changes if c.setting.address == "sysctl:net.core.somaxconn"), None)
-    values = plan.params["values"]
-    return observe.observe(values["service"], values["cache_dirs"], somaxconn if isinstance(somaxconn, int) else None)
+        console.print_section(audit_mod.section(doc, f"tune check: {profile_ref}"))
+        render.print_parameters(audit.plan)
+    sys.exit(audit.exit_code())
 
 
 FILES_ONLY_HELP = ("Write only the files (sysctl.d, limits.d, drop-ins, fstab) under --root; change "
@@ -248,7 +242,7 @@ def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist,
         for n in scope_notes(host, files_only):
             click.echo(f"note: {n}")
         click.confirm(f"Apply these {len(steps)} step(s)?", abort=True)
-    outcome = apply_mod.apply_plan(plan, host, persist, files_only)
+    outcome = apply_mod.apply_plan(plan, host, persist, files_only, confirmed=None if yes else steps)
     outcome.notes[:0] = scope_notes(host, files_only)
     after = plan_mod.build(profile_ref, host, params, only, skip)
     if as_json:
@@ -307,7 +301,7 @@ def history(host, as_json):
     if not rows:
         click.echo(f"journal is empty ({journal.directory(host.state_dir)})")
         return
-    render.print_rows("apply journal", ["id", "state", "profile", "steps done"],
+    console.print_rows("apply journal", ["id", "state", "profile", "steps done"],
                       [[r["id"], r["state"], r["profile"], f"{r['done']}/{r['steps']}"] for r in rows])
 
 
@@ -455,11 +449,12 @@ def fleet_rollback(host, yes, **opts):
 
 # ---------------------------------------------------------------- bench
 
-def finish_bench(data: dict, name: str, output: Path | None, as_json: bool, show) -> None:
-    """Wrap a bench result in the result schema, store it, print it (table or JSON).
-    Stored at --output, else proxytune-results/NAME-STAMP.json."""
+def finish_bench(data: dict, name: str, output: Path | None, as_json: bool) -> None:
+    """Wrap a bench result in the result schema, store it, print it (JSON, or the report's own section
+    for this bench). Stored at --output, else proxytune-results/NAME-STAMP.json."""
     import time
     from proxytune.reports.schema import envelope
+    from proxytune.reports.tables import section_for
     doc = envelope("bench", data)
     path = output or Path("proxytune-results") / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -467,8 +462,13 @@ def finish_bench(data: dict, name: str, output: Path | None, as_json: bool, show
     if as_json:
         emit_json(doc)
     else:
-        show(data)
+        console.print_section(section_for(name, data))
         click.echo(f"result: {path}")
+    failed = data.get("unavailable_points", [])
+    if data.get("available") is False or failed:
+        why = data.get("reason") or f"{len(failed)} measurement(s) failed, first: {failed[0]['reason']}"
+        say_error(f"bench {name}: {why}", f"the result ({'JSON above' if as_json else path}) records what failed")
+        sys.exit(2)
 
 
 @main.group()
@@ -494,9 +494,9 @@ def bench_events(quick, backends, pin, tcp, output, as_json):
     benchmark as an outside reference. Each point: warm-up, >= 5 repetitions,
     median and spread; points taken while the machine was busy are flagged.
     """
-    from proxytune.microbench import events, render as mrender
+    from proxytune.microbench import events
     data = events.run(quick=quick, backends=list(backends), pin=pin, tcp=tcp, quiet=as_json)
-    finish_bench(data, "events", output, as_json, mrender.events_table)
+    finish_bench(data, "events", output, as_json)
 
 
 @bench.command("fdscan")
@@ -512,8 +512,8 @@ def bench_fdscan(quick, output, as_json):
     4 long-lived bitmaps      5 bitmaps + word-at-a-time result scan
     D1 misses per call from hardware counters, else cachegrind (D1 32K/8/64).
     """
-    from proxytune.microbench import fdscan, render as mrender
-    finish_bench(fdscan.run(quick=quick, quiet=as_json), "fdscan", output, as_json, mrender.fdscan_table)
+    from proxytune.microbench import fdscan
+    finish_bench(fdscan.run(quick=quick, quiet=as_json), "fdscan", output, as_json)
 
 
 @bench.command("storage")
@@ -541,7 +541,7 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
     perf), CPU per object, hit ratio, device writes; fio gives the limit.
     Needs root (loop devices, mounts).
     """
-    from proxytune.microbench import devices, render as mrender, storage
+    from proxytune.microbench import devices, storage
     if os.geteuid() != 0:
         raise ProxytuneError("bench storage needs root: it makes loop devices and mounts them")
     fs_list = [f.strip() for f in fss.split(",")] if fss else None
@@ -549,7 +549,7 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
         raise ProxytuneError(f"unknown filesystem {bad[0]!r}", f"known: {', '.join(devices.MKFS)}")
     data = storage.run(quick=quick, fss=fs_list, device=device, force=force_destroy_data,
                        engines=list(engines) or None, quiet=as_json)
-    finish_bench(data, "storage", output, as_json, mrender.storage_table)
+    finish_bench(data, "storage", output, as_json)
 
 
 @bench.command("proxy")
@@ -594,7 +594,7 @@ def bench_proxy(host, quick, proxies, stores, concurrency, idle, target, compare
     the profile applied (the proxy restarted with the service's new
     LimitNOFILE), then rolled back. Needs --yes.
     """
-    from proxytune.microbench import proxybench, render as mrender
+    from proxytune.microbench import proxybench
     if target:
         import re as _re
         if not _re.fullmatch(r"[\w.\-]+:\d{1,5}", target) or not 0 < int(target.rsplit(":", 1)[1]) < 65536:
@@ -614,7 +614,7 @@ def bench_proxy(host, quick, proxies, stores, concurrency, idle, target, compare
     else:
         data = proxybench.run(quick, list(stores) or None, concurrency, idle, None, as_json, target=target,
                               proxies=list(proxies) or None)
-    finish_bench(data, "proxy", output, as_json, mrender.proxy_table)
+    finish_bench(data, "proxy", output, as_json)
 
 
 # ---------------------------------------------------------------- probe / doctor
@@ -667,7 +667,7 @@ def probe_list(as_json):
         emit_json([{"name": s.name, "path": str(s.path), "purpose": s.purpose, "tracepoints": s.tracepoints}
                    for s in cat.values()])
         return
-    render.print_rows("bpftrace catalog", ["name", "purpose", "tracepoints"],
+    console.print_rows("bpftrace catalog", ["name", "purpose", "tracepoints"],
                       [[s.name, s.purpose, ", ".join(s.tracepoints)] for s in cat.values()])
 
 
@@ -697,9 +697,10 @@ def probe_run(name, pid, comm, duration, as_json):
 def probe_hotspots(pid, comm, duration, as_json):
     """Where the target's CPU goes: perf record -e cpu-clock -a, filtered by
     pid; functions by self time, and the proxy / kernel / shared-library split."""
-    from proxytune.probes import children, perf, proc, target
+    from proxytune.core import procgroup
+    from proxytune.probes import perf, proc, target
     pids = proc.resolve(pid, comm)
-    with children.Children() as kids:
+    with procgroup.Children() as kids:
         rec = perf.Record(kids)
         watch = target.Watch(pids)
         watch.wait(duration)
@@ -729,7 +730,7 @@ def probe_cachemiss(command, as_json):
       proxytune probe cachemiss -- ./server --idle 5000
     """
     from proxytune.probes import caps, perf, render as prender
-    hw = perf.hw_cache_misses(list(command)) if caps.hardware_counters()[0] else None
+    hw = perf.hw_cache_misses(list(command)) if caps.hardware_counters().ok else None
     r = hw or perf.cachegrind(list(command))
     if as_json:
         emit_json(r)
@@ -794,9 +795,9 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, as
       sudo ./proxytune doctor --comm squid
       sudo ./proxytune doctor --pid 1234 --duration 5 --json
     """
+    from proxytune.core import procfs
     from proxytune.probes import doctor as doctor_mod, proc, render as prender
     from proxytune.reports.schema import envelope
-    from proxytune.tune.render import console
     pids = proc.resolve(pid, comm)
     if os.geteuid() != 0:
         raise ProxytuneError("doctor needs root (bpftrace, perf -a)", "sudo ./proxytune doctor ...")
@@ -806,8 +807,8 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, as
     else:
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
         with Progress(TextColumn("watching {task.description}"), BarColumn(), TimeRemainingColumn(),
-                      console=console(), transient=True) as bar:
-            task = bar.add_task(f"{proc.comm_of(pids[0])} ({len(pids)} pid(s))", total=duration)
+                      console=console.console(), transient=True) as bar:
+            task = bar.add_task(f"{procfs.comm_of(pids[0])} ({len(pids)} pid(s))", total=duration)
             r = doctor_mod.diagnose(pids, duration, host=host, profile_ref=profile_ref, cache_dirs=list(cache_dirs),
                                     deep=deep, use_perf=not no_perf,
                                     tick=lambda t: bar.update(task, completed=t))
@@ -843,7 +844,7 @@ def profiles_list(host, as_json):
     if as_json:
         emit_json(rows)
     else:
-        render.print_rows("profiles", ["name", "source", "os", "settings", "description"],
+        console.print_rows("profiles", ["name", "source", "os", "settings", "description"],
                           [[r[k] for k in ("name", "source", "os", "settings", "description")] for r in rows])
     for note in ignored:
         click.echo(f"proxytune: warning: {note}", err=True)

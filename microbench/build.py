@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from proxytune.tune.datafiles import cache_dir, shipped
-from proxytune.tune.errors import ProxytuneError
+
+from .runner import HarnessError
 
 CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra"]
 STALE_S = 86400
@@ -39,9 +40,12 @@ def _flags(name: str) -> tuple[list[str], list[str]]:
 
 
 def compiler() -> str:
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    """$CC when set (as make does), else cc, gcc or clang from PATH."""
+    wanted = os.environ.get("CC")
+    cc = shutil.which(wanted) if wanted else shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if not cc:
-        raise ProxytuneError("no C compiler found", "Debian: apt-get install build-essential")
+        raise HarnessError(f"no C compiler found{f' (CC={wanted!r})' if wanted else ''}",
+                           "Debian: apt-get install build-essential")
     return cc
 
 
@@ -72,8 +76,8 @@ def build(name: str) -> Path:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise ProxytuneError(f"building {name} failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr else ''}",
-                                 " ".join(cmd))
+            raise HarnessError(f"building {name} failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr else ''}",
+                               " ".join(cmd))
         os.replace(tmp, out)    # atomic: a concurrent run sees no half-written binary
     finally:
         if os.path.exists(tmp):

@@ -13,10 +13,11 @@ import signal
 import subprocess
 from pathlib import Path
 
-from proxytune.probes import tempdir
+from proxytune.core import rundir
+from proxytune.core.capability import Capability
+from proxytune.core.errors import ProxytuneError
 
 from . import rawdev
-from proxytune.tune.errors import ProxytuneError
 
 MKFS = {"ext2": ["mkfs.ext2", "-q", "-F"], "ext4": ["mkfs.ext4", "-q", "-F"], "xfs": ["mkfs.xfs", "-q", "-f"],
         "btrfs": ["mkfs.btrfs", "-q", "-f"]}
@@ -31,44 +32,29 @@ def _run(argv, **kw) -> str:
     return p.stdout
 
 
-def mkfs_available(fs: str) -> str | None:
-    """None when this filesystem can be made here, else why not."""
+def mkfs_available(fs: str) -> Capability:
+    """Whether this filesystem can be made here (its mkfs installed, as root, when missing)."""
     if shutil.which(MKFS[fs][0]):
-        return None
+        return Capability(True, f"{MKFS[fs][0]} found")
     pkg = FS_PACKAGES.get(fs, "e2fsprogs")
     if os.geteuid() == 0 and shutil.which("apt-get"):
         subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", pkg], capture_output=True,
                        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
         if shutil.which(MKFS[fs][0]):
-            return None
-    return f"{MKFS[fs][0]} not found (Debian package {pkg})"
+            return Capability(True, f"{MKFS[fs][0]} installed (Debian package {pkg})")
+    return Capability(False, f"{MKFS[fs][0]} not found (Debian package {pkg})")
 
 
-class Sandbox:
+class Sandbox(rundir.InRunDir):
     """Temp dir, loop devices and mounts of one bench run; close() undoes all of it.
 
-    The dir is a tempdir.RunDir: if this run is SIGKILLed, the next one finds
+    The dir is a rundir.RunDir: if this run is SIGKILLed, the next one finds
     its owner gone and removes what it left (reap_leftovers)."""
 
     def __init__(self):
-        self.run = tempdir.RunDir("storage", before_remove=reap_leftovers)
-        self.dir: Path | None = None
+        super().__init__("storage", before_remove=reap_leftovers)
         self.loops: list[str] = []
         self.mounts: list[Path] = []
-
-    @property
-    def reaped(self) -> list[str]:
-        return self.run.reaped
-
-    def __enter__(self):
-        self.run.__enter__()
-        self.dir = self.run.path
-        return self
-
-    def __exit__(self, *exc):
-        with tempdir.signals_held():
-            self.close()
-        return self.run.__exit__(*exc)
 
     def loop(self, size_mb: int, name: str) -> str:
         """A loop device over a sparse file, with direct I/O so the host's page cache stays out."""

@@ -14,7 +14,7 @@ import subprocess
 
 from . import stats
 from .build import build
-from .runner import progress, run_json
+from .runner import HarnessError, failed_point, progress, run_json, unavailable
 
 FULL = {"ns": [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000], "ks": [1, 10, 100, 1000],
         "ready": ["hot", "cold"], "reps": 7, "rates": [2000, 5000, 10000, 20000, 30000, 40000, 60000]}
@@ -120,8 +120,13 @@ def derive(points: list[dict]) -> dict:
 def run(quick: bool = False, backends: list[str] | None = None, pin: int | None = None, tcp: bool = False,
         quiet: bool = False) -> dict:
     plan = QUICK if quick else FULL
-    exe = build("evbench")
-    listing = available(exe)
+    result = {"bench": "events", "quick": quick, "backends": [], "idle": [], "churn": [], "load": [], "libevent": [],
+              "scaling": {}}
+    try:
+        exe = build("evbench")
+        listing = available(exe)
+    except HarnessError as e:
+        return unavailable(result, e)
     names = [b["name"] for b in listing if b["available"] and (not backends or b["name"] in backends)]
     idle_names = [b for b in names if b != "io_uring-multishot"] + (["io_uring-multishot"] if "io_uring-multishot" in names and "cold" in plan["ready"] else [])
     jobs = [("idle", be, n, k, ready) for ready in plan["ready"] for be in idle_names for n in plan["ns"]
@@ -129,20 +134,26 @@ def run(quick: bool = False, backends: list[str] | None = None, pin: int | None 
     jobs += [("churn", be, 1000) for be in names]
     jobs += [("load", be, r) for be in LOAD_BACKENDS if be in names for r in plan["rates"]]
     jobs += [("libevent", be) for be in names]
-    result = {"bench": "events", "quick": quick, "harness": str(exe.name), "backends": listing,
-              "idle": [], "churn": [], "load": [], "libevent": []}
+    result.update(harness=str(exe.name), backends=listing)
     with progress(quiet) as bar:
         task = bar.add_task("bench events", total=len(jobs) + 1)
         for job in jobs:
             bar.update(task, description=f"{job[0]} {job[1]} {' '.join(map(str, job[2:]))}")
-            if job[0] == "idle":
-                result["idle"].append(point(exe, *job[1:], plan["reps"], pin, tcp))
-            elif job[0] == "churn":
-                result["churn"].append(churn(exe, job[1], job[2], plan["reps"]))
-            elif job[0] == "load":
-                result["load"].append(load(exe, job[1], 1000, job[2], 300 if quick else 1000))
-            else:
-                result["libevent"].append(libevent(exe, job[1], 5 if quick else 25))
+            try:
+                if job[0] == "idle":
+                    result["idle"].append(point(exe, *job[1:], plan["reps"], pin, tcp))
+                elif job[0] == "churn":
+                    result["churn"].append(churn(exe, job[1], job[2], plan["reps"]))
+                elif job[0] == "load":
+                    result["load"].append(load(exe, job[1], 1000, job[2], 300 if quick else 1000))
+                else:
+                    result["libevent"].append(libevent(exe, job[1], 5 if quick else 25))
+            except HarnessError as e:
+                failed_point(result, {"mode": job[0], "backend": job[1], "args": list(job[2:])}, e)
+                if job[0] == "idle":
+                    n, k, ready = job[2:]
+                    result["idle"].append({"backend": job[1], "n": n, "k": k, "ready": ready, "available": False,
+                                           "reason": e.message})
             bar.advance(task)
         bar.update(task, description="perf bench epoll wait")
         result["perf_bench_epoll"] = perf_bench_epoll(1 if quick else 5)

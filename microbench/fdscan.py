@@ -13,9 +13,11 @@ import re
 import shutil
 import subprocess
 
+from proxytune.core.capability import perf_counts
+
 from . import stats
 from .build import build
-from .runner import progress, run_json
+from .runner import HarnessError, failed_point, progress, run_json, unavailable
 
 VARIANTS = {1: "array of structs, fields on 3 cache lines", 2: "array of structs, fields adjacent",
             3: "separate compact array of the 3 fields", 4: "long-lived bitmaps, copied per call",
@@ -31,32 +33,32 @@ def calls_for(variant: int, n: int) -> int:
     return max(20, min(200000, int(2e7 / (per_fd_ns * n + 50))))
 
 
-def hardware_counters() -> str | None:
-    """None when perf can count L1D load misses here, else why not."""
-    if not shutil.which("perf"):
-        return "perf is not installed"
-    p = subprocess.run(["perf", "stat", "-x,", "-e", "L1-dcache-load-misses", "true"], capture_output=True, text=True)
-    if p.returncode != 0 or "not supported" in p.stderr or "<not counted>" in p.stderr:
-        return "perf cannot count L1-dcache-load-misses here (no hardware counters, e.g. in a VM)"
-    return None
-
-
 def _cachegrind_misses(exe, variant, n, calls) -> int:
     cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=yes", f"--D1={D1}", f"--LL={LL}",
            "--cachegrind-out-file=/dev/null", str(exe), "--variant", str(variant), "--n", str(n),
            "--calls", str(calls), "--reps", "1"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    m = re.search(r"D1\s+misses:\s+([\d,]+)", p.stderr)
+    m = re.search(r"D1\s+misses:\s+([\d,]+)", _counter_run(cmd).stderr)
     if not m:
-        raise RuntimeError(f"cachegrind printed no D1 misses: {p.stderr[-200:]}")
+        raise HarnessError(f"cachegrind printed no D1 misses for {exe.name}", " ".join(cmd))
     return int(m.group(1).replace(",", ""))
+
+
+def _counter_run(cmd: list[str]) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        raise HarnessError(f"{cmd[0]} over the fdscan harness did not finish in 600 s", " ".join(cmd)) from None
 
 
 def _perf_misses(exe, variant, n, calls) -> int:
     cmd = ["perf", "stat", "-x,", "-e", "L1-dcache-load-misses", str(exe), "--variant", str(variant),
            "--n", str(n), "--calls", str(calls), "--reps", "1"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    return int(p.stderr.strip().splitlines()[-1].split(",")[0])
+    p = _counter_run(cmd)
+    try:
+        return int(p.stderr.strip().splitlines()[-1].split(",")[0])
+    except (IndexError, ValueError):
+        raise HarnessError(f"perf stat printed no L1-dcache-load-misses count for {exe.name} "
+                           f"(exit {p.returncode})", " ".join(cmd)) from None
 
 
 def misses_per_call(exe, variant, n, source) -> float:
@@ -65,31 +67,42 @@ def misses_per_call(exe, variant, n, source) -> float:
     return (count(exe, variant, n, 2 * calls) - count(exe, variant, n, calls)) / calls
 
 
+def _measure(result: dict, exe, kind: str, v: int, n: int, plan: dict, source: str | None) -> None:
+    if kind == "time":
+        doc = run_json([exe, "--variant", v, "--n", n, "--calls", calls_for(v, n), "--reps", plan["reps"]])
+        result["points"].append({"variant": v, "n": n,
+                                 "ns_per_call": stats.summary([r["ns_per_call"] for r in doc["reps"]]),
+                                 "handlers_per_call": doc["reps"][0]["handlers_per_call"],
+                                 "command": doc["command"]})
+    elif source:
+        result["misses"].append({"variant": v, "n": n, "d1_misses_per_call": misses_per_call(exe, v, n, source)})
+
+
 def run(quick: bool = False, quiet: bool = False) -> dict:
     plan = QUICK if quick else FULL
-    exe = build("fdscan")
-    hw = hardware_counters()
-    source = "perf" if hw is None else ("cachegrind" if shutil.which("valgrind") else None)
+    try:
+        exe = build("fdscan")
+    except HarnessError as e:
+        return unavailable({"bench": "fdscan", "quick": quick, "points": [], "misses": [],
+                            "miss_source": "unavailable"}, e)
+    hw = perf_counts("L1-dcache-load-misses")
+    source = "perf" if hw.ok else ("cachegrind" if shutil.which("valgrind") else None)
     jobs = [("time", v, n) for v in VARIANTS for n in plan["ns"]] + [("misses", v, plan["miss_n"]) for v in VARIANTS]
     result = {"bench": "fdscan", "quick": quick, "variants": {str(k): v for k, v in VARIANTS.items()},
               "points": [], "misses": [],
               "miss_source": source or "unavailable",
-              "miss_source_note": hw if hw else "hardware counters (perf stat)",
+              "miss_source_note": "hardware counters (perf stat)" if hw.ok else hw.why,
               "cachegrind_geometry": {"D1": D1, "LL": LL} if source == "cachegrind" else None}
     if source is None:
-        result["miss_source_note"] = f"{hw}; valgrind is not installed either (Debian: valgrind)"
+        result["miss_source_note"] = f"{hw.why}; valgrind is not installed either (Debian: valgrind)"
     with progress(quiet) as bar:
         task = bar.add_task("bench fdscan", total=len(jobs))
         for kind, v, n in jobs:
             bar.update(task, description=f"fdscan {kind} variant {v} N={n}")
-            if kind == "time":
-                doc = run_json([exe, "--variant", v, "--n", n, "--calls", calls_for(v, n), "--reps", plan["reps"]])
-                result["points"].append({"variant": v, "n": n,
-                                         "ns_per_call": stats.summary([r["ns_per_call"] for r in doc["reps"]]),
-                                         "handlers_per_call": doc["reps"][0]["handlers_per_call"],
-                                         "command": doc["command"]})
-            elif source:
-                result["misses"].append({"variant": v, "n": n, "d1_misses_per_call": misses_per_call(exe, v, n, source)})
+            try:
+                _measure(result, exe, kind, v, n, plan, source)
+            except HarnessError as e:
+                failed_point(result, {"mode": kind, "variant": v, "n": n}, e)
             bar.advance(task)
     m = {x["variant"]: x["d1_misses_per_call"] for x in result["misses"]}
     if 1 in m and 3 in m and m[3] > 0:

@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 from proxytune.tune.datafiles import shipped
-from proxytune.tune.errors import ProxytuneError
+from proxytune.core import procfs
+from proxytune.core.errors import ProxytuneError
 
 from . import polymix, proxycost, proxyruns, servers
 
@@ -276,8 +277,7 @@ def _error_count(steady: dict, idle_failed: dict, idle_dropped: int) -> int:
 
 
 def _nofile_of(pid: int) -> list:
-    from proxytune.tune.observe import proc_limits
-    lim = proc_limits(pid)
+    lim = procfs.nofile_limits(pid)
     return list(lim) if lim else None
 
 

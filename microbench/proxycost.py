@@ -9,44 +9,21 @@ import re
 import shutil
 import signal
 import subprocess
-from pathlib import Path
 
-
-def family(pid: int) -> list[int]:
-    """pid and every descendant (nginx workers, varnishd's cache child, squid's kids)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo += children.get(p, [])
-    return sorted(out)
+from proxytune.core import procfs
 
 
 def write_bytes(pids: list[int]) -> int | None:
-    total, seen = 0, False
-    for pid in pids:
-        try:
-            m = re.search(r"^write_bytes:\s*(\d+)", Path(f"/proc/{pid}/io").read_text(), re.M)
-        except OSError:
-            continue
-        if m:
-            total, seen = total + int(m.group(1)), True
-    return total if seen else None
+    """Summed over pids; None when the kernel gives it for none of them."""
+    counts = [n for n in map(procfs.write_bytes, pids) if n is not None]
+    return sum(counts) if counts else None
 
 
 class Cost:
     """with Cost(pid) as c: ...  then c.result(requests) -> syscalls and device writes per request."""
 
     def __init__(self, pid: int):
-        self.pids = family(pid)
+        self.pids = procfs.descendants(pid)
         self.perf: subprocess.Popen | None = None
         self.syscalls: int | None = None
         self.why = None

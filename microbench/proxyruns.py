@@ -9,7 +9,7 @@ import contextlib
 import json
 import urllib.request
 
-from proxytune.tune.errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 
 from . import proxyservers
 

@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from proxytune.tune.errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 
 from .servers import _need, _Server, free_port
 

@@ -22,7 +22,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from proxytune.tune.errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 
 MIB = 1 << 20
 SAMPLE_BLOCKS = 65          # 1 MiB each, evenly spaced between the first and last MiB; odd, so the midpoint is one

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from proxytune.tune.errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 
 
 def free_port() -> int:

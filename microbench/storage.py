@@ -14,28 +14,19 @@ before the filesystems are benched, so a refusal comes first.
 import contextlib
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+from proxytune.core.capability import perf_counts
+
 from . import devices, fio, rawdev, stats
 from .build import build
-from .runner import progress
+from .runner import HarnessError, progress, unavailable
 
 ENGINES = ["sync", "threads", "posix-aio", "io_uring"]
 FS_STORES = ["ufs", "largefile"]
 QUICK = {"fs": ["ext4"], "capacity_mb": 64, "requests": 20000, "reps": 1, "fio_runtime": 2}
 FULL = {"fs": ["ext2", "ext4", "xfs", "btrfs"], "capacity_mb": 128, "requests": 40000, "reps": 2, "fio_runtime": 10}
-
-
-def perf_counts_syscalls() -> str | None:
-    """None when `perf stat -e raw_syscalls:sys_enter` works here, else why not."""
-    if not shutil.which("perf"):
-        return "perf is not installed (Debian: linux-perf)"
-    p = subprocess.run(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "true"], capture_output=True, text=True)
-    if p.returncode != 0 or "<not" in p.stderr:
-        return f"perf cannot count the raw_syscalls tracepoint here: {p.stderr.strip()[-120:]}"
-    return None
 
 
 def disk_stat(dev: str) -> dict:
@@ -82,19 +73,23 @@ def run(quick: bool = False, fss: list[str] | None = None, device: str | None = 
     read_mb = max(plan["capacity_mb"], int(plan["requests"] * 10.6 / 1024))     # steady phase: ~10.6 KB per request
     if device is not None:
         rawdev.resolve(device)          # '' or not a block device: an error before anything is made
+    try:
+        build("objbench")               # before any loop device is made; cached for _prepare
+    except HarnessError as e:
+        return unavailable({"bench": "storage", "quick": quick}, e)
     with devices.Sandbox() as sb, contextlib.ExitStack() as held:
         for line in sb.reaped:
             print(f"proxytune: {line}", file=sys.stderr)
         claimed = held.enter_context(rawdev.claim(sb.loop(image_mb, "rawdev") if device is None else device, force))
-        exe, nosys, result, usable = _prepare(plan, fss or plan["fs"], quick, engines)
+        exe, syscalls, result, usable = _prepare(plan, fss or plan["fs"], quick, engines)
         result["reaped_leftovers"] = sb.reaped
         n_fio = len(fio.PATTERNS) * len(engines)
         reps = plan["reps"]
         total = len(usable) * (2 * len(FS_STORES) * len(engines) * reps + n_fio) + len(engines) * reps + n_fio
         bar = held.enter_context(progress(quiet))
         task = bar.add_task("bench storage", total=total)
-        _bench_filesystems(result, sb, bar, task, exe, usable, plan, image_mb, read_mb, engines, nosys)
-        _bench_rawdev(result, sb, bar, task, exe, claimed, device, plan, read_mb, engines, nosys)
+        _bench_filesystems(result, sb, bar, task, exe, usable, plan, image_mb, read_mb, engines, syscalls)
+        _bench_rawdev(result, sb, bar, task, exe, claimed, device, plan, read_mb, engines, syscalls)
     result.update(derive(result))
     return result
 
@@ -102,23 +97,23 @@ def run(quick: bool = False, fss: list[str] | None = None, device: str | None = 
 def _prepare(plan: dict, fss: list[str], quick: bool, engines: list[str]):
     """The harness, whether perf counts syscalls, the result skeleton, and the filesystems we can make."""
     exe = build("objbench")
-    nosys = perf_counts_syscalls()
+    syscalls = perf_counts("raw_syscalls:sys_enter")
     result = {"bench": "storage", "quick": quick, "capacity_mb": plan["capacity_mb"], "requests": plan["requests"],
               "reps": plan["reps"],
-              "syscall_counting": "perf stat -e raw_syscalls:sys_enter" if not nosys else f"unavailable: {nosys}",
+              "syscall_counting": "perf stat -e raw_syscalls:sys_enter" if syscalls.ok else f"unavailable: {syscalls.why}",
               "fs_skipped": {}, "runs": [], "fio": [], "bssplit": fio.mix_bssplit(),
               "fio_family": {e: dict(zip(("ioengine", "iodepth", "numjobs"), fio.FAMILY[e])) for e in engines}}
     usable = []
     for fs in fss:
-        why = devices.mkfs_available(fs)
-        if why:
-            result["fs_skipped"][fs] = why
+        mkfs = devices.mkfs_available(fs)
+        if not mkfs.ok:
+            result["fs_skipped"][fs] = mkfs.why
         else:
             usable.append(fs)
-    return exe, nosys, result, usable
+    return exe, syscalls, result, usable
 
 
-def _bench_filesystems(result, sb, bar, task, exe, usable, plan, image_mb, read_mb, engines, nosys) -> None:
+def _bench_filesystems(result, sb, bar, task, exe, usable, plan, image_mb, read_mb, engines, syscalls) -> None:
     """ufs and largefile on each filesystem, relatime then noatime; fio's buffered limit on each."""
     for fs in usable:
         dev = sb.loop(image_mb, fs)
@@ -129,7 +124,7 @@ def _bench_filesystems(result, sb, bar, task, exe, usable, plan, image_mb, read_
                 for engine in engines:
                     for rep in range(plan["reps"]):
                         bar.update(task, description=f"{fs} {atime} {store} {engine} #{rep + 1}")
-                        result["runs"].append(_fs_run(sb, exe, dev, mp, fs, atime, store, engine, rep, plan, nosys))
+                        result["runs"].append(_fs_run(sb, exe, dev, mp, fs, atime, store, engine, rep, plan, syscalls))
                         bar.advance(task)
             if atime == "relatime":         # each filesystem's own limit
                 bar.update(task, description=f"fio (buffered, on {fs})")
@@ -143,7 +138,7 @@ def _bench_filesystems(result, sb, bar, task, exe, usable, plan, image_mb, read_
             sb.umount(mp)
 
 
-def _fs_run(sb, exe, dev, mp, fs, atime, store, engine, rep, plan, nosys) -> dict:
+def _fs_run(sb, exe, dev, mp, fs, atime, store, engine, rep, plan, syscalls) -> dict:
     """One fill / steady / hit sequence of a store on a mounted filesystem, each from a cold page cache."""
     cap, requests = plan["capacity_mb"], plan["requests"]
     path = mp / (f"ufs-{engine}" if store == "ufs" else f"cache-{engine}.log")
@@ -151,21 +146,21 @@ def _fs_run(sb, exe, dev, mp, fs, atime, store, engine, rep, plan, nosys) -> dic
         path.mkdir()
     state = sb.dir / f"{fs}-{atime}-{store}-{engine}.state"
     sb.remount_cold(dev, mp, atime)     # the last run's deletions are on disk, not in this fill's sync
-    fill = run_phase(exe, store, engine, "fill", path, state, cap, requests, not nosys, dev)
+    fill = run_phase(exe, store, engine, "fill", path, state, cap, requests, syscalls.ok, dev)
     steady = hit = None
     if fill.get("available"):
         sb.remount_cold(dev, mp, atime)
-        steady = run_phase(exe, store, engine, "steady", path, state, cap, requests, not nosys, dev)
+        steady = run_phase(exe, store, engine, "steady", path, state, cap, requests, syscalls.ok, dev)
         if store == "ufs":      # reads alone, from a cold page cache: the atime question
             sb.remount_cold(dev, mp, atime)
-            hit = run_phase(exe, store, engine, "hit", path, state, cap, requests, not nosys, dev)
+            hit = run_phase(exe, store, engine, "hit", path, state, cap, requests, syscalls.ok, dev)
     shutil.rmtree(path, ignore_errors=True) if store == "ufs" else path.unlink(missing_ok=True)
     state.unlink(missing_ok=True)
     return {"fs": fs, "atime": atime, "store": store, "engine": engine, "rep": rep, "fill": fill, "steady": steady,
             "hit": hit}
 
 
-def _bench_rawdev(result, sb, bar, task, exe, claimed, device, plan, read_mb, engines, nosys) -> None:
+def _bench_rawdev(result, sb, bar, task, exe, claimed, device, plan, read_mb, engines, syscalls) -> None:
     """The log store straight on the claimed device (O_DIRECT), then fio's direct limit on it."""
     cap, raw = plan["capacity_mb"], claimed.path
     result["rawdev_target"] = raw if device is not None else "loop device over a sparse file"
@@ -177,8 +172,8 @@ def _bench_rawdev(result, sb, bar, task, exe, claimed, device, plan, read_mb, en
         for rep in range(plan["reps"]):
             bar.update(task, description=f"rawdev {engine} #{rep + 1}")
             state = sb.dir / f"rawdev-{engine}.state"
-            fill = run_phase(exe, "rawdev", engine, "fill", raw, state, cap, plan["requests"], not nosys, raw)
-            steady = run_phase(exe, "rawdev", engine, "steady", raw, state, cap, plan["requests"], not nosys,
+            fill = run_phase(exe, "rawdev", engine, "fill", raw, state, cap, plan["requests"], syscalls.ok, raw)
+            steady = run_phase(exe, "rawdev", engine, "steady", raw, state, cap, plan["requests"], syscalls.ok,
                                raw) if fill.get("available") else None
             result["runs"].append({"fs": "raw", "atime": "-", "store": "rawdev", "engine": engine, "rep": rep,
                                    "fill": fill, "steady": steady, "hit": None})

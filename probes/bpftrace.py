@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from proxytune.tune.datafiles import shipped
-from proxytune.tune.errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 
-from . import children, target
+from proxytune.core import procgroup
+
+from . import target
 
 HERE = shipped("probes")
 TRACING = Path("/sys/kernel/tracing")
@@ -101,7 +103,7 @@ def parse_output(stdout: str) -> dict:
 class Run:
     """A bpftrace program running in the background; stop() returns its maps."""
 
-    def __init__(self, kids: children.Children, program: str):
+    def __init__(self, kids: procgroup.Children, program: str):
         if not shutil.which("bpftrace"):
             raise ProxytuneError("bpftrace is not installed", "Debian: apt-get install bpftrace")
         self.file = kids.dir / "program.bt"             # the run's private dir: removed with the tracers
@@ -122,11 +124,11 @@ class Run:
                 self.started = time.monotonic()
                 return
         err = self.proc.stderr.read() if self.proc.poll() is not None else ""
-        children.kill(self.proc)
+        procgroup.kill(self.proc)
         raise ProxytuneError(f"bpftrace did not attach: {_clean(err)[-300:] or 'timed out'}")
 
     def stop(self) -> dict:
-        out, err = children.stop(self.proc)
+        out, err = procgroup.stop(self.proc)
         maps = parse_output(out)
         maps["_window_s"] = time.monotonic() - self.started if self.started else 0.0
         maps["_stderr"] = _clean(err)
@@ -140,7 +142,7 @@ def _clean(err: str) -> str:
 
 def run_for(scripts: list[Script], pids: list[int], seconds: float) -> dict:
     """Run scripts together for `seconds` and return the merged maps."""
-    with children.Children() as kids:
+    with procgroup.Children() as kids:
         run = Run(kids, compose(scripts, pids))
         run.wait_attached()
         watch = target.Watch(pids)

@@ -11,6 +11,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from proxytune.core.capability import Capability, no, perf_counts, yes
+
 from . import bpftrace
 
 KPROBE_TEST = "kprobe:vfs_read { exit(); } interval:ms:300 { exit(); }"
@@ -31,60 +33,58 @@ def _is_dir(path: Path) -> bool | None:
         return None
 
 
-def ensure_tracefs() -> tuple[bool, str]:
+def ensure_tracefs() -> Capability:
     """tracefs mounted at /sys/kernel/tracing; mounts it when root."""
     seen = _is_dir(bpftrace.TRACING / "events")
     if seen:
-        return True, "mounted at /sys/kernel/tracing"
+        return yes("mounted at /sys/kernel/tracing")
     if seen is None:
-        return False, "/sys/kernel/tracing is readable by root only"
+        return no("/sys/kernel/tracing is readable by root only")
     if os.geteuid() != 0:
-        return False, "not mounted, and mounting it needs root"
+        return no("not mounted, and mounting it needs root")
     p = _run(["mount", "-t", "tracefs", "nodev", str(bpftrace.TRACING)])
     if p and p.returncode == 0 and (bpftrace.TRACING / "events").is_dir():
-        return True, "mounted it at /sys/kernel/tracing"
-    return False, f"mount -t tracefs failed: {(p.stderr.strip() if p else 'mount not found')}"
+        return yes("mounted it at /sys/kernel/tracing")
+    return no(f"mount -t tracefs failed: {(p.stderr.strip() if p else 'mount not found')}")
 
 
-def kprobes() -> tuple[bool, str]:
+def kprobes() -> Capability:
     if not shutil.which("bpftrace") or os.geteuid() != 0:
-        return False, "not tested (needs bpftrace and root)"
+        return no("not tested (needs bpftrace and root)")
     p = _run(["bpftrace", "-e", KPROBE_TEST], timeout=30)
     err = bpftrace._clean(p.stderr) if p else "timed out"
     if p and p.returncode == 0 and "Attaching" in p.stdout + (p.stderr or "") and "ERROR" not in err:
-        return True, "attached kprobe:vfs_read"
-    return False, f"cannot attach kprobe:vfs_read ({err.splitlines()[-1] if err else 'failed'}); the catalog needs none"
+        return yes("attached kprobe:vfs_read")
+    return no(f"cannot attach kprobe:vfs_read ({err.splitlines()[-1] if err else 'failed'}); the catalog needs none")
 
 
-def hardware_counters() -> tuple[bool, str]:
+def hardware_counters() -> Capability:
+    counts = perf_counts("instructions,L1-dcache-load-misses")
+    if counts.ok or not shutil.which("perf"):
+        return counts
+    return no("not supported here (a VM?): cache misses come from cachegrind (`probe cachemiss -- CMD`)")
+
+
+def perf_sampling() -> Capability:
     if not shutil.which("perf"):
-        return False, "perf is not installed (Debian: linux-perf)"
-    p = _run(["perf", "stat", "-x,", "-e", "instructions,L1-dcache-load-misses", "true"])
-    if p and p.returncode == 0 and "<not supported>" not in p.stderr and "<not counted>" not in p.stderr:
-        return True, "perf counts instructions and L1-dcache-load-misses"
-    return False, "not supported here (a VM?): cache misses come from cachegrind (`probe cachemiss -- CMD`)"
-
-
-def perf_sampling() -> tuple[bool, str]:
-    if not shutil.which("perf"):
-        return False, "perf is not installed (Debian: linux-perf): no CPU hotspots"
+        return no("perf is not installed (Debian: linux-perf): no CPU hotspots")
     p = _run(["perf", "record", "-e", "cpu-clock", "-F", "99", "-a", "-N", "-o", "/dev/null", "-q", "--", "true"])
     if p and p.returncode == 0:
-        return True, "perf record -e cpu-clock -a works"
+        return yes("perf record -e cpu-clock -a works")
     if os.geteuid() != 0:
         try:
             level = Path("/proc/sys/kernel/perf_event_paranoid").read_text().strip()
         except OSError:
             level = "?"
-        return False, f"system-wide sampling needs root here (kernel.perf_event_paranoid = {level})"
+        return no(f"system-wide sampling needs root here (kernel.perf_event_paranoid = {level})")
     why = next((l for l in (p.stderr.splitlines() if p else []) if l.strip()), "timed out")
-    return False, f"perf record -e cpu-clock -a failed: {why.strip()[:160]}"
+    return no(f"perf record -e cpu-clock -a failed: {why.strip()[:160]}")
 
 
 INIT_PIDNS_INO = 0xEFFFFFFC       # PROC_PID_INIT_INO: the kernel's initial pid namespace
 
 
-def container() -> tuple[bool, str]:
+def container() -> Capability:
     """Whether we run in a container, and whether it shares the host's pid namespace
     (bpftrace and perf report host pids; they match ours only if it does)."""
     marks = []
@@ -101,11 +101,12 @@ def container() -> tuple[bool, str]:
         host_pidns = None
     where = "container (" + ", ".join(marks) + ")" if marks else "no container detected"
     if host_pidns:
-        return bool(marks), f"{where}; the host's pid namespace: probes see every process of the machine, filtered by pid"
+        return Capability(bool(marks), f"{where}; the host's pid namespace: probes see every process of the "
+                                       "machine, filtered by pid")
     if host_pidns is False:
-        return bool(marks), (f"{where}; own pid namespace: tracers report host pids, which differ from the pids "
-                             "seen here, so attaching by pid may miss the target")
-    return bool(marks), f"{where}; pid namespace unknown"
+        return Capability(bool(marks), f"{where}; own pid namespace: tracers report host pids, which differ from "
+                                       "the pids seen here, so attaching by pid may miss the target")
+    return Capability(bool(marks), f"{where}; pid namespace unknown")
 
 
 NEEDS_ROOT = ("tracefs", "bpftrace", "kprobes", "perf_sampling")     # what a normal user cannot use here
@@ -116,26 +117,27 @@ def check() -> dict:
     catalog script. Works as any user: what only root may use is said, not crashed on."""
     root = os.geteuid() == 0
     caps = {}
-    caps["root"] = (root, "running as root" if root else
-                    f"not root: {', '.join(NEEDS_ROOT)}, doctor and probe run/hotspots need root "
-                    "(sudo ./proxytune ...)")
+    caps["root"] = Capability(root, "running as root" if root else
+                              f"not root: {', '.join(NEEDS_ROOT)}, doctor and probe run/hotspots need root "
+                              "(sudo ./proxytune ...)")
     caps["tracefs"] = ensure_tracefs()
     v = bpftrace.version()
-    caps["bpftrace"] = (bool(v), v or "not installed (Debian: bpftrace): no tracepoint probes")
-    caps["btf"] = (Path("/sys/kernel/btf/vmlinux").exists(),
-                   "/sys/kernel/btf/vmlinux present" if Path("/sys/kernel/btf/vmlinux").exists()
-                   else "no BTF: kfunc probes unavailable (the catalog needs none)")
+    caps["bpftrace"] = Capability(bool(v), v or "not installed (Debian: bpftrace): no tracepoint probes")
+    btf = Path("/sys/kernel/btf/vmlinux").exists()
+    caps["btf"] = Capability(btf, "/sys/kernel/btf/vmlinux present" if btf
+                             else "no BTF: kfunc probes unavailable (the catalog needs none)")
     caps["kprobes"] = kprobes()
     caps["perf_sampling"] = perf_sampling()
     caps["hardware_counters"] = hardware_counters()
-    caps["valgrind"] = (bool(shutil.which("valgrind")), "valgrind installed" if shutil.which("valgrind")
-                        else "not installed (Debian: valgrind): no cachegrind fallback")
+    vg = bool(shutil.which("valgrind"))
+    caps["valgrind"] = Capability(vg, "valgrind installed" if vg else
+                                  "not installed (Debian: valgrind): no cachegrind fallback")
     caps["container"] = container()
     scripts = {}
     for name, s in bpftrace.catalog().items():
-        seen = caps["tracefs"][0]
+        seen = caps["tracefs"].ok
         missing = bpftrace.missing_tracepoints(s) if seen else []
-        scripts[name] = {"ok": seen and not missing and caps["bpftrace"][0], "tracepoints": s.tracepoints,
+        scripts[name] = {"ok": seen and not missing and caps["bpftrace"].ok, "tracepoints": s.tracepoints,
                          "missing": missing, "checked": seen, "purpose": s.purpose}
-    return {"capabilities": {k: {"ok": ok, "detail": d, "needs_root": k in NEEDS_ROOT + ("root",) and not root}
-                             for k, (ok, d) in caps.items()}, "scripts": scripts}
+    return {"capabilities": {k: {"ok": c.ok, "detail": c.why, "needs_root": k in NEEDS_ROOT + ("root",) and not root}
+                             for k, c in caps.items()}, "scripts": scripts}

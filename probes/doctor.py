@@ -12,10 +12,12 @@ uprobes on its hot paths; every tracer is reaped on exit and on Ctrl-C.
 import subprocess
 from pathlib import Path
 
-from proxytune.tune.errors import ProxytuneError
-from proxytune.tune import observe, params
+from proxytune.core.errors import ProxytuneError
+from proxytune.core import procfs, procgroup
+from proxytune.core.capability import no
+from proxytune.tune import audit as audit_mod, observe, params
 
-from . import bpftrace, caps, children, findings, netstat, perf, proc, proxies, proxies_findings, target
+from . import bpftrace, caps, findings, netstat, perf, proc, proxies, proxies_findings, target
 
 DEFAULT_SCRIPTS = ["pollscan", "fd_errors", "connect_errors", "file_lifecycle", "loop_blocking"]
 DEEP_SCRIPTS = ["epoll_events", "biolatency", "runqlat"]
@@ -52,24 +54,21 @@ def squid_cache_dirs(pid: int) -> list[str]:
 
 def audit(host, profile_ref: str, service: str, cache_dirs: list[str]) -> dict:
     """The host audit against the profile (what `tune check` shows), reduced to what drifts."""
-    from proxytune.tune import plan as plan_mod
     try:
-        plan = plan_mod.build(profile_ref, host, {"service": service, "cache_dirs": cache_dirs})
+        found = audit_mod.build(host, profile_ref, {"service": service, "cache_dirs": cache_dirs})
     except ProxytuneError as e:
-        return {"available": False, "reason": e.message}
-    doc = plan.to_json()
-    drift = [s for s in doc["settings"] if s["status"] == "drift"]
-    return {"available": True, "profile": profile_ref, "summary": doc["summary"],
-            "drift": [{k: s[k] for k in ("setting", "current", "wanted", "reason")} for s in drift]}
+        return no(e.message).to_result()
+    return {"available": True, "profile": profile_ref, "summary": found.plan.to_json()["summary"],
+            "drift": found.drift()}
 
 
 def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linux/proxy",
            cache_dirs: list[str] | None = None, deep: bool = False, use_perf: bool = True, tick=None) -> dict:
     """Run the probes for `duration` seconds against `pids`; return the evidence dict the rules read."""
     duration = target.duration(duration)
-    ok, why = caps.ensure_tracefs()
-    if not ok:
-        raise ProxytuneError(f"tracefs is not available: {why}", "run as root")
+    tracefs = caps.ensure_tracefs()
+    if not tracefs.ok:
+        raise ProxytuneError(f"tracefs is not available: {tracefs.why}", "run as root")
     if not bpftrace.version():
         raise ProxytuneError("bpftrace is not installed", "Debian: apt-get install bpftrace")
     cat = bpftrace.catalog()
@@ -82,7 +81,7 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
         else:
             scripts.append(cat[name])
     watched = proxies.identify(pids[0])
-    comm = proc.comm_of(pids[0])
+    comm = procfs.comm_of(pids[0])
     profile_ref, service = proxies.audit_as(watched, profile_ref, comm)
     dirs = list(cache_dirs or []) or squid_cache_dirs(pids[0])
     ev: dict = {"pids": pids, "comm": comm, "skipped_scripts": skipped,
@@ -90,11 +89,11 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
     ev["audit"] = audit(host, profile_ref, service, dirs) if host is not None else {"available": False,
                                                                                     "reason": "not asked"}
     nspath = f"/proc/{pids[0]}/net/netstat"
-    perf_ok, perf_why = caps.perf_sampling() if use_perf else (False, "not asked (--no-perf)")
-    with children.Children() as kids:
+    sampling = caps.perf_sampling() if use_perf else no("not asked (--no-perf)")
+    with procgroup.Children() as kids:
         run = bpftrace.Run(kids, bpftrace.compose(scripts, pids))
         run.wait_attached()
-        rec = perf.Record(kids) if perf_ok else None
+        rec = perf.Record(kids) if sampling.ok else None
         stats0 = watched.stats() if watched else None
         watch = target.Watch(pids)
         before, ns0 = proc.snapshot(pids, watch.ids), netstat.snapshot(nspath)
@@ -103,7 +102,7 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
         ev["proxy"] = ({**watched.describe(), "stats_before": stats0, "stats_after": watched.stats()}
                        if watched else None)
         maps = run.stop()
-        prof = rec.stop(pids) if rec else {"available": False, "reason": perf_why}
+        prof = rec.stop(pids) if rec else sampling.to_result()
     ev["window_s"] = window
     ev["bpf"] = {k: v for k, v in maps.items() if not k.startswith("_")}
     ev["bpftrace_stderr"] = maps.get("_stderr", "")

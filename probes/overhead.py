@@ -10,11 +10,13 @@ import time
 
 from proxytune.microbench import servers, stats
 
+from proxytune.core import procfs
+
 from . import doctor, proc
 
 
 def _cpu(pids: list[int]) -> float:
-    return sum(proc.cpu_seconds(p) or 0.0 for p in pids)
+    return sum(procfs.cpu_seconds(p) or 0.0 for p in pids)
 
 
 def _attached_run(pids: list[int], seconds: float):

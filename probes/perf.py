@@ -10,9 +10,9 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
-from proxytune.tune.errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 
-from . import children, proc, tempdir
+from proxytune.core import procfs, procgroup, rundir
 
 SAMPLE_HZ = 199
 STACK_BYTES = 8192      # user stack copied per sample for DWARF unwinding (Debian's squid/nginx have no frame pointers)
@@ -23,7 +23,7 @@ FRAME = re.compile(r"^\s+([0-9a-f]+)\s+(.*?)\s+\((.*)\)\s*$")
 class Record:
     """`perf record -e cpu-clock -a --call-graph dwarf` in the background; stop() summarises the target pids."""
 
-    def __init__(self, kids: children.Children, hz: int = SAMPLE_HZ, callgraph: bool = True):
+    def __init__(self, kids: procgroup.Children, hz: int = SAMPLE_HZ, callgraph: bool = True):
         if not shutil.which("perf"):
             raise ProxytuneError("perf is not installed", "Debian: apt-get install linux-perf")
         self.data = kids.dir / "perf.data"              # the run's private dir, never cwd: it holds user stacks
@@ -33,7 +33,7 @@ class Record:
                                 *cg, "-o", str(self.data)])
 
     def stop(self, pids: list[int]) -> dict:
-        _, err = children.stop(self.proc, grace=60)
+        _, err = procgroup.stop(self.proc, grace=60)
         try:
             if not self.data.exists():
                 return {"available": False, "reason": f"perf record wrote nothing: {err.strip()[-200:]}"}
@@ -78,7 +78,7 @@ def summarise(script_out: str, pids: list[int]) -> dict:
     split, and per function of the proxy's own code the samples where it is the deepest own frame,
     which charges it with the kernel and library work it calls directly (poll() to comm_select)."""
     want = set(pids)
-    exes = {e for e in (proc.exe_of(p) for p in pids) if e}
+    exes = {e for e in (procfs.exe_of(p) for p in pids) if e}
     leaf, own, split = Counter(), Counter(), Counter()
     n = 0
     for pid, frames in samples(script_out):
@@ -127,7 +127,7 @@ def cachegrind(argv: list[str], d1: str = "32768,8,64") -> dict:
     """Run CMD under cachegrind (simulated D1), and rank functions by D1 read+write misses."""
     if not shutil.which("valgrind"):
         raise ProxytuneError("valgrind is not installed", "Debian: apt-get install valgrind")
-    with tempdir.RunDir("cachegrind") as d:
+    with rundir.RunDir("cachegrind") as d:
         out = d.path / "cg.out"
         p = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=yes", f"--D1={d1}",
                             "--LL=8388608,16,64", f"--cachegrind-out-file={out}"] + argv,

@@ -23,17 +23,15 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
+from proxytune.core import procfs
+
 MAX_CONFIG_BYTES = 1 << 20
 STATS_TIMEOUT = 3.0
 
 
 def argv_of(pid: int) -> list[str]:
     """The command line; nginx's master rewrites it to one string 'nginx: master process ARGV...'."""
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+    argv = procfs.argv_of(pid) or []
     if len(argv) == 1 and argv[0].startswith("nginx: master process "):
         argv = argv[0].removeprefix("nginx: master process ").split()
     return argv
@@ -278,7 +276,7 @@ class TrafficServer(Proxy):
         (older ones belong to an earlier run), with the connection count the last one gives. ATS logs it
         at most once every few minutes, so a short window may see none new while it still throttles."""
         _, text = read_config(self.pid, str(Path(self.layout("logdir", "/var/log/trafficserver")) / "diags.log"))
-        since = started_at(self.pid)
+        since = procfs.started_at(self.pid)
         lines = [ln for ln in (text or "").splitlines() if "too many connections, throttling" in ln
                  and (since is None or (logged_at(ln) or since) >= since - 1)]
         last = re.search(r"current_connections=(\d+)", lines[-1]) if lines else None
@@ -318,16 +316,6 @@ class TrafficServer(Proxy):
                 **{k.rsplit(".", 1)[1]: int(float(g[k])) for k in keep if k in g}}
 
 
-def started_at(pid: int) -> float | None:
-    """When pid started, in seconds since the epoch (boot time + its start tick)."""
-    try:
-        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-        boot = int(re.search(r"^btime (\d+)", Path("/proc/stat").read_text(), re.M).group(1))
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
-
-
 def logged_at(line: str) -> float | None:
     """The time of a diags.log line ('[Nov 23 11:44:06.895] ...'), which has no year: this year's,
     or last year's when that would lie in the future."""
@@ -362,9 +350,8 @@ def audit_as(target: Proxy | None, profile_ref: str, comm: str) -> tuple[str, st
 
 def identify(pid: int) -> Proxy | None:
     """The proxy running as pid, by the basename of its executable (comm is renamed by some)."""
-    try:
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except OSError:
+    exe = procfs.exe_of(pid)
+    if exe is None:
         return None
     name = Path(exe.removesuffix(" (deleted)")).name
     for cls in KINDS:

@@ -5,7 +5,7 @@ import json
 from rich.markup import escape
 from rich.table import Table
 
-from proxytune.tune.render import console
+from proxytune.core.console import console
 
 from .target import shown
 

@@ -11,10 +11,10 @@ seen as the original process having exited.
 import math
 import os
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
-from proxytune.tune.errors import ProxytuneError
+from proxytune.core.capability import Capability, no, yes
+from proxytune.core.errors import ProxytuneError
+from proxytune.core.procfs import ProcStat, alive, read_stat
 
 MAX_SECONDS = 300.0         # a window longer than this fills the disk with perf samples and is never what one wants
 PF_EXITING = 0x00000004     # include/linux/sched.h
@@ -22,49 +22,26 @@ PF_KTHREAD = 0x00200000
 KTHREADD = 2                # every kernel thread is kthreadd or its child
 
 
-@dataclass(frozen=True)
-class ProcStat:
-    pid: int
-    comm: str
-    state: str
-    ppid: int
-    flags: int
-    start: int              # clock ticks after boot
-
-
-def read_stat(pid: int) -> ProcStat | None:
-    """/proc/PID/stat parsed past the comm (which may hold spaces and parentheses); None when gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (OSError, ValueError):
-        return None
-    head, _, rest = text.rpartition(")")
-    f = rest.split()
-    if len(f) < 20:
-        return None
-    return ProcStat(pid, head.partition("(")[2], f[0], int(f[1]), int(f[6]), int(f[19]))
-
-
 def shown(name: str) -> str:
     """A process name as one printable line: anyone can set their comm to control characters."""
     return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in name)
 
 
-def unwatchable(st: ProcStat) -> str | None:
-    """Why this process cannot be watched, or None."""
-    if st.state in ("Z", "X", "x"):
-        return "it is a zombie (exited, not yet reaped): nothing left to watch"
+def watch_capability(st: ProcStat) -> Capability:
+    """Whether this process can be watched, and why not."""
+    if st.gone:
+        return no("it is a zombie (exited, not yet reaped): nothing left to watch")
     if st.flags & PF_KTHREAD or st.pid == KTHREADD or st.ppid == KTHREADD:
-        return "it is a kernel thread: doctor and probes watch user processes"
+        return no("it is a kernel thread: doctor and probes watch user processes")
     if st.flags & PF_EXITING:
-        return "it is exiting"
+        return no("it is exiting")
     try:
         os.readlink(f"/proc/{st.pid}/exe")
     except FileNotFoundError:
-        return "it has no executable any more (exiting)"
+        return no("it has no executable any more (exiting)")
     except OSError:
         pass                # EACCES: another user's process; not ours to judge here
-    return None
+    return yes("it can be watched")
 
 
 def why_not(pid: int) -> str:
@@ -72,7 +49,7 @@ def why_not(pid: int) -> str:
     st = read_stat(pid)
     if st is None:
         return f"pid {pid} has exited"
-    return f"pid {pid} ({shown(st.comm)}): {unwatchable(st) or 'it can be watched'}"
+    return f"pid {pid} ({shown(st.comm)}): {watch_capability(st).why}"
 
 
 def check(pid: int) -> ProcStat:
@@ -82,27 +59,21 @@ def check(pid: int) -> ProcStat:
     st = read_stat(pid)
     if st is None:
         raise ProxytuneError(f"no process with pid {pid}", "list them with: ps -e -o pid,comm")
-    why = unwatchable(st)
-    if why:
-        raise ProxytuneError(f"refusing to watch pid {pid} ({shown(st.comm)}): {why}",
+    can = watch_capability(st)
+    if not can.ok:
+        raise ProxytuneError(f"refusing to watch pid {pid} ({shown(st.comm)}): {can.why}",
                              "pick a running user process: ps -e -o pid,stat,comm")
     return st
 
 
 def watchable(pids: list[int]) -> list[int]:
     """The pids that are live user processes (kernel threads, zombies and the exiting left out)."""
-    return [p for p in pids if (st := read_stat(p)) is not None and unwatchable(st) is None]
+    return [p for p in pids if (st := read_stat(p)) is not None and watch_capability(st).ok]
 
 
-def identity(pids: list[int]) -> dict[int, int]:
+def start_times(pids: list[int]) -> dict[int, int]:
     """pid -> start time, taken when the window opens."""
     return {p: st.start for p in pids if (st := read_stat(p)) is not None}
-
-
-def alive(pid: int, start: int) -> bool:
-    """Still the process we started watching: same pid, same start time, not a zombie."""
-    st = read_stat(pid)
-    return st is not None and st.start == start and st.state not in ("Z", "X", "x")
 
 
 def duration(value) -> float:
@@ -126,7 +97,7 @@ class Watch:
 
     def __init__(self, pids: list[int]):
         self.pids = list(pids)
-        self.ids = identity(self.pids)
+        self.ids = start_times(self.pids)
         self.exited: dict[int, float] = {p: 0.0 for p in self.pids if p not in self.ids}
 
     def poll(self, elapsed: float) -> None:

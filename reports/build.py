@@ -8,21 +8,13 @@ instead of stopping the report.
 import json
 from pathlib import Path
 
-from proxytune.tune import observe, plan as plan_mod
-from proxytune.tune.errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
+from proxytune.tune import audit as audit_mod
 from proxytune.tune.host import Host
 
 from . import html, markdown, seeds, summary
 from .schema import envelope
 from .tables import sections
-
-
-def audit_section(host: Host, profile_ref: str) -> dict:
-    plan = plan_mod.build(profile_ref, host, {})
-    values = plan.params["values"]
-    somaxconn = next((c.current for c in plan.changes if c.setting.address == "sysctl:net.core.somaxconn"), None)
-    obs = observe.observe(values["service"], values["cache_dirs"], somaxconn if isinstance(somaxconn, int) else None)
-    return {**plan.to_json(), "observations": obs}
 
 
 def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = False, with_proxy: bool = False,
@@ -31,7 +23,7 @@ def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = Fa
     measured (from --from files), which are used instead of running those benches."""
     import os
     from proxytune.microbench import events, fdscan, proxybench, storage
-    parts = {"audit": lambda: audit_section(host, profile_ref)}
+    parts = {"audit": lambda: audit_mod.build(host, profile_ref).to_json()}
     if benches:
         parts["events"] = lambda: events.run(quick=True, quiet=quiet)
         parts["fdscan"] = lambda: fdscan.run(quick=True, quiet=quiet)
@@ -43,9 +35,14 @@ def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = Fa
     done, skipped = {}, {}
     for name, run in parts.items():
         try:
-            done[name] = run()
+            data = run()
         except ProxytuneError as e:
             skipped[name] = e.message
+            continue
+        if data.get("available") is False:
+            skipped[name] = data["reason"]
+        else:
+            done[name] = data
     return done, skipped
 
 
@@ -92,7 +89,7 @@ def write_doc(doc: dict, out_dir: Path) -> list[Path]:
     paths[1].write_text(markdown.render(doc))
     paths[2].write_text(html.render(doc))
     for s in sections(doc):
-        for f in s.figures:
+        for f in s.drawn_figures():
             (out_dir / f.name).write_bytes(f.png)
             paths.append(out_dir / f.name)
     return paths

@@ -5,7 +5,7 @@ appears when at least one file has it, with '-' where a file has not."""
 
 from pathlib import Path
 
-from .tables import Table
+from proxytune.core.sections import Table
 
 
 def sections_of(doc: dict) -> dict:

@@ -4,7 +4,7 @@ and its status; then the hosts that could not be audited and why."""
 
 from pathlib import Path
 
-from .tables import Table
+from proxytune.core.sections import Table
 
 MARK = {"met": "met", "drift": "DRIFT", "n/a": "n/a", "error": "ERROR"}
 
@@ -75,16 +75,10 @@ def write(doc: dict, out_dir: Path) -> list[Path]:
 def print_terminal(data: dict) -> None:
     """The matrix and the problem hosts as rich tables, then one summary line."""
     from rich.markup import escape
-    from rich.table import Table as RichTable
-    from proxytune.tune.render import console
+    from proxytune.core.console import console, rich_table
     out = console()
     for t in tables(data):
-        rt = RichTable(title=t.title, title_justify="left")
-        for h in t.headers:
-            rt.add_column(escape(str(h)), overflow="fold")
-        for row in t.rows:
-            rt.add_row(*[_styled(str(c)) for c in row])
-        out.print(rt)
+        out.print(rich_table(t, _styled))
     out.print(escape(summary_line(data)))
 
 

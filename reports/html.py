@@ -4,7 +4,9 @@ as data: URIs, no scripts, nothing fetched from a network."""
 import base64
 import html as h
 
-from .tables import Section, Table, host_table, sections
+from proxytune.core.sections import Section, Table
+
+from .tables import host_table, sections
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
@@ -46,7 +48,7 @@ def section(s: Section) -> str:
     if s.intro:
         out.append(f"<p>{_e(s.intro)}</p>")
     out += [table(t) for t in s.tables]
-    for f in s.figures:
+    for f in s.drawn_figures():
         data = base64.b64encode(f.png).decode()
         out.append(f'<figure><img alt="{_e(f.caption)}" src="data:image/png;base64,{data}">'
                    f"<figcaption>{_e(f.caption)}</figcaption></figure>")

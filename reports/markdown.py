@@ -1,6 +1,8 @@
 """Result JSON -> Markdown (for pull requests, tickets, docs); figures are PNG files beside it."""
 
-from .tables import Section, Table, host_table, sections
+from proxytune.core.sections import Section, Table
+
+from .tables import host_table, sections
 
 
 def _cell(v) -> str:
@@ -20,7 +22,7 @@ def section(s: Section) -> str:
     if s.intro:
         out.append(s.intro + "\n")
     out += [table(t) for t in s.tables]
-    out += [f"![{f.caption}]({f.name})\n" for f in s.figures]
+    out += [f"![{f.caption}]({f.name})\n" for f in s.drawn_figures()]
     out += [f"- {n}" for n in s.notes]
     return "\n".join(out) + "\n"
 

@@ -1,35 +1,11 @@
 """The report's content, once, as sections of tables, figures and notes;
 markdown.py and html.py only format them."""
 
-from dataclasses import dataclass, field
-
+from proxytune.core.sections import Figure, Section, Table
 from proxytune.microbench import fio
+from proxytune.tune import audit
 
 from . import plots
-
-
-@dataclass
-class Table:
-    title: str
-    headers: list[str]
-    rows: list[list]
-    status_col: int | None = None
-
-
-@dataclass
-class Figure:
-    name: str           # file name in the report directory
-    caption: str
-    png: bytes
-
-
-@dataclass
-class Section:
-    title: str
-    intro: str = ""
-    tables: list[Table] = field(default_factory=list)
-    figures: list[Figure] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
 
 
 def host_table(host: dict) -> Table:
@@ -38,33 +14,6 @@ def host_table(host: dict) -> Table:
     rows += [[f"fs {f['path']}", f"{f.get('fstype')} on {f.get('mountpoint', '?')} ({f.get('options', '')})"]
              for f in host.get("filesystems", [])]
     return Table("Host", ["host", "value"], rows)
-
-
-def audit_section(a: dict) -> Section:
-    s = a["summary"]
-    sec = Section(f"Host audit: profile {a['profile']}",
-                  f"{s['met']} met, {s['drift']} drift, {s['n/a']} not applicable, {s['error']} error.")
-    sec.tables.append(Table("Settings", ["setting", "current", "wanted", "status", "reason / note"],
-                            [[r["setting"], r["current_text"], r["wanted_text"], r["status"], r["note"] or r["reason"]]
-                             for r in a["settings"]], status_col=3))
-    obs = a["observations"]
-    if obs["processes"]:
-        sec.tables.append(Table(f"Running {obs['service']} processes",
-                                ["pid", "nofile soft", "nofile hard", "fds open", "status", "note"],
-                                [[p["pid"], p["nofile_soft"], p["nofile_hard"], p["fds_open"], p["status"], p["note"]]
-                                 for p in obs["processes"]], status_col=4))
-    else:
-        sec.notes.append(f"no running {obs['service']} process to inspect")
-    if obs["listeners"]:
-        sec.tables.append(Table("Listen sockets", ["address", "queued", "backlog", "status", "note"],
-                                [[l["local"], l["queued"], l["backlog"], l["status"], l["note"]]
-                                 for l in obs["listeners"]], status_col=3))
-    if obs["cache_dirs"]:
-        sec.tables.append(Table("Cache directories", ["path", "mount", "atime", "status", "note"],
-                                [[d["path"], d.get("mountpoint"), d.get("atime"), d["status"], d["note"]]
-                                 for d in obs["cache_dirs"]], status_col=3))
-    sec.notes += a.get("notes", [])
-    return sec
 
 
 def events_section(r: dict) -> Section:
@@ -87,15 +36,20 @@ def events_section(r: dict) -> Section:
                                 ["mechanism", "ns per request", "ns with one wait between"],
                                 [[c["backend"], f"{c['ns_per_request']['median']:,.0f}",
                                   f"{c['ns_per_request_with_wait']['median']:,.0f}"] for c in r["churn"]]))
-    for name, png, caption in (("events-cost.png", plots.events_cost(r["idle"]), "Cost per wait call, log-log"),
-                               ("events-batching.png", plots.events_batching(r["load"]), "Events per call as load rises")):
-        if png:
-            sec.figures.append(Figure(name, caption, png))
+    sec.figures += [Figure("events-cost.png", "Cost per wait call, log-log", lambda: plots.events_cost(r["idle"])),
+                    Figure("events-batching.png", "Events per call as load rises", lambda: plots.events_batching(r["load"]))]
     if r.get("crossover_poll_epoll"):
         sec.notes.append(f"poll against epoll: poll {r['crossover_poll_epoll']['note']}")
+    for be, f in sorted(r.get("fits", {}).items()):
+        if f["b_ns_per_fd"] is not None:
+            per_ready = f" + {f['c_ns_per_ready']:.1f}*K" if f["c_ns_per_ready"] is not None else ""
+            sec.notes.append(f"fit {be}: t = {f['a_ns']:.0f} + {f['b_ns_per_fd']:.2f}*N{per_ready} ns")
+    if r["load"]:
+        sec.notes.append("events per call as load rises (20 us of work per event): " + "; ".join(
+            f"{l['backend']} {l['offered_per_s']}/s: {l['events_per_call']:.2f}" for l in r["load"]))
     pb = r.get("perf_bench_epoll", {})
-    if pb.get("available"):
-        sec.notes.append(f"outside reference: `{pb['command']}`: {pb['ops_per_s']:,} ops/s")
+    sec.notes.append(f"outside reference: `{pb['command']}`: {pb['ops_per_s']:,} ops/s" if pb.get("available")
+                     else f"perf bench epoll wait: unavailable: {pb.get('reason', 'not run')}")
     if r.get("noisy_points"):
         sec.notes.append(f"{r['noisy_points']} point(s) ran while the machine was busy")
     return sec
@@ -113,9 +67,8 @@ def fdscan_section(r: dict) -> Section:
         rows.append([f"{v}: {name}"] + [f"{by_n[n]['ns_per_call']['median']:,.0f}" for n in ns]
                     + [f"{misses[int(v)]:,.0f}" if int(v) in misses else "-"])
     sec.tables.append(Table("ns per call", ["variant"] + [f"N={n}" for n in ns] + ["D1 misses / call"], rows))
-    png = plots.fdscan(r["points"], r["misses"], r["variants"])
-    if png:
-        sec.figures.append(Figure("fdscan.png", "comm_select variants: cost and D1 misses", png))
+    sec.figures.append(Figure("fdscan.png", "comm_select variants: cost and D1 misses",
+                              lambda: plots.fdscan(r["points"], r["misses"], r["variants"])))
     if "miss_ratio_1_over_3" in r:
         sec.notes.append(f"variant 1 has {r['miss_ratio_1_over_3']:.1f}x the D1 misses of variant 3; "
                          f"fastest at the largest N: variant {r['fastest_at_largest_n']}")
@@ -149,12 +102,11 @@ def storage_section(r: dict) -> Section:
                                  for f in limits]))
     sec.notes += [f"{c['fs']}/{c['atime']}/{c['store']}/{c['engine']} {phase}: {c[phase + '_fio_error']}"
                   for c in r["combos"] for phase in ("fill", "steady") if c.get(f"{phase}_fio_error")]
-    for name, png, caption in (
-            ("storage-throughput.png", plots.storage_throughput(r["combos"]), "Objects per second by store and engine"),
-            ("storage-latency.png", plots.storage_latency(r["combos"]), "I/O latency percentiles, steady phase"),
-            ("storage-fs.png", plots.storage_fs_matrix(r["combos"]), "Filesystems, relatime vs noatime")):
-        if png:
-            sec.figures.append(Figure(name, caption, png))
+    sec.figures += [
+        Figure("storage-throughput.png", "Objects per second by store and engine",
+               lambda: plots.storage_throughput(r["combos"])),
+        Figure("storage-latency.png", "I/O latency percentiles, steady phase", lambda: plots.storage_latency(r["combos"])),
+        Figure("storage-fs.png", "Filesystems, relatime vs noatime", lambda: plots.storage_fs_matrix(r["combos"]))]
     for k, v in r["fill_ratio_largefile_over_ufs"].items():
         sec.notes.append(f"fill, largefile / ufs on {k}: x{v:.1f}")
     for k, v in r["noatime_effect"].items():
@@ -201,9 +153,7 @@ def proxy_section(r: dict) -> Section:
                   "per request served during steady.")
     labels, rows = proxy_rows(r)
     sec.tables.append(Table("Steady phase", PROXY_HEADERS, rows))
-    png = plots.proxy_bars(r["stores"], labels)
-    if png:
-        sec.figures.append(Figure("proxy.png", "Throughput and errors per run", png))
+    sec.figures.append(Figure("proxy.png", "Throughput and errors per run", lambda: plots.proxy_bars(r["stores"], labels)))
     for lab, s in zip(labels, r["stores"]):
         e = s["errors"]
         sec.notes.append(f"{lab or s.get('proxy', 'squid')} {s['store']}: wrk socket errors {e['wrk_socket']}, HTTP errors {e['http_status']}, "
@@ -246,8 +196,18 @@ def seeds_section(r: dict) -> Section:
     return sec
 
 
-SECTIONS = {"seeds": seeds_section, "audit": audit_section, "events": events_section, "fdscan": fdscan_section, "storage": storage_section,
+SECTIONS = {"seeds": seeds_section, "audit": audit.section, "events": events_section, "fdscan": fdscan_section, "storage": storage_section,
             "proxy": proxy_section}
+
+
+def section_for(name: str, data: dict) -> Section:
+    """The section of one result part; a bench whose harness could not run says so and why."""
+    if data.get("available") is False:
+        return Section(f"bench {name}: unavailable", data["reason"])
+    sec = SECTIONS[name](data)
+    sec.notes += [f"not measured: {' '.join(str(v) for k, v in p.items() if k not in ('available', 'reason'))}: "
+                  f"{p['reason']}" for p in data.get("unavailable_points", [])]
+    return sec
 
 
 def sections(doc: dict) -> list[Section]:
@@ -255,4 +215,4 @@ def sections(doc: dict) -> list[Section]:
     secs = doc["data"]["sections"]
     order = ["seeds"] + [n for n in secs if n != "seeds"]
     out = [summary_section(doc["data"]["summary"])] if "summary" in doc["data"] else []
-    return out + [SECTIONS[name](secs[name]) for name in order if name in secs and name in SECTIONS]
+    return out + [section_for(name, secs[name]) for name in order if name in secs and name in SECTIONS]

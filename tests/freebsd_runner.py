@@ -2,7 +2,7 @@
 so the FreeBSD backends run on Linux exactly as they would there: they
 only ever talk to a host through the command runner."""
 
-from proxytune.tune.errors import BackendError
+from proxytune.core.errors import BackendError
 from proxytune.tune.runner import CommandRunner
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import IS_ROOT, in_netns, needs_root, proxytune
 from snapshot import SandboxState
-from proxytune.tune.procs import identity
+from proxytune.core.procfs import identity
 
 FILES_PROFILE = ('[profile]\nos = "linux"\n'
                  '[limits."proxy:nofile"]\nat_least = 70000\nreason = "t"\nsource = "t"\n'

@@ -303,20 +303,20 @@ def test_a_sigkilled_run_is_cleaned_up_by_the_next(images, private_tmp):
 @needs_root
 def test_a_live_runs_sandbox_is_not_touched(private_tmp):
     """Another run's dir whose owner lives (this test) is not ours to remove; one without an owner file neither."""
-    from proxytune.probes import tempdir
+    from proxytune.core import rundir
     os.environ["TMPDIR"] = str(private_tmp)
     tempfile.tempdir = None
     try:
-        with tempdir.RunDir("storage") as live:
+        with rundir.RunDir("storage") as live:
             stranger = private_tmp / "proxytune-storage-notours"
             stranger.mkdir()
-            assert tempdir.reap_dead("storage") == []
+            assert rundir.reap_dead("storage") == []
             assert live.path.exists() and stranger.exists()
             (stranger / "owner").write_text("1 0 not-this-boot\n")
             os.chmod(stranger, 0o777)                  # writable by others: never trusted
-            assert tempdir.reap_dead("storage") == [] and stranger.exists()
+            assert rundir.reap_dead("storage") == [] and stranger.exists()
             os.chmod(stranger, 0o700)
-            assert len(tempdir.reap_dead("storage")) == 1 and not stranger.exists()
+            assert len(rundir.reap_dead("storage")) == 1 and not stranger.exists()
         assert not live.path.exists()
     finally:
         del os.environ["TMPDIR"]
@@ -437,11 +437,12 @@ def test_a_failing_tracer_is_one_line_and_leaves_no_files(tool, args, words, pri
 
 def test_a_recycled_pid_is_not_the_same_process():
     """Identity is pid + start time: the same pid with another start time counts as exited."""
+    from proxytune.core import procfs
     from proxytune.probes import target
     child = sleeper()
     try:
-        start = target.read_stat(child.pid).start
-        assert target.alive(child.pid, start) and not target.alive(child.pid, start + 1)
+        start = procfs.read_stat(child.pid).start
+        assert procfs.alive(child.pid, start) and not procfs.alive(child.pid, start + 1)
         w = target.Watch([child.pid])
         w.ids[child.pid] += 1                         # as if the pid now belonged to a later process
         w.poll(1.5)
@@ -449,7 +450,7 @@ def test_a_recycled_pid_is_not_the_same_process():
     finally:
         child.kill()
         child.wait()
-    assert not target.alive(child.pid, start)
+    assert not procfs.alive(child.pid, start)
 
 
 def sleeper(seconds: int = 60) -> subprocess.Popen:
@@ -541,7 +542,7 @@ def test_probe_caps_runs_as_nobody_and_says_what_needs_root(tmp_path_factory):
         pytest.skip("needs Debian's python3-click and python3-rich")
     copy = Path(tempfile.mkdtemp(prefix="ptadv-copy-"))
     try:
-        for part in ("cli.py", "tune", "probes", "reports", "microbench", "profiles"):
+        for part in ("cli.py", "core", "tune", "probes", "reports", "microbench", "profiles"):
             src = REPO / part
             (shutil.copytree(src, copy / part) if src.is_dir() else shutil.copy(src, copy / part))
         subprocess.run(["chmod", "-R", "a+rX", str(copy)], check=True)

@@ -79,7 +79,7 @@ def test_export_freebsd_matches_expected():
 
 
 def test_linux_formats_refuse_a_freebsd_profile():
-    from proxytune.tune.errors import ProxytuneError
+    from proxytune.core.errors import ProxytuneError
     with pytest.raises(ProxytuneError, match="is for Linux profiles") as e:
         export.export("sysctl.d", [], "freebsd/proxy", "freebsd")
     assert e.value.hint == "use --format freebsd"

@@ -14,6 +14,7 @@ import subprocess
 
 import pytest
 
+from proxytune.core.capability import perf_counts
 from proxytune.microbench import build, events, fdscan, stats
 from proxytune.microbench.runner import run_json
 from proxytune.reports.schema import envelope, validate
@@ -135,7 +136,7 @@ def test_events_quick_result_validates(tmp_path):
     assert any(not b["available"] for b in r["backends"])
 
 
-@pytest.mark.skipif(shutil.which("valgrind") is None and fdscan.hardware_counters() is not None,
+@pytest.mark.skipif(shutil.which("valgrind") is None and not perf_counts("L1-dcache-load-misses").ok,
                     reason="no way to count D1 misses: neither hardware counters nor valgrind")
 def test_fdscan_mogul_variants():
     r = fdscan.run(quick=True, quiet=True)

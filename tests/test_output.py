@@ -63,7 +63,7 @@ def test_format_forces_tsv_or_table(sandbox):
 
 def test_a_cell_with_a_tab_or_newline_stays_one_cell():
     from rich.table import Table
-    from proxytune.tune.render import tsv_lines
+    from proxytune.core.console import tsv_lines
     t = Table(title="t")
     t.add_column("a")
     t.add_column("b")

@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO
 
 DEBIAN_PYTHON = Path("/usr/bin/python3")
-TOP_LEVEL = {"tune", "probes", "microbench", "reports", "cli", "cli.py", "profiles"}
+TOP_LEVEL = {"core", "tune", "probes", "microbench", "reports", "cli", "cli.py", "profiles"}
 
 
 def run(argv, cwd, env=None, timeout=300):
@@ -62,7 +62,8 @@ def test_the_wheel_holds_one_namespace_and_its_data(dist):
     assert top_level(names) == {"proxytune", wheel.name.split("-py3")[0] + ".dist-info"}
     for data in ("proxytune/profiles/linux/proxy.toml", "proxytune/probes/pollscan.bt",
                  "proxytune/microbench/evbench/main.c", "proxytune/microbench/objbench/objbench.h",
-                 "proxytune/microbench/lua/polymix.lua", "proxytune/cli.py", "proxytune/tune/backends/sysctl.py"):
+                 "proxytune/microbench/lua/polymix.lua", "proxytune/cli.py", "proxytune/tune/backends/sysctl.py",
+                 "proxytune/core/procfs.py"):
         assert data in names, data
     entry = zipfile.ZipFile(wheel).read(f"{wheel.name.split('-py3')[0]}.dist-info/entry_points.txt").decode()
     assert "proxytune = proxytune.cli:run" in entry
@@ -205,7 +206,7 @@ def test_shipped_data_is_found_in_the_debian_share_dir(tmp_path, monkeypatch):
 
 def test_the_build_cache_is_private(tmp_path, monkeypatch):
     from proxytune.tune import datafiles
-    from proxytune.tune.errors import ProxytuneError
+    from proxytune.core.errors import ProxytuneError
     monkeypatch.setenv("PROXYTUNE_CACHE_DIR", str(tmp_path / "cache"))
     made = datafiles.cache_dir()
     assert made.stat().st_mode & 0o777 == 0o700

@@ -78,7 +78,7 @@ PERF_SCRIPT = """\
 
 
 def test_perf_samples_are_split_and_charged_to_the_deepest_own_function(monkeypatch):
-    monkeypatch.setattr(perf.proc, "exe_of", lambda pid: "/usr/sbin/proxyd")
+    monkeypatch.setattr(perf.procfs, "exe_of", lambda pid: "/usr/sbin/proxyd")
     r = perf.summarise(PERF_SCRIPT, [100])
     assert r["samples"] == 3
     assert r["split"] == pytest.approx({"kernel": 1 / 3, "proxy": 1 / 3, "shared library": 1 / 3})

@@ -17,7 +17,7 @@ from conftest import REPO, needs_root
 from proxytune.microbench import devices, fio, rawdev, storage
 from proxytune.microbench.build import build
 from proxytune.reports.schema import envelope, validate
-from proxytune.tune.errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ kill (default, SIGKILL), stop (SIGSTOP, to hold the lock while a test acts),
 int / term (Ctrl-C / SIGTERM), or bug (an unexpected exception).
 """
 
+import json
 import os
 import signal
 import threading
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import backends, files, journal, lock
-from .errors import Interrupted, NotApplicable, ProxytuneError
+from proxytune.core.errors import Interrupted, NotApplicable, ProxytuneError
 from .files import FileState
 from .host import Host
 from .model import Plan
@@ -90,10 +91,15 @@ def _is_runtime(plan: Plan, change) -> bool:
     return backends.REGISTRY[(plan.os, change.setting.backend)].runtime
 
 
-def apply_plan(plan: Plan, host: Host, persist: bool = False, files_only: bool = False) -> Outcome:
+def apply_plan(plan: Plan, host: Host, persist: bool = False, files_only: bool = False,
+               confirmed: list[dict] | None = None) -> Outcome:
+    """Run the plan's steps. `confirmed`: the steps the user was shown and agreed to; the steps are
+    planned again under the lock and must be the same ones, from the same old state, or nothing runs."""
     with lock.hold(host.state_dir, "tune apply"):
         _refuse_open_apply(host)
         steps, notes = steps_for(plan, host, persist, files_only)
+        if confirmed is not None:
+            refuse_unconfirmed(steps, confirmed)
         if not steps:
             return Outcome(entry=None, notes=notes + ["nothing to change: every selected setting is met"])
         entry = journal.new_entry(host.state_dir, plan.profile, plan.os, host.root, steps)
@@ -101,6 +107,45 @@ def apply_plan(plan: Plan, host: Host, persist: bool = False, files_only: bool =
             journal.save(host.state_dir, entry)        # fails before any change: nothing to undo
             notes += _run(entry, plan.os, host)
         return Outcome(entry=entry, steps=steps, notes=notes)
+
+
+def _step_key(step: dict) -> tuple:
+    return step["kind"], label(step)
+
+
+def _shown(value) -> str:
+    """An old state in a few words: absent, a file by its digest, or the value."""
+    if value is None:
+        return "absent"
+    if isinstance(value, dict) and "sha256" in value:
+        return f"a file with sha256 {value['sha256'][:12]}..."
+    text = " ".join(value.split()) if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def refuse_unconfirmed(steps: list[dict], confirmed: list[dict]) -> None:
+    """One line, nothing changed, when the steps planned now are not exactly the ones confirmed:
+    a step nobody saw, a confirmed step no longer needed, or an old value that changed meanwhile."""
+    now = {_step_key(s): s for s in steps}
+    seen = {_step_key(s): s for s in confirmed}
+    for key, step in now.items():
+        if key not in seen:
+            why = "it now needs a step that was not shown"
+        elif json.dumps(step["old"], sort_keys=True, default=str) != json.dumps(seen[key]["old"], sort_keys=True,
+                                                                                    default=str):
+            why = f"it is now {_shown(step['old'])}, shown as {_shown(seen[key]['old'])}"
+        elif step["new"] != seen[key]["new"]:
+            why = "the value to write is not the one shown"
+        else:
+            continue
+        _refuse_changed(key[1], why)
+    for key in seen.keys() - now.keys():
+        _refuse_changed(key[1], "the step shown is no longer needed (changed by someone else?)")
+
+
+def _refuse_changed(what: str, why: str):
+    raise ProxytuneError(f"{what} changed since the plan was shown: {why}; nothing was changed",
+                         "look at it, then run `proxytune tune apply` again to see the new plan")
 
 
 def _refuse_open_apply(host: Host) -> None:

@@ -10,7 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 

@@ -20,7 +20,7 @@ from .backends.freebsd_login import set_cap
 from .backends.limits import render_limits
 from .backends.sysctl import render_conf
 from .backends.systemd import render_dropin
-from .errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 from .model import Setting
 from .values import render
 

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 
 NEW_FILE_MODE = 0o644
 NEW_DIR_MODE = 0o755

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import fleet_inventory as inv, fleet_play as fp
-from .errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 
 CALLBACKS = Path(__file__).resolve().parent / "fleet_callback"
 OK, UNREACHABLE, FAILED, SKIPPED = "ok", "unreachable", "failed", "skipped"

@@ -7,7 +7,7 @@ import re
 import shutil
 import subprocess
 
-from .errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,252}")
 LIMIT = re.compile(r"[A-Za-z0-9_.:,!&*?~\[\]-]{1,1000}")

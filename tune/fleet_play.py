@@ -14,7 +14,7 @@ import tarfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SHIPPED = ("cli.py", "tune", "reports", "profiles", "probes", "microbench")
+SHIPPED = ("cli.py", "core", "tune", "reports", "profiles", "probes", "microbench")
 SKIP_PARTS = ("__pycache__", ".build", "build")
 PROFILE_IN_BUNDLE = "fleet-profile.toml"
 RUN_TASK, ROLLBACK_TASK = "proxytune run", "proxytune rollback"

@@ -9,7 +9,7 @@ next batch starts, so `fleet rollback` can undo what a run reached.
 """
 
 from . import fleet_inventory as inv, fleet_play as fp, fleet_state
-from .errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 from .fleet import FAILED, OK, SKIPPED, Fleet, host_result, play, result, verify_locally
 
 

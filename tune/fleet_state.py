@@ -8,7 +8,7 @@ import re
 import time
 from pathlib import Path
 
-from .errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 from .files import atomic_write
 
 RUN_ID = re.compile(r"\d{8}T\d{6}-\d+")

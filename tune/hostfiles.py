@@ -10,7 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import BackendError
+from proxytune.core.errors import BackendError
 
 MAX_BYTES = 16 << 20        # far beyond any real config file
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import jsonschema
 
 from . import files
-from .errors import ProxytuneError
-from .procs import identity, same_process
+from proxytune.core.errors import ProxytuneError
+from proxytune.core.procfs import identity, same_process
 
 APPLYING, APPLIED, UNDONE, ROLLED_BACK, ROLLBACK_FAILED = (
     "applying", "applied", "failed-undone", "rolled-back", "rollback-incomplete")

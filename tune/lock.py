@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import journal
-from .errors import ProxytuneError
-from .procs import identity
+from proxytune.core.errors import ProxytuneError
+from proxytune.core.procfs import identity
 
 LOCK_NAME = "lock"
 

@@ -13,7 +13,7 @@ newline in it cannot start a second line).
 
 import re
 
-from .errors import CONTROL
+from proxytune.core.errors import CONTROL
 MAX_TEXT = 1000          # reason, source, description
 MAX_VALUE = 4096         # a sysctl string: the kernel takes at most a page
 MAX_PATH = 4096          # PATH_MAX

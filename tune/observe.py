@@ -7,24 +7,13 @@ got (a service started before a limit was raised keeps its old limit).
 
 import re
 import subprocess
-from pathlib import Path
 
 from .backends.mount import atime_mode, mount_of
-from .errors import NotApplicable
-from .procs import fd_count, pids_of
+from proxytune.core.errors import NotApplicable
+from proxytune.core.procfs import fd_count, nofile_limits, pids_of
 
 FD_USE_WARN = 0.8          # fds open / soft limit above this: fd-exhaustion is near
 LOW_NOFILE = 4096          # a busy proxy needs more than Debian's soft default of 1024
-
-
-def proc_limits(pid: int) -> tuple[int | str, int | str] | None:
-    try:
-        text = Path(f"/proc/{pid}/limits").read_text()
-    except OSError:
-        return None
-    m = re.search(r"^Max open files\s+([0-9]+|unlimited)\s+([0-9]+|unlimited)", text, re.M)
-    conv = lambda v: v if v == "unlimited" else int(v)
-    return (conv(m.group(1)), conv(m.group(2))) if m else None
 
 
 def listeners() -> list[dict]:
@@ -66,7 +55,7 @@ def observe(service: str, cache_dirs: list[str], somaxconn: int | None) -> dict:
     pids = pids_of(service)
     procs, sockets, dirs = [], [], []
     for pid in pids:
-        lim = proc_limits(pid)
+        lim = nofile_limits(pid)
         fds = fd_count(pid)
         if lim is None:
             continue

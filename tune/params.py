@@ -10,9 +10,11 @@ import pwd
 import re
 
 from . import hostfiles, names
-from .errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 from .host import Host
-from .procs import KNOWN_PROXIES, pids_of
+from proxytune.core.procfs import pids_of, uid_of
+
+KNOWN_PROXIES = ("squid", "nginx", "haproxy", "varnishd", "traffic_server")
 
 DEFAULT_USERS = {"squid": "proxy", "nginx": "www-data", "haproxy": "haproxy",
                  "varnishd": "varnish", "traffic_server": "trafficserver"}
@@ -67,12 +69,11 @@ def detect_service(host: Host) -> tuple[str, str]:
 
 def detect_user(service: str) -> tuple[str, str]:
     for pid in pids_of(service):
+        uid = uid_of(pid)
         try:
-            with open(f"/proc/{pid}/status") as fh:
-                uid = int(next(l for l in fh if l.startswith("Uid:")).split()[1])
-            if uid != 0:
+            if uid:             # None: gone; 0: root, the master of a proxy that drops privileges
                 return pwd.getpwuid(uid).pw_name, "running process"
-        except (OSError, StopIteration, KeyError):
+        except KeyError:
             continue
     return DEFAULT_USERS.get(service, service), "default"
 

@@ -7,7 +7,7 @@ Pure reading: nothing here changes the host, so `tune check` and
 from fnmatch import fnmatchcase
 
 from . import backends, modes, params as params_mod, profile as profile_mod
-from .errors import BackendError, NotApplicable, ProxytuneError
+from proxytune.core.errors import BackendError, NotApplicable, ProxytuneError
 from .host import Host
 from .model import DRIFT, ERROR, MET, NOT_APPLICABLE, Change, Plan, Setting
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from . import backends, names, tomlpos
 from .datafiles import shipped
-from .errors import ProfileError
+from proxytune.core.errors import ProfileError
 from .model import Setting
 from .modes import MODES
 from .params import PARAMS

@@ -5,149 +5,30 @@ person sees it. Tables are boxed on a terminal and plain tab-separated rows
 otherwise (or as --format says), so awk and cut can read piped output.
 """
 
-import re
-import sys
-
-from rich.console import Console
-from rich.errors import MarkupError
 from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
+
+from proxytune.core.console import console, rich_table
 
 from .apply import Outcome, describe
-from .model import DRIFT, ERROR, MET, NOT_APPLICABLE, Plan
-from .values import render
-
-STYLE = {MET: "green", DRIFT: "yellow", NOT_APPLICABLE: "dim", ERROR: "red", "ok": "green", "warn": "yellow"}
-
-
-FORMATS = ("table", "tsv")
-_format: str | None = None          # None: tsv when stdout is not a terminal
-CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
-
-
-def set_format(fmt: str | None) -> None:
-    """--format: "table", "tsv", or None to decide by whether stdout is a terminal."""
-    global _format
-    _format = fmt
-
-
-def tsv_wanted() -> bool:
-    return _format == "tsv" or (_format is None and not sys.stdout.isatty())
-
-
-def tsv_lines(table: Table) -> list[str]:
-    """'# title', the header row, then one row per line; cells as plain text,
-    control characters (tabs, newlines) replaced so every row stays one line."""
-    def plain(cell) -> str:
-        if isinstance(cell, Text):
-            text = cell.plain
-        elif isinstance(cell, str):
-            try:
-                text = Text.from_markup(cell, emoji=False).plain
-            except MarkupError:         # not markup after all: show it as written
-                text = cell
-        else:
-            text = str(cell)
-        return CONTROL.sub(" ", text).strip()
-    lines = [f"# {plain(table.title)}"] if table.title else []
-    lines.append("\t".join(plain(c.header) for c in table.columns))
-    columns = [list(c.cells) for c in table.columns]
-    lines += ["\t".join(plain(col[i]) for col in columns) for i in range(table.row_count)]
-    return lines
-
-
-class TsvConsole(Console):
-    """A Console that prints rich Tables as tab-separated rows when tsv_wanted()."""
-
-    def print(self, *objects, **kwargs) -> None:
-        if not tsv_wanted() or not any(isinstance(o, Table) for o in objects):
-            return super().print(*objects, **kwargs)
-        for o in objects:
-            if isinstance(o, Table):
-                self.file.write("".join(line + "\n" for line in tsv_lines(o)))   # rich would expand tabs
-            else:
-                super().print(o, **kwargs)
-
-
-def console() -> Console:
-    """No emoji (':squid:' is a setting, not a squid), wide when piped."""
-    probe = Console()
-    return TsvConsole(highlight=False, emoji=False, width=None if probe.is_terminal else 160)
-
-
-def print_rows(title: str, headers: list[str], rows: list[list]) -> None:
-    """A plain table of values (escaped: text is shown as written)."""
-    t = Table(title=title, title_justify="left")
-    for h in headers:
-        t.add_column(h)
-    for r in rows:
-        t.add_row(*(escape(str(c)) for c in r))
-    console().print(t)
-
-
-def plan_table(plan: Plan, title: str, show_target: bool = False) -> Table:
-    t = Table(title=title, title_justify="left", show_lines=False, expand=False)
-    t.add_column("setting", overflow="fold")
-    t.add_column("current")
-    t.add_column("wanted")
-    if show_target:
-        t.add_column("will set")
-    t.add_column("status")
-    t.add_column("reason / note", overflow="fold", max_width=60)
-    for c in plan.changes:
-        row = [escape(c.setting.address), escape(c.current_text()), escape(c.setting.wanted_text)]
-        if show_target:
-            row.append(render(c.target) if c.needed else "")
-        status = f"[{STYLE[c.status]}]{c.status}[/]"
-        note = escape(c.notes or c.setting.reason)
-        if c.status == DRIFT and c.notes:
-            note = f"[red]{note}[/]"
-        row += [status, note]
-        t.add_row(*row)
-    return t
+from .audit import settings_table, summary_line
+from .model import Plan
 
 
 def print_plan(plan: Plan, title: str, show_target: bool = False) -> None:
+    """The plan's settings (the audit's table, with what apply will set), its parameters, notes and counts."""
+    doc = plan.to_json()
     out = console()
-    out.print(plan_table(plan, title, show_target))
-    vals, srcs = plan.params["values"], plan.params["sources"]
-    out.print("[dim]parameters: " + "; ".join(
-        f"{k}={','.join(v) if isinstance(v, list) else v or '-'} ({srcs[k]})" for k, v in vals.items()) + "[/]")
+    out.print(rich_table(settings_table(doc, title, show_target)))
+    print_parameters(plan)
     for n in plan.notes:
         out.print(f"[dim]note: {escape(n)}[/]")
-    s = {st: plan.count(st) for st in (MET, DRIFT, NOT_APPLICABLE, ERROR)}
-    out.print(f"{s[MET]} met, {s[DRIFT]} drift, {s[NOT_APPLICABLE]} not applicable, {s[ERROR]} error")
+    out.print(summary_line(doc))
 
 
-def _status_table(title: str, headers: list[str], rows: list[list], status_col: int) -> Table:
-    t = Table(title=title, title_justify="left")
-    for col in headers:
-        t.add_column(col)
-    for r in rows:
-        cells = [escape(str(c)) for c in r]
-        cells[status_col] = f"[{STYLE[r[status_col]]}]{r[status_col]}[/]"
-        t.add_row(*cells)
-    return t
-
-
-def print_observations(obs: dict) -> None:
-    out = console()
-    if not obs["running"]:
-        out.print(f"[dim]no running {obs['service']} process to inspect[/]")
-    if obs["processes"]:
-        out.print(_status_table(f"running {obs['service']} processes",
-                                ["pid", "nofile soft", "nofile hard", "fds open", "status", "note"],
-                                [[p["pid"], p["nofile_soft"], p["nofile_hard"], p["fds_open"], p["status"], p["note"]]
-                                 for p in obs["processes"]], 4))
-    if obs["listeners"]:
-        out.print(_status_table("listen sockets (ss -ltn)", ["address", "queued", "backlog", "status", "note"],
-                                [[s["local"], s["queued"], s["backlog"], s["status"], s["note"]]
-                                 for s in obs["listeners"]], 3))
-    if obs["cache_dirs"]:
-        out.print(_status_table("cache directories", ["path", "mount", "atime", "status", "note"],
-                                [[d["path"], d.get("mountpoint", "-"), d.get("atime", "-"), d["status"], d["note"]]
-                                 for d in obs["cache_dirs"]], 3))
+def print_parameters(plan: Plan) -> None:
+    vals, srcs = plan.params["values"], plan.params["sources"]
+    console().print("[dim]parameters: " + escape("; ".join(
+        f"{k}={','.join(v) if isinstance(v, list) else v or '-'} ({srcs[k]})" for k, v in vals.items())) + "[/]")
 
 
 def print_steps(steps: list[dict], verb: str, undo: bool = False) -> None:

@@ -6,7 +6,7 @@ command a backend issues goes through here and nowhere else.
 
 import subprocess
 
-from .errors import BackendError
+from proxytune.core.errors import BackendError
 
 
 class CommandRunner:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from . import backends, files
-from .errors import BackendError, NotApplicable, ProxytuneError
+from proxytune.core.errors import BackendError, NotApplicable, ProxytuneError
 from .host import Host
 
 

@@ -1,6 +1,6 @@
 """Backend registry: (os, kind) -> class. One module per kind of knob."""
 
-from ..errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 from .freebsd_conf import FreeBSDLoaderBackend, FreeBSDSysctlBackend
 from .freebsd_login import FreeBSDLoginBackend
 from .freebsd_mount import FreeBSDMountBackend

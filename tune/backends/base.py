@@ -9,7 +9,7 @@ undo per knob, assignment modifiers kept elsewhere, in tune/modes.py.)
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from ..errors import BackendError
+from proxytune.core.errors import BackendError
 from ..host import Host
 from ..model import Change, Setting
 from ..values import Value, parse, render

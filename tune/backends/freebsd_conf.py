@@ -8,7 +8,7 @@ replace the runner.
 
 import re
 
-from ..errors import BackendError, NotApplicable
+from proxytune.core.errors import BackendError, NotApplicable
 from ..hostfiles import HostFileError, read as read_text
 from ..names import freebsd_sysctl
 from ..values import parse, render

@@ -4,7 +4,7 @@ Mounts are listed with `mount -p` (fstab format) through the command runner.
 FreeBSD has no relatime: a mount either updates atime or has noatime.
 """
 
-from ..errors import NotApplicable
+from proxytune.core.errors import NotApplicable
 from .. import fstab
 from .base import Backend
 from .mount import check_setting, split_key

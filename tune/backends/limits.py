@@ -15,7 +15,7 @@ import re
 from ..model import DRIFT
 from ..hostfiles import HostFileError, lines, read as read_host_file
 from ..names import limits_domain, limit_value
-from ..procs import RLIMITS
+from proxytune.core.procfs import RLIMITS
 from .base import Backend, split_pair
 
 PERSIST_FILE = "/etc/security/limits.d/90-proxytune.conf"

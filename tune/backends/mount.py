@@ -10,7 +10,7 @@ the /etc/fstab entry, written atomically with a backup copy beside it.
 import os
 from pathlib import Path
 
-from ..errors import NotApplicable
+from proxytune.core.errors import NotApplicable
 from ..hostfiles import read as read_host_file
 from ..names import directory
 from .. import fstab

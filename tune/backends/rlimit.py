@@ -13,8 +13,8 @@ belongs to another process, so a recycled pid's limits are never touched.
 
 import resource
 
-from ..errors import BackendError, NotApplicable
-from ..procs import CAP_SYS_RESOURCE, RLIMITS, has_capability, identity, pids_of, same_process
+from proxytune.core.errors import BackendError, NotApplicable
+from proxytune.core.procfs import CAP_SYS_RESOURCE, RLIMITS, has_capability, identity, pids_of, same_process
 from .base import Backend, split_pair
 
 UNLIMITED = resource.RLIM_INFINITY

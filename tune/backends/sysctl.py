@@ -8,7 +8,7 @@ not applicable rather than failing the plan.
 from pathlib import Path
 
 from .. import modes, names, sysctld
-from ..errors import BackendError, NotApplicable
+from proxytune.core.errors import BackendError, NotApplicable
 from ..hostfiles import HostFileError, read as read_host_file
 from ..model import DRIFT, MET, Change
 from ..values import parse, render

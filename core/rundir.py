@@ -23,9 +23,9 @@ import threading
 import time
 from pathlib import Path
 
-from proxytune.tune.errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError
 
-from . import target
+from . import procfs
 
 PREFIX = "proxytune-"
 OWNER = "owner"
@@ -73,7 +73,7 @@ class RunDir:
                 self._old[sig] = signal.signal(sig, _interrupt)
         try:
             self.path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{self.kind}-"))
-            me = target.read_stat(os.getpid())
+            me = procfs.read_stat(os.getpid())
             tmp = self.path / f".{OWNER}"
             tmp.write_text(f"{os.getpid()} {me.start if me else 0} {boot_id()}\n")
             tmp.rename(self.path / OWNER)
@@ -95,6 +95,32 @@ class RunDir:
             shutil.rmtree(self.path, ignore_errors=True)
 
 
+class InRunDir:
+    """Base of what owns a RunDir and something to undo in it (tracer processes, loop mounts):
+    `with` enters the dir (self.dir); leaving runs close() with signals held, then removes the dir."""
+
+    def __init__(self, kind: str, before_remove=None):
+        self.run = RunDir(kind, before_remove)
+        self.dir: Path | None = None
+
+    @property
+    def reaped(self) -> list[str]:
+        return self.run.reaped
+
+    def __enter__(self):
+        self.run.__enter__()
+        self.dir = self.run.path
+        return self
+
+    def __exit__(self, *exc):
+        with signals_held():
+            self.close()
+        return self.run.__exit__(*exc)
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
 def read_owner(d: Path) -> tuple[int, int, str] | None:
     """(pid, start, boot id) of a run dir we made, or None if it is not provably ours."""
     try:
@@ -113,7 +139,7 @@ def read_owner(d: Path) -> tuple[int, int, str] | None:
 
 def is_dead(owner: tuple[int, int, str]) -> bool:
     pid, start, boot = owner
-    return boot != boot_id() or not target.alive(pid, start)
+    return boot != boot_id() or not procfs.alive(pid, start)
 
 
 def dead_runs(kind: str) -> list[tuple[Path, tuple[int, int, str]]]:
@@ -129,10 +155,11 @@ def orphans(d: Path, owner: tuple[int, int, str]) -> list[int]:
     """Processes a dead run left working in d: ours (same uid), started after it, naming d in argv or cwd."""
     mark = os.fsencode(f"{d}/")
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for pid in procfs.all_pids():
+        entry = Path(f"/proc/{pid}")
+        if pid == os.getpid():
             continue
-        st = target.read_stat(int(entry.name))
+        st = procfs.read_stat(pid)
         if st is None or st.start < owner[1] or owner[2] != boot_id():
             continue
         try:
@@ -159,8 +186,8 @@ def kill_orphans(d: Path, owner: tuple[int, int, str]) -> list[int]:
 
 
 def _running(pid: int) -> bool:
-    st = target.read_stat(pid)
-    return st is not None and st.state not in ("Z", "X", "x")
+    st = procfs.read_stat(pid)
+    return st is not None and not st.gone
 
 
 def reap_dead(kind: str, before_remove=None) -> list[str]:

@@ -2,7 +2,7 @@
 always reaped: stopped with SIGINT so they print what they gathered, killed
 if they do not stop, and killed on any exception (Ctrl-C included).
 
-A Children set also owns the run's private temp dir (tempdir.RunDir): the
+A Children set also owns the run's private temp dir (rundir.RunDir): the
 tracers run with it as their working directory and write their files (the
 bpftrace program, perf.data) there, and it is removed once they are reaped.
 They get SIGKILL if we die (PR_SET_PDEATHSIG), so a SIGKILLed doctor leaves
@@ -12,9 +12,8 @@ import ctypes
 import os
 import signal
 import subprocess
-from pathlib import Path
 
-from . import tempdir
+from . import rundir
 
 PR_SET_PDEATHSIG = 1
 try:
@@ -29,25 +28,17 @@ def _die_with_parent() -> None:
         _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
-class Children:
+class Children(rundir.InRunDir):
     """A set of background tracer processes; leaving the `with` block reaps them all
     and removes their temp dir (`dir`)."""
 
     def __init__(self, kind: str = "probe"):
+        super().__init__(kind)
         self.procs: list[subprocess.Popen] = []
-        self.run = tempdir.RunDir(kind)
-        self.dir: Path | None = None
 
-    def __enter__(self):
-        self.run.__enter__()
-        self.dir = self.run.path
-        return self
-
-    def __exit__(self, *exc):
-        with tempdir.signals_held():
-            for p in self.procs:
-                kill(p)
-        return self.run.__exit__(*exc)
+    def close(self) -> None:
+        for p in self.procs:
+            kill(p)
 
     def start(self, argv: list[str], **kw) -> subprocess.Popen:
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=self.dir,

@@ -1,0 +1,116 @@
+"""The terminal: rich tables boxed on a terminal, plain tab-separated rows
+otherwise (or as --format says), so awk and cut can read piped output.
+
+Every package prints through console(); a Section (core/sections.py) is
+printed by print_section, the same content reports/ writes as HTML and
+Markdown.
+"""
+
+import re
+import sys
+
+from rich.console import Console
+from rich.errors import MarkupError
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from .errors import CONTROL
+from .sections import Section
+from .sections import Table as SectionTable
+
+FORMATS = ("table", "tsv")
+_format: str | None = None          # None: tsv when stdout is not a terminal
+# a run of what one_line() escapes (C0/C1 controls, line separators, bidi overrides) becomes one space
+CONTROL_RUN = re.compile(f"(?:{CONTROL.pattern})+")
+
+
+def set_format(fmt: str | None) -> None:
+    """--format: "table", "tsv", or None to decide by whether stdout is a terminal."""
+    global _format
+    _format = fmt
+
+
+def tsv_wanted() -> bool:
+    return _format == "tsv" or (_format is None and not sys.stdout.isatty())
+
+
+def tsv_lines(table: Table) -> list[str]:
+    """'# title', the header row, then one row per line; cells as plain text,
+    control characters (tabs, newlines) replaced so every row stays one line."""
+    def plain(cell) -> str:
+        if isinstance(cell, Text):
+            text = cell.plain
+        elif isinstance(cell, str):
+            try:
+                text = Text.from_markup(cell, emoji=False).plain
+            except MarkupError:         # not markup after all: show it as written
+                text = cell
+        else:
+            text = str(cell)
+        return CONTROL_RUN.sub(" ", text).strip()
+    lines = [f"# {plain(table.title)}"] if table.title else []
+    lines.append("\t".join(plain(c.header) for c in table.columns))
+    columns = [list(c.cells) for c in table.columns]
+    lines += ["\t".join(plain(col[i]) for col in columns) for i in range(table.row_count)]
+    return lines
+
+
+class TsvConsole(Console):
+    """A Console that prints rich Tables as tab-separated rows when tsv_wanted()."""
+
+    def print(self, *objects, **kwargs) -> None:
+        if not tsv_wanted() or not any(isinstance(o, Table) for o in objects):
+            return super().print(*objects, **kwargs)
+        for o in objects:
+            if isinstance(o, Table):
+                self.file.write("".join(line + "\n" for line in tsv_lines(o)))   # rich would expand tabs
+            else:
+                super().print(o, **kwargs)
+
+
+def console() -> Console:
+    """No emoji (':squid:' is a setting, not a squid), wide when piped."""
+    probe = Console()
+    return TsvConsole(highlight=False, emoji=False, width=None if probe.is_terminal else 160)
+
+
+def print_rows(title: str, headers: list[str], rows: list[list]) -> None:
+    """A plain table of values (escaped: text is shown as written)."""
+    t = Table(title=title, title_justify="left")
+    for h in headers:
+        t.add_column(h)
+    for r in rows:
+        t.add_row(*(escape(str(c)) for c in r))
+    console().print(t)
+
+
+STATUS_STYLE = {"met": "green", "drift": "yellow", "n/a": "dim", "error": "red", "ok": "green", "warn": "yellow",
+                "holds": "green", "reversed": "red"}
+
+
+def rich_table(table: SectionTable, cell=None) -> Table:
+    """A Section's table as a rich Table: cells shown as written (or as `cell(text)` marks them up),
+    its status column coloured."""
+    t = Table(title=escape(table.title), title_justify="left")
+    for h in table.headers:
+        t.add_column(escape(str(h)), overflow="fold")
+    for r in table.rows:
+        cells = [(cell or escape)("-" if c is None else str(c)) for c in r]
+        if table.status_col is not None and r[table.status_col] in STATUS_STYLE:
+            st = r[table.status_col]
+            cells[table.status_col] = f"[{STATUS_STYLE[st]}]{st}[/]"
+        t.add_row(*cells)
+    return t
+
+
+def print_section(section: Section, out: Console | None = None) -> None:
+    """Title, intro, tables and notes; figures are named (they are in the report)."""
+    out = out or console()
+    out.print(f"[bold]{escape(section.title)}[/]")
+    if section.intro:
+        out.print(f"[dim]{escape(section.intro)}[/]")
+    for table in section.tables:
+        out.print(rich_table(table))
+    for note in section.notes:
+        out.print(f"note: {escape(note)}")

@@ -1,0 +1,184 @@
+"""The /proc readers every package uses, once.
+
+A process is its pid plus its start time (field 22 of /proc/PID/stat, clock
+ticks after boot): a pid alone may be recycled. Every reader returns None
+(or an empty list) for a process that is gone or not ours to read, never
+raises for it: processes exit between any two reads.
+"""
+
+import os
+import re
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+CAP_SYS_RESOURCE = 24
+RLIMITS = {
+    "nofile": resource.RLIMIT_NOFILE, "nproc": resource.RLIMIT_NPROC,
+    "memlock": resource.RLIMIT_MEMLOCK, "core": resource.RLIMIT_CORE,
+}
+GONE = ("Z", "X", "x")          # zombie or dead: no process left to act on
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    pid: int
+    comm: str
+    state: str
+    ppid: int
+    flags: int
+    start: int              # clock ticks after boot
+    cpu_ticks: int          # utime + stime of every thread
+
+    @property
+    def gone(self) -> bool:
+        return self.state in GONE
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    """/proc/PID/stat parsed past the comm (which may hold spaces and parentheses); None when gone."""
+    try:
+        text = Path(f"/proc/{int(pid)}/stat").read_text()
+    except (OSError, ValueError, TypeError):
+        return None
+    head, _, rest = text.rpartition(")")
+    f = rest.split()
+    if len(f) < 20:
+        return None
+    return ProcStat(int(pid), head.partition("(")[2], f[0], int(f[1]), int(f[6]), int(f[19]),
+                    int(f[11]) + int(f[12]))
+
+
+def all_pids() -> list[int]:
+    return sorted(int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit())
+
+
+def identity(pid: int) -> dict | None:
+    """A live process as {pid, start, comm}, the form journals and locks record."""
+    st = read_stat(pid)
+    if st is None or st.gone:
+        return None
+    return {"pid": st.pid, "start": st.start, "comm": st.comm}
+
+
+def same_process(recorded: dict) -> bool:
+    """True when the process recorded earlier (pid, start, comm) is still running."""
+    now = identity(recorded.get("pid", -1))
+    return now is not None and now["start"] == recorded.get("start") and now["comm"] == recorded.get("comm")
+
+
+def alive(pid: int, start: int) -> bool:
+    """Still the process seen before: same pid, same start time, not a zombie."""
+    st = read_stat(pid)
+    return st is not None and st.start == start and not st.gone
+
+
+def _comm(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().removesuffix("\n")
+    except OSError:
+        return None
+
+
+def comm_of(pid: int) -> str:
+    """The process name ("?" when gone)."""
+    name = _comm(pid)
+    return "?" if name is None else name
+
+
+def pids_of(comm: str) -> list[int]:
+    """Pids whose /proc/PID/comm is `comm` (truncated to 15 chars, as the kernel does)."""
+    want = comm[:15]
+    return [pid for pid in all_pids() if _comm(pid) == want]
+
+
+def exe_of(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+def argv_of(pid: int) -> list[str] | None:
+    """The command line, one string per argument."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def fd_count(pid: int) -> int | None:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
+def nofile_limits(pid: int) -> tuple[int | str, int | str] | None:
+    """(soft, hard) open-file limits of a running process; "unlimited" as such."""
+    try:
+        text = Path(f"/proc/{pid}/limits").read_text()
+    except OSError:
+        return None
+    m = re.search(r"^Max open files\s+([0-9]+|unlimited)\s+([0-9]+|unlimited)", text, re.M)
+    conv = lambda v: v if v == "unlimited" else int(v)
+    return (conv(m.group(1)), conv(m.group(2))) if m else None
+
+
+def _number(pid: int, name: str, pattern: str) -> int | None:
+    """The first group of `pattern` in /proc/PID/NAME as an int; None when gone or absent."""
+    try:
+        m = re.search(pattern, Path(f"/proc/{pid}/{name}").read_text(), re.M)
+    except OSError:
+        return None
+    return int(m.group(1)) if m else None
+
+
+def uid_of(pid: int) -> int | None:
+    """The real uid the process runs as (/proc/PID/status Uid:)."""
+    return _number(pid, "status", r"^Uid:\s+(\d+)")
+
+
+def write_bytes(pid: int) -> int | None:
+    """Bytes the process caused to be sent to storage (/proc/PID/io write_bytes; needs task I/O accounting)."""
+    return _number(pid, "io", r"^write_bytes:\s*(\d+)")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """utime + stime of every thread of pid, in seconds."""
+    st = read_stat(pid)
+    return None if st is None else st.cpu_ticks / CLK_TCK
+
+
+def descendants(pid: int) -> list[int]:
+    """pid and every process below it (nginx workers, varnishd's cache child, squid's kids)."""
+    children: dict[int, list[int]] = {}
+    for p in all_pids():
+        if (st := read_stat(p)) is not None:
+            children.setdefault(st.ppid, []).append(p)
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return sorted(out)
+
+
+def started_at(pid: int) -> float | None:
+    """When pid started, in seconds since the epoch (boot time + its start tick)."""
+    st = read_stat(pid)
+    try:
+        boot = int(re.search(r"^btime (\d+)", Path("/proc/stat").read_text(), re.M).group(1))
+    except (OSError, AttributeError):
+        return None
+    return None if st is None else boot + st.start / CLK_TCK
+
+
+def has_capability(bit: int) -> bool:
+    """Effective capability check from /proc/self/status (CAP_SYS_RESOURCE is 24)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> bit & 1)
+    return False

@@ -1,0 +1,84 @@
+"""The host audit: a profile's plan on this host plus what the running proxy
+shows (observe.py). Built here, once, for `tune check`, `report` and `doctor`;
+its section (tables and notes) is built here too, for the terminal and the
+report alike."""
+
+from dataclasses import dataclass
+
+from proxytune.core.sections import Section, Table
+
+from . import observe, plan as plan_mod
+from .host import Host
+from .model import Plan
+from .values import parse, render
+
+
+@dataclass
+class Audit:
+    plan: Plan
+    observations: dict
+
+    def to_json(self) -> dict:
+        return {**self.plan.to_json(), "observations": self.observations}
+
+    def exit_code(self) -> int:
+        """0 all met, 1 drift or a warning from the running proxy, 2 an error in the plan."""
+        return max(self.plan.exit_code(), 1 if observe.warnings(self.observations) else 0)
+
+    def drift(self) -> list[dict]:
+        return [{k: s[k] for k in ("setting", "current", "wanted", "reason")}
+                for s in self.plan.to_json()["settings"] if s["status"] == "drift"]
+
+
+def build(host: Host, profile_ref: str, params: dict | None = None, only=(), skip=()) -> Audit:
+    plan = plan_mod.build(profile_ref, host, params or {}, only, skip)
+    values = plan.params["values"]
+    somaxconn = next((c.current for c in plan.changes if c.setting.address == "sysctl:net.core.somaxconn"), None)
+    obs = observe.observe(values["service"], values["cache_dirs"], somaxconn if isinstance(somaxconn, int) else None)
+    return Audit(plan, obs)
+
+
+def settings_table(doc: dict, title: str = "Settings", show_target: bool = False) -> Table:
+    """Every setting of a plan's JSON: current, wanted, (what apply will set), status, why."""
+    headers = ["setting", "current", "wanted"] + (["will set"] if show_target else []) + ["status", "reason / note"]
+    rows = []
+    for s in doc["settings"]:
+        target = [render(parse(s["target"])) if s["target"] is not None else ""] if show_target else []
+        rows.append([s["setting"], s["current_text"], s["wanted_text"], *target, s["status"], s["note"] or s["reason"]])
+    return Table(title, headers, rows, status_col=len(headers) - 2)
+
+
+def observation_tables(obs: dict) -> tuple[list[Table], list[str]]:
+    """(tables, notes) of what the running proxy shows."""
+    tables, notes = [], []
+    if obs["processes"]:
+        tables.append(Table(f"Running {obs['service']} processes",
+                            ["pid", "nofile soft", "nofile hard", "fds open", "status", "note"],
+                            [[p["pid"], p["nofile_soft"], p["nofile_hard"], p["fds_open"], p["status"], p["note"]]
+                             for p in obs["processes"]], status_col=4))
+    else:
+        notes.append(f"no running {obs['service']} process to inspect")
+    if obs["listeners"]:
+        tables.append(Table("Listen sockets", ["address", "queued", "backlog", "status", "note"],
+                            [[l["local"], l["queued"], l["backlog"], l["status"], l["note"]]
+                             for l in obs["listeners"]], status_col=3))
+    if obs["cache_dirs"]:
+        tables.append(Table("Cache directories", ["path", "mount", "atime", "status", "note"],
+                            [[d["path"], d.get("mountpoint", "-"), d.get("atime", "-"), d["status"], d["note"]]
+                             for d in obs["cache_dirs"]], status_col=3))
+    return tables, notes
+
+
+def summary_line(doc: dict) -> str:
+    s = doc["summary"]
+    return f"{s['met']} met, {s['drift']} drift, {s['n/a']} not applicable, {s['error']} error"
+
+
+def section(doc: dict, settings_title: str = "Settings") -> Section:
+    """An audit's JSON as one section: the settings, then the running proxy, then the plan's notes."""
+    sec = Section(f"Host audit: profile {doc['profile']}", summary_line(doc) + ".")
+    sec.tables.append(settings_table(doc, settings_title))
+    tables, notes = observation_tables(doc["observations"])
+    sec.tables += tables
+    sec.notes += notes + doc.get("notes", [])
+    return sec
