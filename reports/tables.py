@@ -16,6 +16,25 @@ def host_table(host: dict) -> Table:
     return Table("Host", ["host", "value"], rows)
 
 
+SPREAD = "spread (IQR/median, worst)"
+
+
+def spread(stats) -> str:
+    """The worst IQR/median of a row's points: how far a reader may trust its medians."""
+    rel = [st["iqr_rel"] for st in stats if isinstance(st, dict) and st.get("iqr_rel") is not None]
+    return f"{max(rel):.0%}" if rel else "-"
+
+
+def rep_spread(runs: list[dict], c: dict) -> str:
+    """max/min of fill and steady objects/s over the repetitions of one combination."""
+    same = [x for x in runs if all(x[k] == c[k] for k in ("fs", "atime", "store", "engine"))]
+    out = []
+    for phase in ("fill", "steady"):
+        v = [x[phase]["objects_per_s"] for x in same if (x.get(phase) or {}).get("objects_per_s")]
+        out.append(f"x{max(v) / min(v):.2f}" if len(v) > 1 else "one run")
+    return " · ".join(out)
+
+
 def events_section(r: dict) -> Section:
     sec = Section("Event mechanisms: select / poll / epoll / io_uring / kqueue",
                   "Cost of one wait call against the number of idle descriptors watched "
@@ -26,16 +45,18 @@ def events_section(r: dict) -> Section:
     for be in sorted({p["backend"] for p in pts}):
         by_n = {p["n"]: p for p in pts if p["backend"] == be}
         rows.append([be] + [f"{by_n[n]['ns_per_call']['median']:,.0f}" if n in by_n else "" for n in ns]
-                    + [f"x{r['scaling'][be]['ratio']:.1f}" if be in r.get("scaling", {}) else "-"])
+                    + [f"x{r['scaling'][be]['ratio']:.1f}" if be in r.get("scaling", {}) else "-",
+                       spread(p["ns_per_call"] for p in by_n.values())])
     sec.tables.append(Table("ns per wait call, 1 ready (hot)", ["mechanism"] + [f"N={n}" for n in ns]
-                            + ["N=max / N=100"], rows))
+                            + ["N=max / N=100", SPREAD], rows))
     sec.tables.append(Table("Availability", ["mechanism", "available", "reason"],
                             [[b["name"], "yes" if b["available"] else "no", b["reason"]] for b in r["backends"]]))
     if r["churn"]:
         sec.tables.append(Table("Churn: register + deregister one descriptor per request (N=1000 watched)",
-                                ["mechanism", "ns per request", "ns with one wait between"],
+                                ["mechanism", "ns per request", "ns with one wait between", SPREAD],
                                 [[c["backend"], f"{c['ns_per_request']['median']:,.0f}",
-                                  f"{c['ns_per_request_with_wait']['median']:,.0f}"] for c in r["churn"]]))
+                                  f"{c['ns_per_request_with_wait']['median']:,.0f}",
+                                  spread([c["ns_per_request"], c["ns_per_request_with_wait"]])] for c in r["churn"]]))
     sec.figures += [Figure("events-cost.png", "Cost per wait call, log-log", lambda: plots.events_cost(r["idle"])),
                     Figure("events-batching.png", "Events per call as load rises", lambda: plots.events_batching(r["load"]))]
     if r.get("crossover_poll_epoll"):
@@ -65,8 +86,9 @@ def fdscan_section(r: dict) -> Section:
     for v, name in r["variants"].items():
         by_n = {p["n"]: p for p in r["points"] if p["variant"] == int(v)}
         rows.append([f"{v}: {name}"] + [f"{by_n[n]['ns_per_call']['median']:,.0f}" for n in ns]
-                    + [f"{misses[int(v)]:,.0f}" if int(v) in misses else "-"])
-    sec.tables.append(Table("ns per call", ["variant"] + [f"N={n}" for n in ns] + ["D1 misses / call"], rows))
+                    + [f"{misses[int(v)]:,.0f}" if int(v) in misses else "-",
+                       spread(p["ns_per_call"] for p in by_n.values())])
+    sec.tables.append(Table("ns per call", ["variant"] + [f"N={n}" for n in ns] + ["D1 misses / call", SPREAD], rows))
     sec.figures.append(Figure("fdscan.png", "comm_select variants: cost and D1 misses",
                               lambda: plots.fdscan(r["points"], r["misses"], r["variants"])))
     if "miss_ratio_1_over_3" in r:
@@ -84,21 +106,24 @@ def storage_section(r: dict) -> Section:
     rows = []
     for c in r["combos"]:
         if not c["available"]:
-            rows.append([c["fs"], c["atime"], c["store"], c["engine"], "unavailable: " + c["reason"]] + [""] * 8)
+            rows.append([c["fs"], c["atime"], c["store"], c["engine"], "unavailable: " + c["reason"]] + [""] * 9)
             continue
         rows.append([c["fs"], c["atime"], c["store"], c["engine"], fmt(c["fill_objects_per_s"]),
                      fmt(c["steady_objects_per_s"]), fmt(c["steady_hit_ratio"], "{:.2f}"),
                      fmt((c["steady_latency_us"] or {}).get("p99")), fmt(c["fill_syscalls_per_object"], "{:.2f}"),
                      fmt(c["steady_syscalls_per_object"], "{:.2f}"), fmt(c["steady_cpu_us_per_object"], "{:.1f}"),
-                     fio.cell(c, "fill"), fio.cell(c, "steady")])
-    sec.tables.append(Table("Throughput and cost per object (medians)",
+                     fio.cell(c, "fill"), fio.cell(c, "steady"), rep_spread(r["runs"], c)])
+    sec.tables.append(Table("Throughput and cost per object (" + (f"medians of {r['reps']} repetitions)" if r.get("reps", 1) > 1
+                                                   else "one repetition: no spread measured)"),
                             ["fs", "atime", "store", "engine", "fill obj/s", "steady obj/s", "hit ratio",
-                             "steady p99 us", "syscalls/obj fill", "syscalls/obj steady", "cpu us/obj steady", "fill / fio", "steady / fio"], rows))
+                             "steady p99 us", "syscalls/obj fill", "syscalls/obj steady", "cpu us/obj steady", "fill / fio",
+                             "steady / fio", "max/min over reps, fill · steady"], rows))
     limits = [f for f in r["fio"] if f.get("available")]
     if limits:
         sec.tables.append(Table("fio limits (each store engine's own fio engine and depth, same mix, file size "
-                                "and cold start)", ["job", "target", "engine", "MB/s"],
-                                [[f["name"], f["target"], f.get("engine", "psync"), f"{f['mb_per_s']:,.1f}"]
+                                "and cold start)", ["job", "target", "engine", "MB/s (best)", "all runs MB/s"],
+                                [[f["name"], f["target"], f.get("engine", "psync"), f"{f['mb_per_s']:,.1f}",
+                                  " ".join(f"{x:,.0f}" for x in f.get("runs_mb_per_s", [])) or "one run"]
                                  for f in limits]))
     sec.notes += [f"{c['fs']}/{c['atime']}/{c['store']}/{c['engine']} {phase}: {c[phase + '_fio_error']}"
                   for c in r["combos"] for phase in ("fill", "steady") if c.get(f"{phase}_fio_error")]
@@ -150,7 +175,8 @@ def proxy_section(r: dict) -> Section:
                   f"{r['repeat']}, a repeat. Hit ratio from each proxy's own log or counters (X-Cache where it has "
                   "none); hit/miss latency from a sequential probe during steady; syscalls (perf stat, "
                   "raw_syscalls:sys_enter) and device writes (/proc/PID/io write_bytes) of the proxy's processes "
-                  "per request served during steady.")
+                  "per request served during steady. One run per store: req/s carries no repetition spread "
+                  "(compare rows of one result, not across results); p50/p99 give the latency spread.")
     labels, rows = proxy_rows(r)
     sec.tables.append(Table("Steady phase", PROXY_HEADERS, rows))
     sec.figures.append(Figure("proxy.png", "Throughput and errors per run", lambda: plots.proxy_bars(r["stores"], labels)))

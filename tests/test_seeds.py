@@ -88,3 +88,18 @@ def test_summary_is_empty_when_everything_is_met_and_nothing_was_benched():
     for r in audit["settings"]:
         r["status"] = "met"
     assert summary.build({"audit": audit}) == []
+
+
+def test_every_table_of_measurements_states_its_spread():
+    """Medians come with the worst IQR/median of their row, stores with max/min over repetitions."""
+    from proxytune.reports import tables
+    assert tables.spread([{"iqr_rel": 0.05}, {"iqr_rel": 0.26}, {"median": 3}]) == "26%"
+    assert tables.spread([{"median": 3}]) == "-"
+    key = {"fs": "ext4", "atime": "noatime", "store": "ufs", "engine": "sync"}
+    runs = [{**key, "fill": {"objects_per_s": 100.0}, "steady": {"objects_per_s": 10.0}},
+            {**key, "fill": {"objects_per_s": 150.0}, "steady": None},
+            {**key, "engine": "threads", "fill": {"objects_per_s": 999.0}, "steady": None}]
+    assert tables.rep_spread(runs, key) == "x1.50 · one run"
+    events = json.loads((REPO / "docs/results/events-full.json").read_text())["data"]
+    t = tables.events_section(events).tables[0]
+    assert t.headers[-1] == tables.SPREAD and all(r[-1].endswith("%") for r in t.rows)
