@@ -29,7 +29,9 @@ def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = Fa
         parts["fdscan"] = lambda: fdscan.run(quick=True, quiet=quiet)
         parts["storage"] = lambda: storage.run(quick=True, quiet=quiet) if os.geteuid() == 0 else _needs_root()
     if with_proxy:
+        from proxytune.probes import selfload
         parts["proxy"] = lambda: proxybench.run(quick=True, quiet=quiet) if os.geteuid() == 0 else _needs_root("bench proxy")
+        parts["cpu_split"] = lambda: selfload.cpu_split_on_nginx() if os.geteuid() == 0 else _needs_root("the doctor")
     for name, data in (saved or {}).items():
         parts[name] = lambda data=data: data
     done, skipped = {}, {}

@@ -158,8 +158,10 @@ def cpu_split(doc: dict | None) -> dict:
     original = "kernel 55-74% of cycles per request, proxy 12-18% (enterprise-proxies-cern-vs-squid-1997.txt)"
     split = (((doc or {}).get("evidence") or {}).get("loop") or {}).get("cpu_split")
     if not split or not split.get("proxy"):
-        return _not_here(seed, claim, original, "no doctor run watched a proxy in this report")
+        return _not_here(seed, claim, original, "no doctor run watched a proxy in this report (report --with-proxy "
+                                                "watches one it starts; --from takes a doctor --json result)")
     today = ", ".join(f"{k} {v:.0%}" for k, v in sorted(split.items(), key=lambda kv: -kv[1]))
+    today = f"{doc['proxy']}: {today}" if doc.get("proxy") else today
     ratio = split.get("kernel", 0.0) / split["proxy"]
     return row(seed, claim, original, today, ratio, 0.645 / 0.15,
                "kernel cycles over the proxy's own, against the paper's midpoints 64.5% / 15%")
@@ -169,4 +171,4 @@ def rows(sections: dict) -> list[dict]:
     """One row per headline, from the report's own sections."""
     ev, st = sections.get("events"), sections.get("storage")
     return [select_poll(ev), mogul(sections.get("fdscan")), kqueue(ev), largefile(st), noatime(st),
-            cooper(sections.get("proxy")), cpu_split(sections.get("doctor"))]
+            cooper(sections.get("proxy")), cpu_split(sections.get("doctor") or sections.get("cpu_split"))]

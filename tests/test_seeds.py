@@ -3,6 +3,8 @@ the run's own data (a measured result from docs/results, and variations of it), 
 
 import copy
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -103,3 +105,18 @@ def test_every_table_of_measurements_states_its_spread():
     events = json.loads((REPO / "docs/results/events-full.json").read_text())["data"]
     t = tables.events_section(events).tables[0]
     assert t.headers[-1] == tables.SPREAD and all(r[-1].endswith("%") for r in t.rows)
+
+
+@pytest.mark.skipif(not (os.geteuid() == 0 and shutil.which("wrk") and shutil.which("perf") and shutil.which("bpftrace")
+                         and Path("/usr/sbin/nginx").exists()), reason="needs root, nginx, wrk, perf and bpftrace")
+def test_report_with_proxy_splits_the_cpu_of_a_proxy_it_starts_itself():
+    """The CPU-split seed from the report's own nginx under load, not from a proxy the host runs."""
+    from proxytune.probes import selfload
+    dirs = lambda: set(Path("/tmp").glob("proxytune-nginx-*"))
+    before = dirs()
+    d = selfload.cpu_split_on_nginx(seconds=3)
+    split = d["evidence"]["loop"]["cpu_split"]
+    assert abs(sum(split.values()) - 1) < 0.02 and split["kernel"] > 0 and split["proxy"] > 0, split
+    row = seeds.cpu_split(d)
+    assert row["verdict"] in ("holds", "grew", "shrank", "reversed") and row["today"].startswith("nginx (1 worker")
+    assert not dirs() - before                                  # its nginx and temp dir are gone
