@@ -876,7 +876,7 @@ def profiles_show(host, name, as_json):
 @click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, metavar="NAME|PATH", shell_complete=complete_profiles,
               help="Profile for the host audit.")
 @click.option("--no-bench", is_flag=True, help="Only the host audit, no benchmarks.")
-@click.option("--with-proxy", is_flag=True, help="Also bench proxy --quick: squid ufs/aufs/rock under load (~2 min).")
+@click.option("--with-proxy", is_flag=True, help="Also bench proxy --quick (squid ufs/aufs/rock under load, ~2 min) and the doctor on an nginx it starts (the CPU-per-request split).")
 @click.option("--from", "from_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               metavar="FILE", help="Use a saved bench (or report) result instead of running it (repeatable).")
 @click.pass_context
