@@ -742,22 +742,33 @@ def probe_cachemiss(command, as_json):
               help="Length of each wrk run, seconds.")
 @click.option("--reps", type=click.IntRange(1, 20), default=3, show_default=True, help="Pairs of runs (off, on).")
 @click.option("--connections", type=click.IntRange(1, 5000), default=50, show_default=True, help="wrk connections.")
+@click.option("--component", default="doctor", show_default=True, metavar="NAME",
+              help="What to attach in the 'on' runs: doctor, bpftrace (no perf), perf, perf-nocg, one .bt script "
+                   "by name, or none (an A/A control: the noise floor).")
+@click.option("--pace-ms", type=click.IntRange(0, 1000), default=1, show_default=True,
+              help="Each wrk connection waits this long between requests, so nginx runs below saturation at a "
+                   "steady rate; 0 = as fast as wrk goes.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
-def probe_overhead(seconds, reps, connections, output, as_json):
+def probe_overhead(seconds, reps, connections, component, pace_ms, output, as_json):
     """What the doctor costs: nginx's CPU per request under wrk, with and
     without the doctor attached, alternating. Needs root, nginx and wrk."""
     from proxytune.probes import overhead
     from proxytune.microbench.runner import progress
     if os.geteuid() != 0:
         raise ProxytuneError("probe overhead needs root (bpftrace, perf -a)")
+    if component not in overhead.components():
+        raise ProxytuneError(f"unknown --component {component!r}", "one of: " + ", ".join(overhead.components()))
     with progress(as_json) as bar:
-        task = bar.add_task("nginx under wrk, doctor off/on", total=2 * reps)
-        data = overhead.measure(seconds, reps, connections, progress=lambda: bar.advance(task))
+        task = bar.add_task(f"nginx under wrk, {component} off/on", total=2 * reps)
+        data = overhead.measure(seconds, reps, connections, progress=lambda: bar.advance(task), component=component,
+                                pace_ms=pace_ms)
 
     def show(d):
-        click.echo(f"nginx CPU per request: {d['off_us_per_request']['median']:.2f} us without the doctor, "
+        lo, hi = d["overhead_ci"]
+        click.echo(f"nginx CPU per request: {d['off_us_per_request']['median']:.2f} us without {component}, "
                    f"{d['on_us_per_request']['median']:.2f} us with it: overhead {d['overhead']:+.1%} "
+                   f"({d['overhead_ci_confidence']:.1%} CI {lo:+.1%} to {hi:+.1%}; {d['verdict']}) "
                    f"(pairs: {', '.join(f'{x:+.1%}' for x in d['overhead_per_pair'])}); "
                    f"throughput {d['rps_off']:,.0f} -> {d['rps_on']:,.0f} req/s")
     finish_bench(data, "doctor-overhead", output, as_json, show)

@@ -1,0 +1,116 @@
+"""`probe overhead`: the paired statistic on synthetic pairs (its interval,
+its real coverage, its honest "noise" verdict), and what the doctor's
+composed bpftrace program attaches to: only the tracepoints its findings
+read, with cheap integer tests before any map lookup on host-wide events."""
+
+import random
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import IS_ROOT, REPO
+from proxytune.probes import bpftrace, doctor, pairstats
+
+needs_bpftrace = pytest.mark.skipif(not (IS_ROOT and shutil.which("bpftrace")), reason="needs root and bpftrace")
+
+
+def test_interval_is_the_sign_test_order_statistics():
+    ten = [0.05, -0.02, 0.01, 0.03, 0.00, 0.02, 0.04, -0.01, 0.015, 0.025]
+    m = pairstats.median_ci(ten)
+    s = sorted(ten)
+    assert m["n"] == 10 and m["median"] == pytest.approx((s[4] + s[5]) / 2)
+    assert m["ci"] == [s[1], s[8]]                              # k = 2: P = 1 - 2 * 11/1024
+    assert m["confidence"] == pytest.approx(1 - 2 * 11 / 1024)
+
+
+def test_too_few_pairs_report_their_real_coverage_not_95():
+    m = pairstats.median_ci([0.03, 0.01, 0.02, 0.05, 0.04])
+    assert m["ci"] == [0.01, 0.05]
+    assert m["confidence"] == pytest.approx(1 - 2 / 32)        # 93.75 %, said as such
+    assert pairstats.median_ci([0.02])["confidence"] == 0.0    # one pair: no interval at all
+
+
+def test_interval_covers_the_true_median_as_often_as_it_claims():
+    rng = random.Random(7)
+    for n in (6, 10, 15):
+        hits, trials = 0, 2000
+        claimed = pairstats.median_ci([0.0] * n)["confidence"]
+        for _ in range(trials):
+            xs = [0.01 + rng.gauss(0, 0.05) for _ in range(n)]     # true median +1 %
+            lo, hi = pairstats.median_ci(xs)["ci"]
+            hits += lo <= 0.01 <= hi
+        assert claimed >= 0.95
+        assert hits / trials >= claimed - 0.02, (n, hits / trials, claimed)
+
+
+def test_an_interval_that_includes_zero_is_called_noise():
+    noisy = pairstats.summarise([4.0] * 8, [4.0 * (1 + d) for d in (0.06, -0.05, 0.02, -0.03, 0.04, -0.01, 0.0, 0.01)])
+    assert noisy["verdict"].startswith("not separable from noise")
+    assert noisy["overhead_ci"][0] < 0 < noisy["overhead_ci"][1]
+    assert not noisy["goal"]["met"]                              # one pair above +5 %
+    real = pairstats.summarise([4.0] * 8, [4.0 * (1 + d) for d in (0.03, 0.04, 0.02, 0.035, 0.03, 0.025, 0.04, 0.03)])
+    assert real["verdict"].startswith("costs") and real["overhead_ci"][0] > 0
+    assert not real["goal"]["met"] and real["overhead"] == pytest.approx(0.03)
+    cheap = pairstats.summarise([4.0] * 8, [4.0 * (1 + d) for d in (0.01, 0.0, 0.018, -0.01, 0.01, 0.015, 0.0, 0.01)])
+    assert cheap["goal"]["met"] and cheap["goal"]["median_upper_bound_met"]
+
+
+def test_pairs_with_a_missing_measurement_are_dropped_not_counted_as_zero():
+    assert pairstats.pair_ratios([4.0, 0.0, 4.0], [4.4, 4.0, None]) == [pytest.approx(0.1)]
+
+
+def _tracepoints(program: str) -> set[str]:
+    return set(re.findall(r"tracepoint:(\w+:\w+)", program))
+
+
+def test_the_doctor_attaches_only_the_syscalls_its_findings_read():
+    cat = bpftrace.catalog()
+    prog = bpftrace.compose([cat[n] for n in doctor.DEFAULT_SCRIPTS], [101, 202])
+    tps = _tracepoints(prog)
+    assert not any(t.startswith("raw_syscalls:") for t in tps)     # never every syscall of every task
+    syscalls = {t.split(":sys_", 1)[1].split("_", 1)[1] for t in tps if t.startswith("syscalls:")}
+    assert syscalls == {"poll", "ppoll", "select", "pselect6", "openat", "socket", "accept", "accept4", "connect",
+                        "unlinkat", "unlink", "close", "fsync", "fdatasync"}
+    assert tps - {t for t in tps if t.startswith("syscalls:")} == {"sched:sched_switch"}
+
+
+def test_host_wide_events_test_an_integer_before_any_map():
+    """sched_switch fires for every task on the host: its predicates start with a comparison
+    against the target's ids, so other tasks never reach a map lookup."""
+    cat = bpftrace.catalog()
+    prog = bpftrace.compose([cat[n] for n in doctor.DEFAULT_SCRIPTS], [101, 202])
+    preds = re.findall(r"tracepoint:sched:sched_switch\s*/([^/]*)/", prog)
+    assert len(preds) == 2
+    for p in preds:
+        assert re.match(r"\((tid|args->next_pid) == 101 \|\| \1 == 202\) && ", p), p
+
+
+def test_compose_rewrites_tracepoint_fields_compared_with_the_pid():
+    cat = bpftrace.catalog()
+    prog = bpftrace.compose([cat["loop_blocking"]], [7])
+    assert "$1" not in prog and "args->next_pid == 7 &&" in prog and "tid == 7 &&" in prog
+
+
+@needs_bpftrace
+def test_the_composed_program_attaches_exactly_those_probes(tmp_path):
+    cat = bpftrace.catalog()
+    prog = bpftrace.compose([cat[n] for n in doctor.DEFAULT_SCRIPTS], [1])
+    f = tmp_path / "doctor.bt"
+    f.write_text(prog)
+    p = subprocess.run(["timeout", "-s", "INT", "-k", "20", "4", "bpftrace", "-f", "json", str(f)],
+                       capture_output=True, text=True)
+    m = re.search(r'"attached_probes".*?"probes":\s*(\d+)', p.stdout)
+    assert m, bpftrace._clean(p.stderr)
+    n_probes = len(re.findall(r"tracepoint:\w+:\w+", prog)) + ("END {" in prog)
+    assert int(m.group(1)) == n_probes
+
+
+def test_unknown_component_is_one_line_and_exit_2():
+    p = subprocess.run([str(REPO / ".venv/bin/python"), str(REPO / "cli.py"), "probe", "overhead", "--component",
+                        "nope;rm"], capture_output=True, text=True)
+    if not IS_ROOT:
+        pytest.skip("the root check comes first")
+    assert p.returncode == 2 and p.stderr.startswith("proxytune: error: unknown --component 'nope;rm'")
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 2
