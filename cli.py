@@ -748,9 +748,13 @@ def probe_cachemiss(command, as_json):
 @click.option("--pace-ms", type=click.IntRange(0, 1000), default=1, show_default=True,
               help="Each wrk connection waits this long between requests, so nginx runs below saturation at a "
                    "steady rate; 0 = as fast as wrk goes.")
+@click.option("--mechanisms", is_flag=True,
+              help="Instead of wrk pairs, measure the CPU the component adds per syscall and per context switch "
+                   "(CPU time: low noise), and model the cost per request from nginx's syscalls and switches "
+                   "per request.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
-def probe_overhead(seconds, reps, connections, component, pace_ms, output, as_json):
+def probe_overhead(seconds, reps, connections, component, pace_ms, mechanisms, output, as_json):
     """What the doctor costs: nginx's CPU per request under wrk, with and
     without the doctor attached, alternating. Needs root, nginx and wrk."""
     from proxytune.probes import overhead
@@ -762,13 +766,20 @@ def probe_overhead(seconds, reps, connections, component, pace_ms, output, as_js
     with progress(as_json) as bar:
         task = bar.add_task(f"nginx under wrk, {component} off/on", total=2 * reps)
         data = overhead.measure(seconds, reps, connections, progress=lambda: bar.advance(task), component=component,
-                                pace_ms=pace_ms)
+                                pace_ms=pace_ms, mechanisms=mechanisms)
 
     def show(d):
-        lo, hi = d["overhead_ci"]
+        if "mechanisms" in d:
+            u, m = d["mechanisms"]["units"], d["mechanisms"]["model"]
+            click.echo(f"{component} adds {u['syscall']['added_ns']:+.1f} ns of CPU per syscall and "
+                       f"{u['context_switch']['added_ns']:+.0f} ns per context switch; with nginx's "
+                       f"{d['mechanisms']['nginx_per_request']['syscall']:.2f} syscalls and "
+                       f"{d['mechanisms']['nginx_per_request']['context_switch']:.3f} switches per request: "
+                       f"{m['overhead']:+.2%} per request (CI {m['overhead_ci'][0]:+.2%} to {m['overhead_ci'][1]:+.2%})")
+            return
         click.echo(f"nginx CPU per request: {d['off_us_per_request']['median']:.2f} us without {component}, "
                    f"{d['on_us_per_request']['median']:.2f} us with it: overhead {d['overhead']:+.1%} "
-                   f"({d['overhead_ci_confidence']:.1%} CI {lo:+.1%} to {hi:+.1%}; {d['verdict']}) "
+                   f"({d['overhead_ci_confidence']:.1%} CI: {d['verdict']}) "
                    f"(pairs: {', '.join(f'{x:+.1%}' for x in d['overhead_per_pair'])}); "
                    f"throughput {d['rps_off']:,.0f} -> {d['rps_on']:,.0f} req/s")
     finish_bench(data, "doctor-overhead", output, as_json, show)

@@ -19,7 +19,7 @@ from pathlib import Path
 from proxytune.microbench import servers, stats
 from proxytune.tune.errors import ProxytuneError
 
-from . import bpftrace, children, doctor, pairstats, perf, proc, target, tempdir
+from . import bpftrace, children, doctor, pairstats, perf, proc, syscost, target, tempdir
 
 PACE_MS = 1           # each wrk connection waits this long between requests: nginx below saturation, at a
                       # steady rate, so its CPU per request does not swing with how wrk batches (0: no pacing)
@@ -106,22 +106,30 @@ class Load:
     script: str | None          # wrk Lua pacing script (pace_script), None: as fast as it goes
 
 
+@contextlib.contextmanager
+def _attached(component: str | None, pids: list[int], seconds: float):
+    """`component` attached to pids for a window of `seconds` (None or "none": nothing);
+    the body runs once it is attached and perf has started; leaving waits for the window's end."""
+    if not component or component == "none":
+        yield
+        return
+    t, started, box = _attach(component, pids, seconds)
+    started.wait(60)
+    if "error" in box:
+        raise box["error"]
+    time.sleep(0.5)                               # the window is open; perf has started
+    yield
+    t.join()
+    if "error" in box:
+        raise box["error"]
+
+
 def _one_run(load: Load, component: str | None) -> dict:
     """One wrk run with `component` attached (None: nothing); nginx's CPU per request."""
-    t = None
-    if component:
-        t, started, box = _attach(component, load.pids, load.seconds + 3)
-        started.wait(60)
-        if "error" in box:
-            raise box["error"]
-        time.sleep(0.5)                           # the window is open; perf has started
-    c0 = _cpu(load.pids)
-    w = servers.wrk(load.url, load.seconds, load.connections, script=load.script)
-    c1 = _cpu(load.pids)
-    if t:
-        t.join()
-        if "error" in box:
-            raise box["error"]
+    with _attached(component, load.pids, load.seconds + 3):
+        c0 = _cpu(load.pids)
+        w = servers.wrk(load.url, load.seconds, load.connections, script=load.script)
+        c1 = _cpu(load.pids)
     return {"requests": w["requests"], "rps": w["rps"], "nginx_cpu_s": c1 - c0,
             "cpu_us_per_request": (c1 - c0) * 1e6 / w["requests"] if w["requests"] else None}
 
@@ -146,35 +154,87 @@ def _priority(nice: int):
 
 
 def measure(seconds: float = 8, reps: int = 3, connections: int = 50, progress=None,
-            component: str = "doctor", pace_ms: int = PACE_MS, nice: int = NICE) -> dict:
+            component: str = "doctor", pace_ms: int = PACE_MS, nice: int = NICE, mechanisms: bool = False) -> dict:
+    """Interleaved wrk runs with and without `component`; or, with `mechanisms`, its unit costs
+    and the cost per request they predict."""
     if component not in components():
         raise ProxytuneError(f"unknown component {component!r}", "one of: " + ", ".join(components()))
-    with _priority(nice) as in_effect, tempdir.RunDir("overhead") as d:
-        rows = _runs(seconds, reps, connections, pace_script(d.path, pace_ms), progress, component)
-    return {**_result(rows, seconds, reps, connections, component), "pace_ms": pace_ms, "nice": in_effect}
+    with _priority(nice) as in_effect, tempdir.RunDir("overhead") as d, servers.Nginx(workers=1) as ng:
+        load = Load(f"http://127.0.0.1:{ng.port}/", proc.resolve(ng.pid, None), seconds, connections,
+                    pace_script(d.path, pace_ms))
+        servers.wrk(load.url, 2, connections, script=load.script)                      # warm-up
+        if mechanisms:
+            out = _mechanisms(load, reps, progress, component, d.path)
+        else:
+            out = _result(_runs(load, reps, progress, component), component)
+    return {"bench": "doctor-overhead", "component": component, "attached": components()[component],
+            "seconds": seconds, "reps": reps, "connections": connections, "pace_ms": pace_ms, "nice": in_effect,
+            "scripts": doctor.DEFAULT_SCRIPTS, "perf": perf.describe(), **out}
 
 
-def _runs(seconds: float, reps: int, connections: int, script: str | None, progress, component: str) -> list[dict]:
-    """Interleaved pairs: off/on, on/off, ... so that drift cancels."""
+def _pairs(reps: int):
+    """(rep, mode) in interleaved order: off/on, on/off, ... so that drift cancels."""
+    for rep in range(reps):
+        for mode in (("off", "on") if rep % 2 == 0 else ("on", "off")):
+            yield rep, mode
+
+
+def _runs(load: Load, reps: int, progress, component: str) -> list[dict]:
     rows = []
-    with servers.Nginx(workers=1) as ng:
-        load = Load(f"http://127.0.0.1:{ng.port}/", proc.resolve(ng.pid, None), seconds, connections, script)
-        servers.wrk(load.url, 2, connections, script=script)                      # warm-up
-        for rep in range(reps):
-            for mode in (("off", "on") if rep % 2 == 0 else ("on", "off")):
-                r = _one_run(load, component if mode == "on" and component != "none" else None)
-                rows.append({"rep": rep, "doctor": mode, **r})
-                if progress:
-                    progress()
+    for rep, mode in _pairs(reps):
+        r = _one_run(load, component if mode == "on" else None)
+        rows.append({"rep": rep, "doctor": mode, **r})
+        if progress:
+            progress()
     return rows
 
 
-def _result(rows: list[dict], seconds: float, reps: int, connections: int, component: str) -> dict:
+def _mechanisms(load: Load, reps: int, progress, component: str, directory: Path) -> dict:
+    """Unit costs (syscost) with `component` attached to nginx (idle meanwhile), in interleaved
+    blocks; nginx's syscalls and context switches per request, counted on one more wrk run, and
+    its CPU per request on a last one with nothing attached: the model's terms."""
+    exe = syscost.compile_into(directory)
+    blocks = []
+    for rep, mode in _pairs(reps):
+        with _attached(component if mode == "on" else None, load.pids, 3):
+            blocks.append({"rep": rep, "mode": mode, **syscost.sample(exe)})
+        if progress:
+            progress()
+    units, per_request, base = syscost.summarise(blocks), _per_request(load), _one_run(load, None)
+    return {"mechanisms": {"blocks": blocks, "units": units, "nginx_per_request": per_request,
+                           "nginx_alone": base,
+                           "model": syscost.model(units, per_request, base["cpu_us_per_request"])}}
+
+
+def _switches(pids: list[int]) -> int:
+    n = 0
+    for p in pids:
+        for t in Path(f"/proc/{p}/task").iterdir():
+            for line in (t / "status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    n += int(line.split()[1])
+    return n
+
+
+def _per_request(load: Load) -> dict:
+    """nginx's syscalls (perf stat on raw_syscalls:sys_enter) and context switches per request."""
+    with children.Children() as kids:
+        stat = kids.start(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", ",".join(map(str, load.pids))])
+        time.sleep(1)
+        s0 = _switches(load.pids)
+        w = servers.wrk(load.url, load.seconds, load.connections, script=load.script)
+        s1 = _switches(load.pids)
+        _, err = children.stop(stat)
+    calls = next((int(l.split(",")[0]) for l in err.splitlines() if "raw_syscalls:sys_enter" in l
+                  and l.split(",")[0].isdigit()), None)
+    n = w["requests"] or None
+    return {"requests": w["requests"], "syscall": calls / n if calls and n else None,
+            "context_switch": (s1 - s0) / n if n else None}
+
+
+def _result(rows: list[dict], component: str) -> dict:
     off = [r["cpu_us_per_request"] for r in rows if r["doctor"] == "off"]
     on = [r["cpu_us_per_request"] for r in rows if r["doctor"] == "on"]
     rps = lambda mode: statistics.median(r["rps"] for r in rows if r["doctor"] == mode)
-    return {"bench": "doctor-overhead", "component": component, "attached": components()[component],
-            "seconds": seconds, "reps": reps, "connections": connections,
-            "scripts": doctor.DEFAULT_SCRIPTS, "perf": perf.describe(), "runs": rows,
-            "off_us_per_request": stats.summary(off), "on_us_per_request": stats.summary(on),
+    return {"runs": rows, "off_us_per_request": stats.summary(off), "on_us_per_request": stats.summary(on),
             **pairstats.summarise(off, on), "rps_off": rps("off"), "rps_on": rps("on")}

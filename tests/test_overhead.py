@@ -3,6 +3,7 @@ its real coverage, its honest "noise" verdict), and what the doctor's
 composed bpftrace program attaches to: only the tracepoints its findings
 read, with cheap integer tests before any map lookup on host-wide events."""
 
+import json
 import random
 import re
 import shutil
@@ -11,7 +12,7 @@ import subprocess
 import pytest
 
 from conftest import IS_ROOT, REPO
-from proxytune.probes import bpftrace, doctor, pairstats
+from proxytune.probes import bpftrace, doctor, pairstats, syscost
 
 needs_bpftrace = pytest.mark.skipif(not (IS_ROOT and shutil.which("bpftrace")), reason="needs root and bpftrace")
 
@@ -76,21 +77,25 @@ def test_the_doctor_attaches_only_the_syscalls_its_findings_read():
     assert tps - {t for t in tps if t.startswith("syscalls:")} == {"sched:sched_switch"}
 
 
-def test_host_wide_events_test_an_integer_before_any_map():
-    """sched_switch fires for every task on the host: its predicates start with a comparison
-    against the target's ids, so other tasks never reach a map lookup."""
+def test_host_wide_events_run_one_program_that_tests_integers_before_any_map():
+    """sched_switch fires for every task on the host: one program runs there (not one per
+    block), and it compares against the target's ids before it touches a map."""
     cat = bpftrace.catalog()
     prog = bpftrace.compose([cat[n] for n in doctor.DEFAULT_SCRIPTS], [101, 202])
-    preds = re.findall(r"tracepoint:sched:sched_switch\s*/([^/]*)/", prog)
-    assert len(preds) == 2
-    for p in preds:
-        assert re.match(r"\((tid|args->next_pid) == 101 \|\| \1 == 202\) && ", p), p
+    assert prog.count("tracepoint:sched:sched_switch") == 1
+    block = prog.split("tracepoint:sched:sched_switch", 1)[1].split("\n}\n", 1)[0]
+    conds = re.findall(r"^  if \((.*)\) \{", block, re.M)
+    assert len(conds) == 2
+    assert conds[0].startswith("(tid == 101 || tid == 202) && ")
+    assert conds[1] == "(args->next_pid == 101 || args->next_pid == 202)"
+    before_first_if = block.split("  if (", 1)[0]
+    assert "@" not in before_first_if
 
 
 def test_compose_rewrites_tracepoint_fields_compared_with_the_pid():
     cat = bpftrace.catalog()
     prog = bpftrace.compose([cat["loop_blocking"]], [7])
-    assert "$1" not in prog and "args->next_pid == 7 &&" in prog and "tid == 7 &&" in prog
+    assert "$1" not in prog and "if (args->next_pid == 7)" in prog and "tid == 7 &&" in prog
 
 
 @needs_bpftrace
@@ -114,3 +119,45 @@ def test_unknown_component_is_one_line_and_exit_2():
         pytest.skip("the root check comes first")
     assert p.returncode == 2 and p.stderr.startswith("proxytune: error: unknown --component 'nope;rm'")
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 2
+
+
+def _blocks(pairs):
+    out = []
+    for i, ((sc0, sw0), (sc1, sw1)) in enumerate(pairs):
+        out += [{"rep": i, "mode": "off", "syscall": sc0, "switch": sw0},
+                {"rep": i, "mode": "on", "syscall": sc1, "switch": sw1}]
+    return out
+
+
+def test_unit_costs_are_pair_differences_and_a_switch_is_the_round_trip_less_four_syscalls():
+    blocks = _blocks([((50, 2000), (56, 2420)), ((52, 2010), (57, 2400)), ((49, 1990), (55, 2410)),
+                      ((51, 2005), (57, 2425)), ((50, 1995), (56, 2405)), ((50, 2000), (56, 2415))])
+    u = syscost.summarise(blocks)
+    assert u["syscall"]["added_ns"] == 6 and u["syscall"]["pairs"] == 6
+    assert u["switch"]["added_ns"] == pytest.approx(417.5)         # median of 420, 390, 420, 420, 410, 415
+    assert u["context_switch"]["added_ns"] == pytest.approx((417.5 - 4 * 6) / 2)
+    lo, hi = u["context_switch"]["added_ns_ci"]
+    assert lo <= u["context_switch"]["added_ns"] <= hi
+
+
+def test_the_model_multiplies_unit_costs_by_what_nginx_does_per_request():
+    units = {"syscall": {"added_ns": 5.0, "added_ns_ci": [4.0, 6.0]},
+             "context_switch": {"added_ns": 100.0, "added_ns_ci": [50.0, 150.0]}}
+    m = syscost.model(units, {"syscall": 2.0, "context_switch": 0.1}, cpu_us_per_request=2.0)
+    assert m["added_ns_per_request"] == {"syscall": 10.0, "context_switch": 10.0}
+    assert m["overhead"] == pytest.approx(20 / 2000)
+    assert m["overhead_ci"] == [pytest.approx((8 + 5) / 2000), pytest.approx((12 + 15) / 2000)]
+    unknown = syscost.model(units, {"syscall": 2.0, "context_switch": None}, cpu_us_per_request=2.0)
+    assert unknown["added_ns_per_request"] == {"syscall": 10.0}      # a missing count is left out, not zero
+
+
+def test_syscost_measures_positive_cpu_time_and_rejects_bad_arguments(tmp_path):
+    exe = syscost.compile_into(tmp_path)
+    for unit in ("syscall", "switch"):
+        p = subprocess.run([str(exe), unit, "2000", "3"], capture_output=True, text=True)
+        doc = json.loads(p.stdout)
+        assert p.returncode == 0 and doc["mode"] == unit and len(doc["ns"]) == 3
+        assert all(v > 0 for v in doc["ns"])
+    for bad in (["syscall", "0", "3"], ["fork", "10", "1"], ["syscall", "10"]):
+        p = subprocess.run([str(exe), *bad], capture_output=True, text=True)
+        assert p.returncode == 2 and p.stdout == "" and "syscost" in p.stderr
