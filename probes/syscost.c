@@ -5,11 +5,14 @@
  *
  *   syscost syscall N SAMPLES   ns of CPU per getppid() (the syscall entry/exit path)
  *   syscost switch  N SAMPLES   ns of CPU per pipe round trip between two processes
- *                               (two context switches, four syscalls)
+ *                               on one CPU (two context switches, four syscalls;
+ *                               on two CPUs a round trip would be a cross-CPU
+ *                               wake-up or an idle exit, a different cost each time)
  *
  * Prints one JSON document: {"mode": ..., "ns": [per-sample ns per operation]}.
  */
 #define _GNU_SOURCE
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +81,13 @@ int main(int argc, char **argv)
         return 2;
     }
     int sw = !strcmp(argv[1], "switch");
+    if (sw) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
+        if (sched_setaffinity(0, sizeof one, &one))
+            perror("syscost: sched_setaffinity (round trips may cross CPUs)");
+    }
     printf("{\"mode\": \"%s\", \"n\": %ld, \"ns\": [", argv[1], n);
     for (int s = 0; s < samples; s++) {
         double v = sw ? one_switch_sample(n) : one_syscall_sample(n);
