@@ -52,6 +52,26 @@ def _cpu(pids: list[int]) -> float:
     return total
 
 
+TRACERS = ("bpftrace", "perf")
+
+
+def foreign_tracers() -> list[int]:
+    """bpftrace and perf processes this measurement did not start: another user's tracer enables
+    syscall tracepoints for every task, ours included, and would make an "off" run an "on" run."""
+    me, out = os.getpid(), []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if comm in TRACERS and int(rest[1]) != me:
+            out.append(int(d.name))
+    return sorted(out)
+
+
 def pace_script(directory: Path, pace_ms: int) -> str | None:
     """A wrk Lua script that makes each connection wait pace_ms between requests (None: no pacing)."""
     if not pace_ms:
@@ -127,11 +147,12 @@ def _attached(component: str | None, pids: list[int], seconds: float):
 def _one_run(load: Load, component: str | None) -> dict:
     """One wrk run with `component` attached (None: nothing); nginx's CPU per request."""
     with _attached(component, load.pids, load.seconds + 3):
-        c0 = _cpu(load.pids)
+        c0, f0 = _cpu(load.pids), foreign_tracers()
         w = servers.wrk(load.url, load.seconds, load.connections, script=load.script)
-        c1 = _cpu(load.pids)
+        c1, f1 = _cpu(load.pids), foreign_tracers()
     return {"requests": w["requests"], "rps": w["rps"], "nginx_cpu_s": c1 - c0,
-            "cpu_us_per_request": (c1 - c0) * 1e6 / w["requests"] if w["requests"] else None}
+            "cpu_us_per_request": (c1 - c0) * 1e6 / w["requests"] if w["requests"] else None,
+            "foreign_tracers": sorted(set(f0) | set(f1))}
 
 
 @contextlib.contextmanager
@@ -197,11 +218,14 @@ def _mechanisms(load: Load, reps: int, progress, component: str, directory: Path
     blocks = []
     for rep, mode in _pairs(reps):
         with _attached(component if mode == "on" else None, load.pids, 3):
+            f0 = foreign_tracers()
             blocks.append({"rep": rep, "mode": mode, **syscost.sample(exe)})
+            blocks[-1]["foreign_tracers"] = sorted(set(f0) | set(foreign_tracers()))
         if progress:
             progress()
     units, per_request, base = syscost.summarise(blocks), _per_request(load), _one_run(load, None)
-    return {"mechanisms": {"blocks": blocks, "units": units, "nginx_per_request": per_request,
+    return {"mechanisms": {"blocks": blocks, "pairs_dropped": reps - units["syscall"]["pairs"],
+                           "units": units, "nginx_per_request": per_request,
                            "nginx_alone": base,
                            "model": syscost.model(units, per_request, base["cpu_us_per_request"])}}
 
@@ -233,8 +257,13 @@ def _per_request(load: Load) -> dict:
 
 
 def _result(rows: list[dict], component: str) -> dict:
-    off = [r["cpu_us_per_request"] for r in rows if r["doctor"] == "off"]
-    on = [r["cpu_us_per_request"] for r in rows if r["doctor"] == "on"]
-    rps = lambda mode: statistics.median(r["rps"] for r in rows if r["doctor"] == mode)
-    return {"runs": rows, "off_us_per_request": stats.summary(off), "on_us_per_request": stats.summary(on),
+    kept = pairstats.clean(rows, "doctor")
+    if not kept:
+        raise ProxytuneError("another bpftrace or perf ran during every pair: nothing clean to compare",
+                             "run again when no other tracer runs on the host")
+    off = [r["cpu_us_per_request"] for r in kept if r["doctor"] == "off"]
+    on = [r["cpu_us_per_request"] for r in kept if r["doctor"] == "on"]
+    rps = lambda mode: statistics.median(r["rps"] for r in kept if r["doctor"] == mode)
+    return {"runs": rows, "pairs_dropped": (len(rows) - len(kept)) // 2,
+            "off_us_per_request": stats.summary(off), "on_us_per_request": stats.summary(on),
             **pairstats.summarise(off, on), "rps_off": rps("off"), "rps_on": rps("on")}

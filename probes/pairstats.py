@@ -41,6 +41,14 @@ def verdict(ci: list[float]) -> str:
     return f"not separable from noise (interval {lo:+.1%} to {hi:+.1%})"
 
 
+def clean(rows: list[dict], mode_key: str = "mode") -> list[dict]:
+    """The rows of the pairs (same "rep") during which no foreign tracer ran. Decided before
+    looking at any figure, so dropping them selects nothing but the host's state."""
+    bad = {r["rep"] for r in rows if r.get("foreign_tracers")}
+    kept = [r for r in rows if r["rep"] not in bad]
+    return kept if {r[mode_key] for r in kept} == {"off", "on"} else []
+
+
 def pair_ratios(off: list[float], on: list[float]) -> list[float]:
     """on/off - 1 for each interleaved pair (pairs with a missing value are dropped)."""
     return [b / a - 1 for a, b in zip(off, on) if a and b is not None]

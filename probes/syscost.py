@@ -57,6 +57,10 @@ def summarise(blocks: list[dict]) -> dict:
     """Per unit: off and on medians and the added ns (median of pair differences, sign-test CI).
     A round trip is two context switches and four syscalls, so one switch's share is derived,
     with an interval that takes the worst of both."""
+    blocks = pairstats.clean(blocks)
+    if not blocks:
+        raise ProxytuneError("another bpftrace or perf ran during every pair: nothing clean to compare",
+                             "run again when no other tracer runs on the host")
     out = {u: _added(blocks, u) for u in UNITS}
     sc, sw = out["syscall"], out["switch"]
     out["context_switch"] = {"added_ns": (sw["added_ns"] - 4 * sc["added_ns"]) / 2,

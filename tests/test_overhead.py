@@ -4,15 +4,18 @@ composed bpftrace program attaches to: only the tracepoints its findings
 read, with cheap integer tests before any map lookup on host-wide events."""
 
 import json
+import os
 import random
 import re
 import shutil
+import signal
 import subprocess
+import time
 
 import pytest
 
 from conftest import IS_ROOT, REPO
-from proxytune.probes import bpftrace, doctor, pairstats, syscost
+from proxytune.probes import bpftrace, doctor, overhead, pairstats, syscost
 
 needs_bpftrace = pytest.mark.skipif(not (IS_ROOT and shutil.which("bpftrace")), reason="needs root and bpftrace")
 
@@ -161,3 +164,29 @@ def test_syscost_measures_positive_cpu_time_and_rejects_bad_arguments(tmp_path):
     for bad in (["syscall", "0", "3"], ["fork", "10", "1"], ["syscall", "10"]):
         p = subprocess.run([str(exe), *bad], capture_output=True, text=True)
         assert p.returncode == 2 and p.stdout == "" and "syscost" in p.stderr
+
+
+def test_pairs_run_while_a_foreign_tracer_ran_are_dropped_whole():
+    rows = [{"rep": 0, "doctor": "off", "foreign_tracers": []}, {"rep": 0, "doctor": "on", "foreign_tracers": []},
+            {"rep": 1, "doctor": "on", "foreign_tracers": [4242]}, {"rep": 1, "doctor": "off", "foreign_tracers": []}]
+    assert [r["rep"] for r in pairstats.clean(rows, "doctor")] == [0, 0]
+    assert pairstats.clean(rows[2:], "doctor") == []             # nothing clean: nothing to compare, not half a pair
+
+
+def test_a_tracer_we_did_not_start_is_seen_and_our_own_is_not(tmp_path):
+    fake = tmp_path / "perf"                     # its comm is "perf" while it sleeps
+    fake.write_text("#!/bin/sh\nsleep 30\n")
+    fake.chmod(0o755)
+    theirs = int(subprocess.run(["sh", "-c", f"{fake} >/dev/null 2>&1 & echo $!"], capture_output=True,
+                                text=True).stdout)          # its parent shell has exited: not ours
+    ours = subprocess.Popen([str(fake)])
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and theirs not in overhead.foreign_tracers():
+            time.sleep(0.05)
+        seen = overhead.foreign_tracers()
+        assert theirs in seen and ours.pid not in seen
+    finally:
+        os.kill(theirs, signal.SIGKILL)
+        ours.kill()
+        ours.wait()
