@@ -52,12 +52,24 @@ def _cpu(pids: list[int]) -> float:
     return total
 
 
-TRACERS = ("bpftrace", "perf")
+PERF_TRACING = ("trace", "record", "stat", "top")      # perf subcommands that attach events (not bench, script)
+
+
+def _is_tracer(pid: str, comm: str) -> bool:
+    if comm == "bpftrace":
+        return True
+    if comm != "perf":
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return len(argv) > 1 and argv[1].decode(errors="replace") in PERF_TRACING
 
 
 def foreign_tracers() -> list[int]:
-    """bpftrace and perf processes this measurement did not start: another user's tracer enables
-    syscall tracepoints for every task, ours included, and would make an "off" run an "on" run."""
+    """bpftrace and tracing perf processes this measurement did not start: another user's tracer
+    enables tracepoints for every task, ours included, and would make an "off" run an "on" run."""
     me, out = os.getpid(), []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -67,7 +79,7 @@ def foreign_tracers() -> list[int]:
         except OSError:
             continue
         comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-        if comm in TRACERS and int(rest[1]) != me:
+        if int(rest[1]) != me and _is_tracer(d.name, comm):
             out.append(int(d.name))
     return sorted(out)
 

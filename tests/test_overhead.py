@@ -174,19 +174,24 @@ def test_pairs_run_while_a_foreign_tracer_ran_are_dropped_whole():
 
 
 def test_a_tracer_we_did_not_start_is_seen_and_our_own_is_not(tmp_path):
-    fake = tmp_path / "perf"                     # its comm is "perf" while it sleeps
-    fake.write_text("#!/bin/sh\nsleep 30\n")
-    fake.chmod(0o755)
-    theirs = int(subprocess.run(["sh", "-c", f"{fake} >/dev/null 2>&1 & echo $!"], capture_output=True,
-                                text=True).stdout)          # its parent shell has exited: not ours
-    ours = subprocess.Popen([str(fake)])
+    """A binary named perf (GNU tail following a file named like perf's subcommand: its argv is
+    what a real `perf record` shows in /proc)."""
+    fake = tmp_path / "perf"
+    shutil.copy("/usr/bin/tail", fake)
+    for sub in ("record", "bench"):
+        (tmp_path / sub).write_text("")
+    start = lambda sub: int(subprocess.run(["sh", "-c", f"./perf {sub} -f >/dev/null 2>&1 & echo $!"],
+                                           capture_output=True, text=True, cwd=tmp_path).stdout)
+    theirs, bench = start("record"), start("bench")          # their parent shell has exited: not ours
+    ours = subprocess.Popen([str(fake), "record", "-f"], cwd=tmp_path, stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and theirs not in overhead.foreign_tracers():
             time.sleep(0.05)
         seen = overhead.foreign_tracers()
-        assert theirs in seen and ours.pid not in seen
+        assert theirs in seen and ours.pid not in seen and bench not in seen     # `perf bench` attaches nothing
     finally:
         os.kill(theirs, signal.SIGKILL)
+        os.kill(bench, signal.SIGKILL)
         ours.kill()
         ours.wait()
