@@ -740,7 +740,8 @@ def probe_cachemiss(command, as_json):
 @probe.command("overhead")
 @click.option("--seconds", default="8", show_default=True, callback=duration_option,
               help="Length of each wrk run, seconds.")
-@click.option("--reps", type=click.IntRange(1, 20), default=3, show_default=True, help="Pairs of runs (off, on).")
+@click.option("--reps", type=click.IntRange(1, 20), default=3, show_default=True,
+              help="Pairs of runs (off, on) during which no other user's tracer ran; up to 3x as many are tried.")
 @click.option("--connections", type=click.IntRange(1, 5000), default=50, show_default=True, help="wrk connections.")
 @click.option("--component", default="doctor", show_default=True, metavar="NAME",
               help="What to attach in the 'on' runs: doctor, bpftrace (no perf), perf, perf-nocg, one .bt script "
@@ -764,7 +765,7 @@ def probe_overhead(seconds, reps, connections, component, pace_ms, mechanisms, o
     if component not in overhead.components():
         raise ProxytuneError(f"unknown --component {component!r}", "one of: " + ", ".join(overhead.components()))
     with progress(as_json) as bar:
-        task = bar.add_task(f"nginx under wrk, {component} off/on", total=2 * reps)
+        task = bar.add_task(f"nginx under wrk, {component} off/on pairs", total=reps)
         data = overhead.measure(seconds, reps, connections, progress=lambda: bar.advance(task), component=component,
                                 pace_ms=pace_ms, mechanisms=mechanisms)
 

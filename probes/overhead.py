@@ -205,21 +205,25 @@ def measure(seconds: float = 8, reps: int = 3, connections: int = 50, progress=N
             "scripts": doctor.DEFAULT_SCRIPTS, "perf": perf.describe(), **out}
 
 
-def _pairs(reps: int):
-    """(rep, mode) in interleaved order: off/on, on/off, ... so that drift cancels."""
-    for rep in range(reps):
-        for mode in (("off", "on") if rep % 2 == 0 else ("on", "off")):
-            yield rep, mode
+ATTEMPTS = 3          # pairs tried per pair wanted, when other users' tracers spoil some
 
 
-def _runs(load: Load, reps: int, progress, component: str) -> list[dict]:
-    rows = []
-    for rep, mode in _pairs(reps):
-        r = _one_run(load, component if mode == "on" else None)
-        rows.append({"rep": rep, "doctor": mode, **r})
+def _interleaved(reps: int, one, progress, key: str) -> list[dict]:
+    """Pairs in alternating order (off/on, on/off, ...) so that drift cancels, until `reps` pairs
+    ran with no foreign tracer, or ATTEMPTS * reps pairs were tried. one(mode) -> row."""
+    rows, clean, rep = [], 0, 0
+    while clean < reps and rep < ATTEMPTS * reps:
+        pair = [{"rep": rep, key: mode, **one(mode)} for mode in (("off", "on") if rep % 2 == 0 else ("on", "off"))]
+        rows += pair
+        clean += not any(r["foreign_tracers"] for r in pair)
+        rep += 1
         if progress:
             progress()
     return rows
+
+
+def _runs(load: Load, reps: int, progress, component: str) -> list[dict]:
+    return _interleaved(reps, lambda mode: _one_run(load, component if mode == "on" else None), progress, "doctor")
 
 
 def _mechanisms(load: Load, reps: int, progress, component: str, directory: Path) -> dict:
@@ -227,16 +231,16 @@ def _mechanisms(load: Load, reps: int, progress, component: str, directory: Path
     blocks; nginx's syscalls and context switches per request, counted on one more wrk run, and
     its CPU per request on a last one with nothing attached: the model's terms."""
     exe = syscost.compile_into(directory)
-    blocks = []
-    for rep, mode in _pairs(reps):
+
+    def block(mode):
         with _attached(component if mode == "on" else None, load.pids, 3):
             f0 = foreign_tracers()
-            blocks.append({"rep": rep, "mode": mode, **syscost.sample(exe)})
-            blocks[-1]["foreign_tracers"] = sorted(set(f0) | set(foreign_tracers()))
-        if progress:
-            progress()
+            row = syscost.sample(exe)
+            return {**row, "foreign_tracers": sorted(set(f0) | set(foreign_tracers()))}
+
+    blocks = _interleaved(reps, block, progress, "mode")
     units, per_request, base = syscost.summarise(blocks), _per_request(load), _one_run(load, None)
-    return {"mechanisms": {"blocks": blocks, "pairs_dropped": reps - units["syscall"]["pairs"],
+    return {"mechanisms": {"blocks": blocks, "pairs_dropped": len(blocks) // 2 - units["syscall"]["pairs"],
                            "units": units, "nginx_per_request": per_request,
                            "nginx_alone": base,
                            "model": syscost.model(units, per_request, base["cpu_us_per_request"])}}

@@ -195,3 +195,12 @@ def test_a_tracer_we_did_not_start_is_seen_and_our_own_is_not(tmp_path):
         os.kill(bench, signal.SIGKILL)
         ours.kill()
         ours.wait()
+
+
+def test_spoiled_pairs_are_retried_until_enough_are_clean_but_not_forever():
+    spoiled = iter([True, False, False, False, True, True] + [False] * 10)      # one flag per run
+    rows = overhead._interleaved(2, lambda mode: {"foreign_tracers": [9] if next(spoiled) else []}, None, "mode")
+    assert [r["mode"] for r in rows] == ["off", "on", "on", "off"] * 2                # alternating order kept
+    assert len(rows) == 8 and len(pairstats.clean(rows)) == 4                      # 4 pairs tried, 2 clean
+    always = overhead._interleaved(2, lambda mode: {"foreign_tracers": [9]}, None, "mode")
+    assert len(always) == 2 * overhead.ATTEMPTS * 2 and pairstats.clean(always) == []
