@@ -10,7 +10,10 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -204,3 +207,25 @@ def test_spoiled_pairs_are_retried_until_enough_are_clean_but_not_forever():
     assert len(rows) == 8 and len(pairstats.clean(rows)) == 4                      # 4 pairs tried, 2 clean
     always = overhead._interleaved(2, lambda mode: {"foreign_tracers": [9]}, None, "mode")
     assert len(always) == 2 * overhead.ATTEMPTS * 2 and pairstats.clean(always) == []
+
+
+@needs_bpftrace
+def test_the_merged_sched_switch_program_still_times_the_loop_in_d_state():
+    """A process writing and fsyncing in its main thread sleeps in D state: one program on
+    sched_switch must still see those sleeps, as the two blocks it replaced did."""
+    code = ("import os, sys, time\n"
+            "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o600)\n"
+            "t = time.time()\n"
+            "while time.time() - t < 8:\n"
+            "    os.write(fd, b'x' * 65536); os.fsync(fd)\n")
+    disk = Path(tempfile.mkdtemp(prefix="proxytune-test-dstate-", dir="/var/tmp"))    # /tmp may be tmpfs
+    w = subprocess.Popen([sys.executable, "-c", code, str(disk / "data")])
+    try:
+        time.sleep(0.3)
+        maps = bpftrace.run_for([bpftrace.catalog()["loop_blocking"]], [w.pid], 3)
+    finally:
+        w.kill()
+        w.wait()
+        shutil.rmtree(disk)
+    assert maps.get("@sync_calls", 0) > 10
+    assert maps.get("@dstate_sleeps", 0) > 10 and maps.get("@dstate_ns", 0) > 0, maps
