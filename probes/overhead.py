@@ -9,7 +9,6 @@ nothing at all: the A/A control that shows the noise floor), so the cost
 can be attributed with the same statistic (pairstats)."""
 
 import contextlib
-import os
 import statistics
 import threading
 import time
@@ -19,11 +18,10 @@ from pathlib import Path
 from proxytune.microbench import servers, stats
 from proxytune.tune.errors import ProxytuneError
 
-from . import bpftrace, children, doctor, pairstats, perf, proc, syscost, target, tempdir
+from . import bpftrace, children, doctor, hostnoise, pairstats, perf, proc, syscost, target, tempdir
 
 PACE_MS = 1           # each wrk connection waits this long between requests: nginx below saturation, at a
                       # steady rate, so its CPU per request does not swing with how wrk batches (0: no pacing)
-NICE = -10            # the experiment's priority: other work on a shared host gets less of its CPUs
 
 FIXED_COMPONENTS = {
     "doctor": "the doctor as `proxytune doctor` runs it: default bpftrace scripts and perf",
@@ -50,38 +48,6 @@ def _cpu(pids: list[int]) -> float:
         except (OSError, ValueError, IndexError):
             total += proc.cpu_seconds(p) or 0.0
     return total
-
-
-PERF_TRACING = ("trace", "record", "stat", "top")      # perf subcommands that attach events (not bench, script)
-
-
-def _is_tracer(pid: str, comm: str) -> bool:
-    if comm == "bpftrace":
-        return True
-    if comm != "perf":
-        return False
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return len(argv) > 1 and argv[1].decode(errors="replace") in PERF_TRACING
-
-
-def foreign_tracers() -> list[int]:
-    """bpftrace and tracing perf processes this measurement did not start: another user's tracer
-    enables tracepoints for every task, ours included, and would make an "off" run an "on" run."""
-    me, out = os.getpid(), []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-        if int(rest[1]) != me and _is_tracer(d.name, comm):
-            out.append(int(d.name))
-    return sorted(out)
 
 
 def pace_script(directory: Path, pace_ms: int) -> str | None:
@@ -159,47 +125,28 @@ def _attached(component: str | None, pids: list[int], seconds: float):
 def _one_run(load: Load, component: str | None) -> dict:
     """One wrk run with `component` attached (None: nothing); nginx's CPU per request."""
     with _attached(component, load.pids, load.seconds + 3):
-        c0, f0 = _cpu(load.pids), foreign_tracers()
+        c0, f0 = _cpu(load.pids), hostnoise.foreign_tracers()
         w = servers.wrk(load.url, load.seconds, load.connections, script=load.script)
-        c1, f1 = _cpu(load.pids), foreign_tracers()
+        c1, f1 = _cpu(load.pids), hostnoise.foreign_tracers()
     return {"requests": w["requests"], "rps": w["rps"], "nginx_cpu_s": c1 - c0,
             "cpu_us_per_request": (c1 - c0) * 1e6 / w["requests"] if w["requests"] else None,
             "foreign_tracers": sorted(set(f0) | set(f1))}
 
 
-@contextlib.contextmanager
-def _priority(nice: int):
-    """Run the experiment (nginx, wrk and the tracers all inherit it from this thread) at `nice`,
-    so that other work on the host disturbs it less; restored on the way out. Yields the nice value
-    in effect (unchanged where the host does not allow raising priority)."""
-    old = os.getpriority(os.PRIO_PROCESS, 0)
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, nice)
-    except OSError:
-        pass
-    try:
-        yield os.getpriority(os.PRIO_PROCESS, 0)
-    finally:
-        try:
-            os.setpriority(os.PRIO_PROCESS, 0, old)
-        except OSError:
-            pass
-
-
 def measure(seconds: float = 8, reps: int = 3, connections: int = 50, progress=None,
-            component: str = "doctor", pace_ms: int = PACE_MS, nice: int = NICE, mechanisms: bool = False) -> dict:
+            component: str = "doctor", pace_ms: int = PACE_MS, nice: int = hostnoise.NICE, mechanisms: bool = False) -> dict:
     """Interleaved wrk runs with and without `component`; or, with `mechanisms`, its unit costs
     and the cost per request they predict."""
     if component not in components():
         raise ProxytuneError(f"unknown component {component!r}", "one of: " + ", ".join(components()))
-    with _priority(nice) as in_effect, tempdir.RunDir("overhead") as d, servers.Nginx(workers=1) as ng:
+    with hostnoise.priority(nice) as in_effect, tempdir.RunDir("overhead") as d, servers.Nginx(workers=1) as ng:
         load = Load(f"http://127.0.0.1:{ng.port}/", proc.resolve(ng.pid, None), seconds, connections,
                     pace_script(d.path, pace_ms))
         servers.wrk(load.url, 2, connections, script=load.script)                      # warm-up
         if mechanisms:
             out = _mechanisms(load, reps, progress, component, d.path)
         else:
-            out = _result(_runs(load, reps, progress, component), component)
+            out = _result(_runs(load, reps, progress, component))
     return {"bench": "doctor-overhead", "component": component, "attached": components()[component],
             "seconds": seconds, "reps": reps, "connections": connections, "pace_ms": pace_ms, "nice": in_effect,
             "scripts": doctor.DEFAULT_SCRIPTS, "perf": perf.describe(), **out}
@@ -234,9 +181,9 @@ def _mechanisms(load: Load, reps: int, progress, component: str, directory: Path
 
     def block(mode):
         with _attached(component if mode == "on" else None, load.pids, 3):
-            f0 = foreign_tracers()
+            f0 = hostnoise.foreign_tracers()
             row = syscost.sample(exe)
-            return {**row, "foreign_tracers": sorted(set(f0) | set(foreign_tracers()))}
+            return {**row, "foreign_tracers": sorted(set(f0) | set(hostnoise.foreign_tracers()))}
 
     blocks = _interleaved(reps, block, progress, "mode")
     units, per_request, base = syscost.summarise(blocks), _per_request(load), _one_run(load, None)
@@ -272,7 +219,7 @@ def _per_request(load: Load) -> dict:
             "context_switch": (s1 - s0) / n if n else None}
 
 
-def _result(rows: list[dict], component: str) -> dict:
+def _result(rows: list[dict]) -> dict:
     kept = pairstats.clean(rows, "doctor")
     if not kept:
         raise ProxytuneError("another bpftrace or perf ran during every pair: nothing clean to compare",

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import IS_ROOT, REPO
-from proxytune.probes import bpftrace, doctor, overhead, pairstats, syscost
+from proxytune.probes import bpftrace, doctor, hostnoise, overhead, pairstats, syscost
 
 needs_bpftrace = pytest.mark.skipif(not (IS_ROOT and shutil.which("bpftrace")), reason="needs root and bpftrace")
 
@@ -189,9 +189,9 @@ def test_a_tracer_we_did_not_start_is_seen_and_our_own_is_not(tmp_path):
     ours = subprocess.Popen([str(fake), "record", "-f"], cwd=tmp_path, stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and theirs not in overhead.foreign_tracers():
+        while time.monotonic() < deadline and theirs not in hostnoise.foreign_tracers():
             time.sleep(0.05)
-        seen = overhead.foreign_tracers()
+        seen = hostnoise.foreign_tracers()
         assert theirs in seen and ours.pid not in seen and bench not in seen     # `perf bench` attaches nothing
     finally:
         os.kill(theirs, signal.SIGKILL)
@@ -229,3 +229,13 @@ def test_the_merged_sched_switch_program_still_times_the_loop_in_d_state():
         shutil.rmtree(disk)
     assert maps.get("@sync_calls", 0) > 10
     assert maps.get("@dstate_sleeps", 0) > 10 and maps.get("@dstate_ns", 0) > 0, maps
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="raising priority needs root")
+def test_the_experiment_priority_is_restored_on_every_way_out():
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    with pytest.raises(KeyboardInterrupt):
+        with hostnoise.priority(before - 1) as in_effect:
+            assert in_effect == before - 1
+            raise KeyboardInterrupt
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before
