@@ -31,9 +31,11 @@ def median_ci(values: list[float], confidence: float = CONFIDENCE) -> dict:
             "n": n, "method": "sign test (order statistics)"}
 
 
-def verdict(ci: list[float]) -> str:
+def verdict(ci: list[float], confidence: float = CONFIDENCE) -> str:
     """What the interval allows one to say: a cost, a gain, or noise."""
     lo, hi = ci
+    if confidence < 0.5:
+        return "too few pairs for an interval: run more --reps"
     if lo > 0:
         return f"costs {lo:+.1%} to {hi:+.1%}"
     if hi < 0:
@@ -60,7 +62,7 @@ def summarise(off: list[float], on: list[float], goal_pair: float = 0.05, goal_m
     m = median_ci(pairs)
     return {"overhead_per_pair": pairs, "overhead": m["median"], "overhead_ci": m["ci"],
             "overhead_ci_confidence": m["confidence"], "overhead_ci_method": m["method"],
-            "verdict": verdict(m["ci"]),
+            "verdict": verdict(m["ci"], m["confidence"]),
             "goal": {"max_pair": goal_pair, "max_median": goal_median,
                      "met": m["median"] <= goal_median and max(pairs) <= goal_pair,
                      "median_upper_bound_met": m["ci"][1] <= goal_median}}

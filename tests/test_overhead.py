@@ -37,6 +37,7 @@ def test_too_few_pairs_report_their_real_coverage_not_95():
     assert m["ci"] == [0.01, 0.05]
     assert m["confidence"] == pytest.approx(1 - 2 / 32)        # 93.75 %, said as such
     assert pairstats.median_ci([0.02])["confidence"] == 0.0    # one pair: no interval at all
+    assert pairstats.summarise([4.0], [4.4])["verdict"].startswith("too few pairs")
 
 
 def test_interval_covers_the_true_median_as_often_as_it_claims():
