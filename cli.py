@@ -741,24 +741,47 @@ def probe_cachemiss(command, as_json):
 @probe.command("overhead")
 @click.option("--seconds", default="8", show_default=True, callback=duration_option,
               help="Length of each wrk run, seconds.")
-@click.option("--reps", type=click.IntRange(1, 20), default=3, show_default=True, help="Pairs of runs (off, on).")
+@click.option("--reps", type=click.IntRange(1, 20), default=3, show_default=True,
+              help="Pairs of runs (off, on) during which no other user's tracer ran; up to 3x as many are tried.")
 @click.option("--connections", type=click.IntRange(1, 5000), default=50, show_default=True, help="wrk connections.")
+@click.option("--component", default="doctor", show_default=True, metavar="NAME",
+              help="What to attach in the 'on' runs: doctor, bpftrace (no perf), perf, perf-nocg, one .bt script "
+                   "by name, or none (an A/A control: the noise floor).")
+@click.option("--pace-ms", type=click.IntRange(0, 1000), default=1, show_default=True,
+              help="Each wrk connection waits this long between requests, so nginx runs below saturation at a "
+                   "steady rate; 0 = as fast as wrk goes.")
+@click.option("--mechanisms", is_flag=True,
+              help="Instead of wrk pairs, measure the CPU the component adds per syscall and per context switch "
+                   "(CPU time: low noise), and model the cost per request from nginx's syscalls and switches "
+                   "per request.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
-def probe_overhead(seconds, reps, connections, output, as_json):
+def probe_overhead(seconds, reps, connections, component, pace_ms, mechanisms, output, as_json):
     """What the doctor costs: nginx's CPU per request under wrk, with and
     without the doctor attached, alternating. Needs root, nginx and wrk."""
     from proxytune.probes import overhead
     from proxytune.microbench.runner import progress
     if os.geteuid() != 0:
         raise ProxytuneError("probe overhead needs root (bpftrace, perf -a)")
+    if component not in overhead.components():
+        raise ProxytuneError(f"unknown --component {component!r}", "one of: " + ", ".join(overhead.components()))
     with progress(as_json) as bar:
-        task = bar.add_task("nginx under wrk, doctor off/on", total=2 * reps)
-        data = overhead.measure(seconds, reps, connections, progress=lambda: bar.advance(task))
+        task = bar.add_task(f"nginx under wrk, {component} off/on pairs", total=reps)
+        data = overhead.measure(seconds, reps, connections, progress=lambda: bar.advance(task), component=component,
+                                pace_ms=pace_ms, mechanisms=mechanisms)
 
     def show(d):
-        click.echo(f"nginx CPU per request: {d['off_us_per_request']['median']:.2f} us without the doctor, "
+        if "mechanisms" in d:
+            u, m = d["mechanisms"]["units"], d["mechanisms"]["model"]
+            click.echo(f"{component} adds {u['syscall']['added_ns']:+.1f} ns of CPU per syscall and "
+                       f"{u['context_switch']['added_ns']:+.0f} ns per context switch; with nginx's "
+                       f"{d['mechanisms']['nginx_per_request']['syscall']:.2f} syscalls and "
+                       f"{d['mechanisms']['nginx_per_request']['context_switch']:.3f} switches per request: "
+                       f"{m['overhead']:+.2%} per request (CI {m['overhead_ci'][0]:+.2%} to {m['overhead_ci'][1]:+.2%})")
+            return
+        click.echo(f"nginx CPU per request: {d['off_us_per_request']['median']:.2f} us without {component}, "
                    f"{d['on_us_per_request']['median']:.2f} us with it: overhead {d['overhead']:+.1%} "
+                   f"({d['overhead_ci_confidence']:.1%} CI: {d['verdict']}) "
                    f"(pairs: {', '.join(f'{x:+.1%}' for x in d['overhead_per_pair'])}); "
                    f"throughput {d['rps_off']:,.0f} -> {d['rps_on']:,.0f} req/s")
     finish_bench(data, "doctor-overhead", output, as_json, show)

@@ -31,7 +31,7 @@ mkdir -p "$py" "$share/probes" "$share/microbench" "$doc" "$root/usr/bin" "$root
 cp -r "$stage/wheel/proxytune" "$py/"
 find "$py" -name __pycache__ -prune -exec rm -rf {} +
 mv "$py/proxytune/profiles" "$share/profiles"
-mv "$py/proxytune/probes/"*.bt "$share/probes/"
+mv "$py/proxytune/probes/"*.bt "$py/proxytune/probes/"*.c "$share/probes/"
 for d in evbench fdscan objbench lua; do mv "$py/proxytune/microbench/$d" "$share/microbench/"; done
 
 install -m 0755 "$here/debian/proxytune.in" "$root/usr/bin/proxytune"

@@ -3,7 +3,8 @@ tracepoints it needs; composing several into one program filtered by a set
 of pids; running it for a window and reading its JSON output.
 
 Each script filters with `pid == $1` (the process) or `tid == $1` (its
-event-loop thread, the main thread), so it also runs standalone as
+event-loop thread, the main thread; `args->next_pid == $1` where a
+tracepoint names it), so it also runs standalone as
 `bpftrace probes/NAME.bt PID`. Composing rewrites those predicates for a
 list of pids (nginx has one worker process per core) and merges END blocks
 (bpftrace allows one).
@@ -27,6 +28,8 @@ from . import target
 HERE = shipped("probes")
 TRACING = Path("/sys/kernel/tracing")
 END_RE = re.compile(r"^END\s*\{(.*)\}\s*$", re.M)
+# `X == $1`, where X is pid, tid or a tracepoint field (args->next_pid): compose() matches any of the pids.
+PID_ARG = re.compile(r"(?<![\w>])((?:args->)?[a-z_]+) == \$1\b")
 
 
 @dataclass
@@ -76,7 +79,7 @@ def compose(scripts: list[Script], pids: list[int]) -> str:
         text = s.text
         ends += [m.strip() for m in END_RE.findall(text)]
         text = END_RE.sub("", text)
-        text = text.replace("pid == $1", _any_of("pid", pids)).replace("tid == $1", _any_of("tid", pids))
+        text = PID_ARG.sub(lambda m: _any_of(m.group(1), pids), text)
         text = "\n".join(l for l in text.splitlines() if not l.startswith("#!"))
         body.append(f"/* ---- {s.name} ---- */\n{text}")
     if ends:

@@ -1,31 +1,92 @@
 """What the doctor costs the proxy it watches: nginx's CPU time per request
 under wrk, with and without `doctor` attached (bpftrace's default scripts
-plus perf sampling), in alternating runs so that drift cancels. The BPF
-programs run in nginx's own context, so their cost lands in nginx's
-system time, which is what this counts."""
+plus perf sampling), in interleaved runs (off/on, on/off, ...) so that drift
+cancels. The BPF programs run in nginx's own context, so their cost lands
+in nginx's system time, which is what this counts.
 
+`component` attaches one part only (perf, bpftrace, one .bt script, or
+nothing at all: the A/A control that shows the noise floor), so the cost
+can be attributed with the same statistic (pairstats)."""
+
+import contextlib
 import statistics
 import threading
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 from proxytune.microbench import servers, stats
+from proxytune.core.errors import ProxytuneError
 
-from proxytune.core import procfs
+from proxytune.core import procfs, procgroup, rundir
 
-from . import doctor, proc
+from . import bpftrace, doctor, hostnoise, pairstats, perf, proc, syscost, target
+
+PACE_MS = 1           # each wrk connection waits this long between requests: nginx below saturation, at a
+                      # steady rate, so its CPU per request does not swing with how wrk batches (0: no pacing)
+
+FIXED_COMPONENTS = {
+    "doctor": "the doctor as `proxytune doctor` runs it: default bpftrace scripts and perf",
+    "bpftrace": "the doctor without perf (--no-perf)",
+    "perf": "perf record alone, as the doctor runs it",
+    "perf-nocg": "perf record alone, without call graphs",
+    "none": "nothing attached: an A/A control that measures the noise",
+}
+
+
+def components() -> dict[str, str]:
+    """Every name `component` accepts, with what it attaches."""
+    scripts = {n: f"bpftrace {n}.bt alone" for n in bpftrace.catalog()}
+    return {**FIXED_COMPONENTS, **scripts}
 
 
 def _cpu(pids: list[int]) -> float:
-    return sum(procfs.cpu_seconds(p) or 0.0 for p in pids)
+    """CPU seconds of every thread of pids, from the scheduler's nanosecond run time
+    (/proc/PID/task/TID/schedstat); clock ticks (10 ms) only where schedstat is missing."""
+    total = 0.0
+    for p in pids:
+        try:
+            total += sum(int((t / "schedstat").read_text().split()[0]) for t in Path(f"/proc/{p}/task").iterdir()) / 1e9
+        except (OSError, ValueError, IndexError):
+            total += procfs.cpu_seconds(p) or 0.0
+    return total
 
 
-def _attached_run(pids: list[int], seconds: float):
-    """Start the doctor in a thread; return (thread, started-event, result box)."""
+def pace_script(directory: Path, pace_ms: int) -> str | None:
+    """A wrk Lua script that makes each connection wait pace_ms between requests (None: no pacing)."""
+    if not pace_ms:
+        return None
+    f = directory / "pace.lua"
+    f.write_text(f"function delay() return {int(pace_ms)} end\n")
+    return str(f)
+
+
+def _window(pids: list[int], seconds: float, tick, component: str) -> None:
+    """Attach `component` (not the whole doctor) for `seconds`; tick() once it is attached."""
+    with procgroup.Children() as kids:
+        run = rec = None
+        if component in bpftrace.catalog():
+            run = bpftrace.Run(kids, bpftrace.compose([bpftrace.catalog()[component]], pids))
+            run.wait_attached()
+        elif component in ("perf", "perf-nocg"):
+            rec = perf.Record(kids, callgraph=component == "perf")
+        target.Watch(pids).wait(seconds, tick)
+        if run:
+            run.stop()
+        if rec:
+            rec.stop(pids)
+
+
+def _attach(component: str, pids: list[int], seconds: float):
+    """Start `component` in a thread; return (thread, started-event, result box)."""
     started, box = threading.Event(), {}
 
     def go():
         try:
-            box["evidence"] = doctor.gather(pids, seconds, tick=lambda t: started.set())
+            if component in ("doctor", "bpftrace"):
+                doctor.gather(pids, seconds, tick=lambda t: started.set(), use_perf=component == "doctor")
+            else:
+                _window(pids, seconds, lambda t: started.set(), component)
         except BaseException as e:        # surfaced by the caller
             box["error"] = e
             started.set()
@@ -35,39 +96,139 @@ def _attached_run(pids: list[int], seconds: float):
     return t, started, box
 
 
-def measure(seconds: float = 8, reps: int = 3, connections: int = 50, progress=None) -> dict:
-    rows = []
-    with servers.Nginx(workers=1) as ng:
-        pids = proc.resolve(ng.pid, None)
-        url = f"http://127.0.0.1:{ng.port}/"
-        servers.wrk(url, 2, connections)                      # warm-up
-        for rep in range(reps):
-            for mode in (("off", "on") if rep % 2 == 0 else ("on", "off")):
-                t = box = None
-                if mode == "on":
-                    t, started, box = _attached_run(pids, seconds + 3)
-                    started.wait(60)
-                    if "error" in box:
-                        raise box["error"]
-                    time.sleep(0.5)                           # the window is open; perf has started
-                c0 = _cpu(pids)
-                w = servers.wrk(url, seconds, connections)
-                c1 = _cpu(pids)
-                if t:
-                    t.join()
-                rows.append({"rep": rep, "doctor": mode, "requests": w["requests"], "rps": w["rps"],
-                             "nginx_cpu_s": c1 - c0,
-                             "cpu_us_per_request": (c1 - c0) * 1e6 / w["requests"] if w["requests"] else None})
-                if progress:
-                    progress()
-    off = [r["cpu_us_per_request"] for r in rows if r["doctor"] == "off"]
-    on = [r["cpu_us_per_request"] for r in rows if r["doctor"] == "on"]
-    pairs = [b / a - 1 for a, b in zip(off, on)]
-    return {"bench": "doctor-overhead", "seconds": seconds, "reps": reps, "connections": connections,
-            "scripts": doctor.DEFAULT_SCRIPTS, "perf": f"cpu-clock {doctor.perf.SAMPLE_HZ} Hz, dwarf call graphs",
-            "runs": rows,
+@dataclass
+class Load:
+    """The load every run of one measurement gets: wrk against nginx, paced or not."""
+    url: str
+    pids: list[int]
+    seconds: float
+    connections: int
+    script: str | None          # wrk Lua pacing script (pace_script), None: as fast as it goes
+
+
+@contextlib.contextmanager
+def _attached(component: str | None, pids: list[int], seconds: float):
+    """`component` attached to pids for a window of `seconds` (None or "none": nothing);
+    the body runs once it is attached and perf has started; leaving waits for the window's end."""
+    if not component or component == "none":
+        yield
+        return
+    t, started, box = _attach(component, pids, seconds)
+    started.wait(60)
+    if "error" in box:
+        raise box["error"]
+    time.sleep(0.5)                               # the window is open; perf has started
+    yield
+    t.join()
+    if "error" in box:
+        raise box["error"]
+
+
+def _one_run(load: Load, component: str | None) -> dict:
+    """One wrk run with `component` attached (None: nothing); nginx's CPU per request."""
+    with _attached(component, load.pids, load.seconds + 3):
+        c0, f0 = _cpu(load.pids), hostnoise.foreign_tracers()
+        w = servers.wrk(load.url, load.seconds, load.connections, script=load.script)
+        c1, f1 = _cpu(load.pids), hostnoise.foreign_tracers()
+    return {"requests": w["requests"], "rps": w["rps"], "nginx_cpu_s": c1 - c0,
+            "cpu_us_per_request": (c1 - c0) * 1e6 / w["requests"] if w["requests"] else None,
+            "foreign_tracers": sorted(set(f0) | set(f1))}
+
+
+def measure(seconds: float = 8, reps: int = 3, connections: int = 50, progress=None,
+            component: str = "doctor", pace_ms: int = PACE_MS, nice: int = hostnoise.NICE, mechanisms: bool = False) -> dict:
+    """Interleaved wrk runs with and without `component`; or, with `mechanisms`, its unit costs
+    and the cost per request they predict."""
+    if component not in components():
+        raise ProxytuneError(f"unknown component {component!r}", "one of: " + ", ".join(components()))
+    with hostnoise.priority(nice) as in_effect, rundir.RunDir("overhead") as d, servers.Nginx(workers=1) as ng:
+        load = Load(f"http://127.0.0.1:{ng.port}/", proc.resolve(ng.pid, None), seconds, connections,
+                    pace_script(d.path, pace_ms))
+        servers.wrk(load.url, 2, connections, script=load.script)                      # warm-up
+        if mechanisms:
+            out = _mechanisms(load, reps, progress, component, d.path)
+        else:
+            out = _result(_runs(load, reps, progress, component))
+    return {"bench": "doctor-overhead", "component": component, "attached": components()[component],
+            "seconds": seconds, "reps": reps, "connections": connections, "pace_ms": pace_ms, "nice": in_effect,
+            "scripts": doctor.DEFAULT_SCRIPTS, "perf": perf.describe(), **out}
+
+
+ATTEMPTS = 3          # pairs tried per pair wanted, when other users' tracers spoil some
+
+
+def _interleaved(reps: int, one, progress, key: str) -> list[dict]:
+    """Pairs in alternating order (off/on, on/off, ...) so that drift cancels, until `reps` pairs
+    ran with no foreign tracer, or ATTEMPTS * reps pairs were tried. one(mode) -> row."""
+    rows, clean, rep = [], 0, 0
+    while clean < reps and rep < ATTEMPTS * reps:
+        pair = [{"rep": rep, key: mode, **one(mode)} for mode in (("off", "on") if rep % 2 == 0 else ("on", "off"))]
+        rows += pair
+        clean += not any(r["foreign_tracers"] for r in pair)
+        rep += 1
+        if progress:
+            progress()
+    return rows
+
+
+def _runs(load: Load, reps: int, progress, component: str) -> list[dict]:
+    return _interleaved(reps, lambda mode: _one_run(load, component if mode == "on" else None), progress, "doctor")
+
+
+def _mechanisms(load: Load, reps: int, progress, component: str, directory: Path) -> dict:
+    """Unit costs (syscost) with `component` attached to nginx (idle meanwhile), in interleaved
+    blocks; nginx's syscalls and context switches per request, counted on one more wrk run, and
+    its CPU per request on a last one with nothing attached: the model's terms."""
+    exe = syscost.compile_into(directory)
+
+    def block(mode):
+        with _attached(component if mode == "on" else None, load.pids, 3):
+            f0 = hostnoise.foreign_tracers()
+            row = syscost.sample(exe)
+            return {**row, "foreign_tracers": sorted(set(f0) | set(hostnoise.foreign_tracers()))}
+
+    blocks = _interleaved(reps, block, progress, "mode")
+    units, per_request, base = syscost.summarise(blocks), _per_request(load), _one_run(load, None)
+    return {"mechanisms": {"blocks": blocks, "pairs_dropped": len(blocks) // 2 - units["syscall"]["pairs"],
+                           "units": units, "nginx_per_request": per_request,
+                           "nginx_alone": base,
+                           "model": syscost.model(units, per_request, base["cpu_us_per_request"])}}
+
+
+def _switches(pids: list[int]) -> int:
+    n = 0
+    for p in pids:
+        for t in Path(f"/proc/{p}/task").iterdir():
+            for line in (t / "status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    n += int(line.split()[1])
+    return n
+
+
+def _per_request(load: Load) -> dict:
+    """nginx's syscalls (perf stat on raw_syscalls:sys_enter) and context switches per request."""
+    with procgroup.Children() as kids:
+        stat = kids.start(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", ",".join(map(str, load.pids))])
+        time.sleep(1)
+        s0 = _switches(load.pids)
+        w = servers.wrk(load.url, load.seconds, load.connections, script=load.script)
+        s1 = _switches(load.pids)
+        _, err = procgroup.stop(stat)
+    calls = next((int(l.split(",")[0]) for l in err.splitlines() if "raw_syscalls:sys_enter" in l
+                  and l.split(",")[0].isdigit()), None)
+    n = w["requests"] or None
+    return {"requests": w["requests"], "syscall": calls / n if calls and n else None,
+            "context_switch": (s1 - s0) / n if n else None}
+
+
+def _result(rows: list[dict]) -> dict:
+    kept = pairstats.clean(rows, "doctor")
+    if not kept:
+        raise ProxytuneError("another bpftrace or perf ran during every pair: nothing clean to compare",
+                             "run again when no other tracer runs on the host")
+    off = [r["cpu_us_per_request"] for r in kept if r["doctor"] == "off"]
+    on = [r["cpu_us_per_request"] for r in kept if r["doctor"] == "on"]
+    rps = lambda mode: statistics.median(r["rps"] for r in kept if r["doctor"] == mode)
+    return {"runs": rows, "pairs_dropped": (len(rows) - len(kept)) // 2,
             "off_us_per_request": stats.summary(off), "on_us_per_request": stats.summary(on),
-            "overhead": statistics.median(on) / statistics.median(off) - 1,
-            "overhead_per_pair": pairs,
-            "rps_off": statistics.median(r["rps"] for r in rows if r["doctor"] == "off"),
-            "rps_on": statistics.median(r["rps"] for r in rows if r["doctor"] == "on")}
+            **pairstats.summarise(off, on), "rps_off": rps("off"), "rps_on": rps("on")}

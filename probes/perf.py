@@ -20,6 +20,11 @@ HEADER = re.compile(r"^\s*(\d+)/(\d+)\s*$")
 FRAME = re.compile(r"^\s+([0-9a-f]+)\s+(.*?)\s+\((.*)\)\s*$")
 
 
+def describe(hz: int = SAMPLE_HZ, callgraph: bool = True) -> str:
+    """How Record samples, in one line (for result files)."""
+    return f"cpu-clock {hz} Hz, " + (f"dwarf call graphs ({STACK_BYTES} B of user stack)" if callgraph else "no call graphs")
+
+
 class Record:
     """`perf record -e cpu-clock -a --call-graph dwarf` in the background; stop() summarises the target pids."""
 

@@ -1,0 +1,102 @@
+/*
+ * syscost: the CPU cost of the two kernel paths a tracer can slow down for
+ * every task on the host, measured in CPU time (not wall time), so that
+ * other work on a shared host preempting us does not count.
+ *
+ *   syscost syscall N SAMPLES   ns of CPU per getppid() (the syscall entry/exit path)
+ *   syscost switch  N SAMPLES   ns of CPU per pipe round trip between two processes
+ *                               on one CPU (two context switches, four syscalls;
+ *                               on two CPUs a round trip would be a cross-CPU
+ *                               wake-up or an idle exit, a different cost each time)
+ *
+ * Prints one JSON document: {"mode": ..., "ns": [per-sample ns per operation]}.
+ */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double cpu_ns(clockid_t clk)
+{
+    struct timespec t;
+    clock_gettime(clk, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+static double one_syscall_sample(long n)
+{
+    double t0 = cpu_ns(CLOCK_THREAD_CPUTIME_ID);
+    for (long i = 0; i < n; i++)
+        syscall(SYS_getppid);
+    return (cpu_ns(CLOCK_THREAD_CPUTIME_ID) - t0) / n;
+}
+
+/* The child echoes n bytes one at a time, then sends its own CPU time. */
+static double one_switch_sample(long n)
+{
+    int to_child[2], to_parent[2];
+    char c = 'x';
+    if (pipe(to_child) || pipe(to_parent))
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        double t0 = cpu_ns(CLOCK_PROCESS_CPUTIME_ID);
+        for (long i = 0; i < n; i++)
+            if (read(to_child[0], &c, 1) != 1 || write(to_parent[1], &c, 1) != 1)
+                _exit(1);
+        double used = cpu_ns(CLOCK_PROCESS_CPUTIME_ID) - t0;
+        if (write(to_parent[1], &used, sizeof used) != (ssize_t)sizeof used)
+            _exit(1);
+        _exit(0);
+    }
+    double t0 = cpu_ns(CLOCK_PROCESS_CPUTIME_ID), child = -1;
+    for (long i = 0; i < n; i++)
+        if (write(to_child[1], &c, 1) != 1 || read(to_parent[0], &c, 1) != 1)
+            break;
+    double mine = cpu_ns(CLOCK_PROCESS_CPUTIME_ID) - t0;
+    if (read(to_parent[0], &child, sizeof child) != (ssize_t)sizeof child)
+        child = -1;
+    waitpid(pid, NULL, 0);
+    close(to_child[0]); close(to_child[1]); close(to_parent[0]); close(to_parent[1]);
+    return child < 0 ? -1 : (mine + child) / n;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4 || (strcmp(argv[1], "syscall") && strcmp(argv[1], "switch"))) {
+        fprintf(stderr, "usage: syscost syscall|switch N SAMPLES\n");
+        return 2;
+    }
+    long n = atol(argv[2]);
+    int samples = atoi(argv[3]);
+    if (n <= 0 || samples <= 0 || samples > 10000) {
+        fprintf(stderr, "syscost: N and SAMPLES must be positive (SAMPLES <= 10000)\n");
+        return 2;
+    }
+    int sw = !strcmp(argv[1], "switch");
+    if (sw) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
+        if (sched_setaffinity(0, sizeof one, &one))
+            perror("syscost: sched_setaffinity (round trips may cross CPUs)");
+    }
+    printf("{\"mode\": \"%s\", \"n\": %ld, \"ns\": [", argv[1], n);
+    for (int s = 0; s < samples; s++) {
+        double v = sw ? one_switch_sample(n) : one_syscall_sample(n);
+        if (v < 0) {
+            fprintf(stderr, "syscost: pipe/fork failed\n");
+            return 1;
+        }
+        printf("%s%.2f", s ? ", " : "", v);
+    }
+    printf("]}\n");
+    return 0;
+}

@@ -1,0 +1,82 @@
+"""Where the doctor's cost comes from, measured where the noise is low: the
+CPU time of one syscall and of one context switch (probes/syscost.c), with
+and without a tracer attached, in interleaved blocks. Once any syscall
+tracepoint is enabled every syscall of every task takes the slow path, and
+sched_switch programs run at every context switch of the host, so these two
+unit costs times nginx's syscalls and switches per request model what the
+tracer adds to each request. CPU time, not wall time: being preempted by
+other work on a shared host does not count."""
+
+import json
+import subprocess
+from pathlib import Path
+
+from proxytune.microbench import build
+from proxytune.tune.datafiles import shipped
+from proxytune.core.errors import ProxytuneError
+
+from . import pairstats
+
+SOURCE = "syscost.c"
+UNITS = {"syscall": (200_000, 9), "switch": (20_000, 5)}      # operations per sample, samples per block
+
+
+def compile_into(directory: Path) -> Path:
+    """Build syscost.c into this run's private dir (it takes a fraction of a second)."""
+    out = directory / "syscost"
+    cmd = [build.compiler(), *build.cflags(), "-o", str(out), str(shipped("probes") / SOURCE)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise ProxytuneError(f"building syscost failed: {(p.stderr.strip().splitlines() or [''])[-1]}", " ".join(cmd))
+    return out
+
+
+def sample(exe: Path) -> dict[str, float]:
+    """The fastest sample's ns of CPU per operation, for each unit, over one block: other work
+    on the host (cache pollution, interrupts) only ever adds time, so the minimum is the
+    cleanest figure, for the off and the on blocks alike."""
+    out = {}
+    for unit, (n, samples) in UNITS.items():
+        p = subprocess.run([str(exe), unit, str(n), str(samples)], capture_output=True, text=True, timeout=120)
+        if p.returncode != 0:
+            raise ProxytuneError(f"syscost {unit} failed: {p.stderr.strip()[-200:]}")
+        out[unit] = min(json.loads(p.stdout)["ns"])
+    return out
+
+
+def _added(blocks: list[dict], unit: str) -> dict:
+    off = [b[unit] for b in blocks if b["mode"] == "off"]
+    on = [b[unit] for b in blocks if b["mode"] == "on"]
+    added = pairstats.median_ci([b - a for a, b in zip(off, on)])
+    return {"off_ns": pairstats.median_ci(off)["median"], "on_ns": pairstats.median_ci(on)["median"],
+            "added_ns": added["median"], "added_ns_ci": added["ci"], "confidence": added["confidence"],
+            "pairs": added["n"]}
+
+
+def summarise(blocks: list[dict]) -> dict:
+    """Per unit: off and on medians and the added ns (median of pair differences, sign-test CI).
+    A round trip is two context switches and four syscalls, so one switch's share is derived,
+    with an interval that takes the worst of both."""
+    blocks = pairstats.clean(blocks)
+    if not blocks:
+        raise ProxytuneError("another bpftrace or perf ran during every pair: nothing clean to compare",
+                             "run again when no other tracer runs on the host")
+    out = {u: _added(blocks, u) for u in UNITS}
+    sc, sw = out["syscall"], out["switch"]
+    out["context_switch"] = {"added_ns": (sw["added_ns"] - 4 * sc["added_ns"]) / 2,
+                             "added_ns_ci": [(sw["added_ns_ci"][0] - 4 * sc["added_ns_ci"][1]) / 2,
+                                             (sw["added_ns_ci"][1] - 4 * sc["added_ns_ci"][0]) / 2],
+                             "derived": "(pipe round trip - 4 syscalls) / 2"}
+    return out
+
+
+def model(units: dict, per_request: dict, cpu_us_per_request: float) -> dict:
+    """The added CPU per request these unit costs predict, from nginx's syscalls and context
+    switches per request (keys "syscall", "context_switch")."""
+    used = [u for u in ("syscall", "context_switch") if per_request.get(u) is not None]
+    ns = {u: units[u]["added_ns"] * per_request[u] for u in used}
+    lo = sum(units[u]["added_ns_ci"][0] * per_request[u] for u in used)
+    hi = sum(units[u]["added_ns_ci"][1] * per_request[u] for u in used)
+    base = cpu_us_per_request * 1000
+    return {"added_ns_per_request": ns, "overhead": sum(ns.values()) / base if base else None,
+            "overhead_ci": [lo / base, hi / base] if base else None}

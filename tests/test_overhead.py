@@ -1,0 +1,242 @@
+"""`probe overhead`: the paired statistic on synthetic pairs (its interval,
+its real coverage, its honest "noise" verdict), and what the doctor's
+composed bpftrace program attaches to: only the tracepoints its findings
+read, with cheap integer tests before any map lookup on host-wide events."""
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import IS_ROOT, REPO
+from proxytune.probes import bpftrace, doctor, hostnoise, overhead, pairstats, syscost
+
+needs_bpftrace = pytest.mark.skipif(not (IS_ROOT and shutil.which("bpftrace")), reason="needs root and bpftrace")
+
+
+def test_interval_is_the_sign_test_order_statistics():
+    ten = [0.05, -0.02, 0.01, 0.03, 0.00, 0.02, 0.04, -0.01, 0.015, 0.025]
+    m = pairstats.median_ci(ten)
+    s = sorted(ten)
+    assert m["n"] == 10 and m["median"] == pytest.approx((s[4] + s[5]) / 2)
+    assert m["ci"] == [s[1], s[8]]                              # k = 2: P = 1 - 2 * 11/1024
+    assert m["confidence"] == pytest.approx(1 - 2 * 11 / 1024)
+
+
+def test_too_few_pairs_report_their_real_coverage_not_95():
+    m = pairstats.median_ci([0.03, 0.01, 0.02, 0.05, 0.04])
+    assert m["ci"] == [0.01, 0.05]
+    assert m["confidence"] == pytest.approx(1 - 2 / 32)        # 93.75 %, said as such
+    assert pairstats.median_ci([0.02])["confidence"] == 0.0    # one pair: no interval at all
+    assert pairstats.summarise([4.0], [4.4])["verdict"].startswith("too few pairs")
+
+
+def test_interval_covers_the_true_median_as_often_as_it_claims():
+    rng = random.Random(7)
+    for n in (6, 10, 15):
+        hits, trials = 0, 2000
+        claimed = pairstats.median_ci([0.0] * n)["confidence"]
+        for _ in range(trials):
+            xs = [0.01 + rng.gauss(0, 0.05) for _ in range(n)]     # true median +1 %
+            lo, hi = pairstats.median_ci(xs)["ci"]
+            hits += lo <= 0.01 <= hi
+        assert claimed >= 0.95
+        assert hits / trials >= claimed - 0.02, (n, hits / trials, claimed)
+
+
+def test_an_interval_that_includes_zero_is_called_noise():
+    noisy = pairstats.summarise([4.0] * 8, [4.0 * (1 + d) for d in (0.06, -0.05, 0.02, -0.03, 0.04, -0.01, 0.0, 0.01)])
+    assert noisy["verdict"].startswith("not separable from noise")
+    assert noisy["overhead_ci"][0] < 0 < noisy["overhead_ci"][1]
+    assert not noisy["goal"]["met"]                              # one pair above +5 %
+    real = pairstats.summarise([4.0] * 8, [4.0 * (1 + d) for d in (0.03, 0.04, 0.02, 0.035, 0.03, 0.025, 0.04, 0.03)])
+    assert real["verdict"].startswith("costs") and real["overhead_ci"][0] > 0
+    assert not real["goal"]["met"] and real["overhead"] == pytest.approx(0.03)
+    cheap = pairstats.summarise([4.0] * 8, [4.0 * (1 + d) for d in (0.01, 0.0, 0.018, -0.01, 0.01, 0.015, 0.0, 0.01)])
+    assert cheap["goal"]["met"] and cheap["goal"]["median_upper_bound_met"]
+
+
+def test_pairs_with_a_missing_measurement_are_dropped_not_counted_as_zero():
+    assert pairstats.pair_ratios([4.0, 0.0, 4.0], [4.4, 4.0, None]) == [pytest.approx(0.1)]
+
+
+def _tracepoints(program: str) -> set[str]:
+    return set(re.findall(r"tracepoint:(\w+:\w+)", program))
+
+
+def test_the_doctor_attaches_only_the_syscalls_its_findings_read():
+    cat = bpftrace.catalog()
+    prog = bpftrace.compose([cat[n] for n in doctor.DEFAULT_SCRIPTS], [101, 202])
+    tps = _tracepoints(prog)
+    assert not any(t.startswith("raw_syscalls:") for t in tps)     # never every syscall of every task
+    syscalls = {t.split(":sys_", 1)[1].split("_", 1)[1] for t in tps if t.startswith("syscalls:")}
+    assert syscalls == {"poll", "ppoll", "select", "pselect6", "openat", "socket", "accept", "accept4", "connect",
+                        "unlinkat", "unlink", "close", "fsync", "fdatasync"}
+    assert tps - {t for t in tps if t.startswith("syscalls:")} == {"sched:sched_switch"}
+
+
+def test_host_wide_events_run_one_program_that_tests_integers_before_any_map():
+    """sched_switch fires for every task on the host: one program runs there (not one per
+    block), and it compares against the target's ids before it touches a map."""
+    cat = bpftrace.catalog()
+    prog = bpftrace.compose([cat[n] for n in doctor.DEFAULT_SCRIPTS], [101, 202])
+    assert prog.count("tracepoint:sched:sched_switch") == 1
+    block = prog.split("tracepoint:sched:sched_switch", 1)[1].split("\n}\n", 1)[0]
+    conds = re.findall(r"^  if \((.*)\) \{", block, re.M)
+    assert len(conds) == 2
+    assert conds[0].startswith("(tid == 101 || tid == 202) && ")
+    assert conds[1] == "(args->next_pid == 101 || args->next_pid == 202)"
+    before_first_if = block.split("  if (", 1)[0]
+    assert "@" not in before_first_if
+
+
+def test_compose_rewrites_tracepoint_fields_compared_with_the_pid():
+    cat = bpftrace.catalog()
+    prog = bpftrace.compose([cat["loop_blocking"]], [7])
+    assert "$1" not in prog and "if (args->next_pid == 7)" in prog and "tid == 7 &&" in prog
+
+
+@needs_bpftrace
+def test_the_composed_program_attaches_exactly_those_probes(tmp_path):
+    cat = bpftrace.catalog()
+    prog = bpftrace.compose([cat[n] for n in doctor.DEFAULT_SCRIPTS], [1])
+    f = tmp_path / "doctor.bt"
+    f.write_text(prog)
+    p = subprocess.run(["timeout", "-s", "INT", "-k", "20", "4", "bpftrace", "-f", "json", str(f)],
+                       capture_output=True, text=True)
+    m = re.search(r'"attached_probes".*?"probes":\s*(\d+)', p.stdout)
+    assert m, bpftrace._clean(p.stderr)
+    n_probes = len(re.findall(r"tracepoint:\w+:\w+", prog)) + ("END {" in prog)
+    assert int(m.group(1)) == n_probes
+
+
+def test_unknown_component_is_one_line_and_exit_2():
+    p = subprocess.run([str(REPO / ".venv/bin/python"), str(REPO / "cli.py"), "probe", "overhead", "--component",
+                        "nope;rm"], capture_output=True, text=True)
+    if not IS_ROOT:
+        pytest.skip("the root check comes first")
+    assert p.returncode == 2 and p.stderr.startswith("proxytune: error: unknown --component 'nope;rm'")
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 2
+
+
+def _blocks(pairs):
+    out = []
+    for i, ((sc0, sw0), (sc1, sw1)) in enumerate(pairs):
+        out += [{"rep": i, "mode": "off", "syscall": sc0, "switch": sw0},
+                {"rep": i, "mode": "on", "syscall": sc1, "switch": sw1}]
+    return out
+
+
+def test_unit_costs_are_pair_differences_and_a_switch_is_the_round_trip_less_four_syscalls():
+    blocks = _blocks([((50, 2000), (56, 2420)), ((52, 2010), (57, 2400)), ((49, 1990), (55, 2410)),
+                      ((51, 2005), (57, 2425)), ((50, 1995), (56, 2405)), ((50, 2000), (56, 2415))])
+    u = syscost.summarise(blocks)
+    assert u["syscall"]["added_ns"] == 6 and u["syscall"]["pairs"] == 6
+    assert u["switch"]["added_ns"] == pytest.approx(417.5)         # median of 420, 390, 420, 420, 410, 415
+    assert u["context_switch"]["added_ns"] == pytest.approx((417.5 - 4 * 6) / 2)
+    lo, hi = u["context_switch"]["added_ns_ci"]
+    assert lo <= u["context_switch"]["added_ns"] <= hi
+
+
+def test_the_model_multiplies_unit_costs_by_what_nginx_does_per_request():
+    units = {"syscall": {"added_ns": 5.0, "added_ns_ci": [4.0, 6.0]},
+             "context_switch": {"added_ns": 100.0, "added_ns_ci": [50.0, 150.0]}}
+    m = syscost.model(units, {"syscall": 2.0, "context_switch": 0.1}, cpu_us_per_request=2.0)
+    assert m["added_ns_per_request"] == {"syscall": 10.0, "context_switch": 10.0}
+    assert m["overhead"] == pytest.approx(20 / 2000)
+    assert m["overhead_ci"] == [pytest.approx((8 + 5) / 2000), pytest.approx((12 + 15) / 2000)]
+    unknown = syscost.model(units, {"syscall": 2.0, "context_switch": None}, cpu_us_per_request=2.0)
+    assert unknown["added_ns_per_request"] == {"syscall": 10.0}      # a missing count is left out, not zero
+
+
+def test_syscost_measures_positive_cpu_time_and_rejects_bad_arguments(tmp_path):
+    exe = syscost.compile_into(tmp_path)
+    for unit in ("syscall", "switch"):
+        p = subprocess.run([str(exe), unit, "2000", "3"], capture_output=True, text=True)
+        doc = json.loads(p.stdout)
+        assert p.returncode == 0 and doc["mode"] == unit and len(doc["ns"]) == 3
+        assert all(v > 0 for v in doc["ns"])
+    for bad in (["syscall", "0", "3"], ["fork", "10", "1"], ["syscall", "10"]):
+        p = subprocess.run([str(exe), *bad], capture_output=True, text=True)
+        assert p.returncode == 2 and p.stdout == "" and "syscost" in p.stderr
+
+
+def test_pairs_run_while_a_foreign_tracer_ran_are_dropped_whole():
+    rows = [{"rep": 0, "doctor": "off", "foreign_tracers": []}, {"rep": 0, "doctor": "on", "foreign_tracers": []},
+            {"rep": 1, "doctor": "on", "foreign_tracers": [4242]}, {"rep": 1, "doctor": "off", "foreign_tracers": []}]
+    assert [r["rep"] for r in pairstats.clean(rows, "doctor")] == [0, 0]
+    assert pairstats.clean(rows[2:], "doctor") == []             # nothing clean: nothing to compare, not half a pair
+
+
+def test_a_tracer_we_did_not_start_is_seen_and_our_own_is_not(tmp_path):
+    """A binary named perf (GNU tail following a file named like perf's subcommand: its argv is
+    what a real `perf record` shows in /proc)."""
+    fake = tmp_path / "perf"
+    shutil.copy("/usr/bin/tail", fake)
+    for sub in ("record", "bench"):
+        (tmp_path / sub).write_text("")
+    start = lambda sub: int(subprocess.run(["sh", "-c", f"./perf {sub} -f >/dev/null 2>&1 & echo $!"],
+                                           capture_output=True, text=True, cwd=tmp_path).stdout)
+    theirs, bench = start("record"), start("bench")          # their parent shell has exited: not ours
+    ours = subprocess.Popen([str(fake), "record", "-f"], cwd=tmp_path, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and theirs not in hostnoise.foreign_tracers():
+            time.sleep(0.05)
+        seen = hostnoise.foreign_tracers()
+        assert theirs in seen and ours.pid not in seen and bench not in seen     # `perf bench` attaches nothing
+    finally:
+        os.kill(theirs, signal.SIGKILL)
+        os.kill(bench, signal.SIGKILL)
+        ours.kill()
+        ours.wait()
+
+
+def test_spoiled_pairs_are_retried_until_enough_are_clean_but_not_forever():
+    spoiled = iter([True, False, False, False, True, True] + [False] * 10)      # one flag per run
+    rows = overhead._interleaved(2, lambda mode: {"foreign_tracers": [9] if next(spoiled) else []}, None, "mode")
+    assert [r["mode"] for r in rows] == ["off", "on", "on", "off"] * 2                # alternating order kept
+    assert len(rows) == 8 and len(pairstats.clean(rows)) == 4                      # 4 pairs tried, 2 clean
+    always = overhead._interleaved(2, lambda mode: {"foreign_tracers": [9]}, None, "mode")
+    assert len(always) == 2 * overhead.ATTEMPTS * 2 and pairstats.clean(always) == []
+
+
+@needs_bpftrace
+def test_the_merged_sched_switch_program_still_times_the_loop_in_d_state():
+    """A process writing and fsyncing in its main thread sleeps in D state: one program on
+    sched_switch must still see those sleeps, as the two blocks it replaced did."""
+    code = ("import os, sys, time\n"
+            "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o600)\n"
+            "t = time.time()\n"
+            "while time.time() - t < 8:\n"
+            "    os.write(fd, b'x' * 65536); os.fsync(fd)\n")
+    disk = Path(tempfile.mkdtemp(prefix="proxytune-test-dstate-", dir="/var/tmp"))    # /tmp may be tmpfs
+    w = subprocess.Popen([sys.executable, "-c", code, str(disk / "data")])
+    try:
+        time.sleep(0.3)
+        maps = bpftrace.run_for([bpftrace.catalog()["loop_blocking"]], [w.pid], 3)
+    finally:
+        w.kill()
+        w.wait()
+        shutil.rmtree(disk)
+    assert maps.get("@sync_calls", 0) > 10
+    assert maps.get("@dstate_sleeps", 0) > 10 and maps.get("@dstate_ns", 0) > 0, maps
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="raising priority needs root")
+def test_the_experiment_priority_is_restored_on_every_way_out():
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    with pytest.raises(KeyboardInterrupt):
+        with hostnoise.priority(before - 1) as in_effect:
+            assert in_effect == before - 1
+            raise KeyboardInterrupt
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before
