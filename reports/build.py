@@ -52,6 +52,24 @@ def _needs_root(what: str = "bench storage"):
     raise ProxytuneError(f"{what} needs root")
 
 
+MAX_RESULT_BYTES = 64 << 20      # the largest result here is 0.5 MB; a FIFO or /dev/zero must not hang or fill memory
+
+
+def read_result(path: Path) -> str:
+    """A result file's text: a regular file (a symlink to one is fine) of bounded size, opened
+    without blocking so a FIFO is refused, not waited on."""
+    import os
+    import stat
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_size > MAX_RESULT_BYTES:
+            raise ValueError(f"{st.st_size:,} bytes, more than any result ({MAX_RESULT_BYTES >> 20} MiB)")
+        return f.read(MAX_RESULT_BYTES + 1).decode()
+
+
 def load_results(paths: list[Path]) -> list[dict]:
     """Result files, validated; a file that is not a proxytune result is one clear error."""
     import jsonschema
@@ -59,8 +77,10 @@ def load_results(paths: list[Path]) -> list[dict]:
     docs = []
     for p in paths:
         try:
-            doc = json.loads(Path(p).read_text())
+            doc = json.loads(read_result(Path(p)))
             validate(doc)
+        except RecursionError:
+            raise ProxytuneError(f"{p}: cannot read it: JSON nested too deeply to be a proxytune result") from None
         except (OSError, ValueError) as e:
             raise ProxytuneError(f"{p}: cannot read it: {e}")
         except jsonschema.ValidationError as e:

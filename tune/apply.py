@@ -214,11 +214,22 @@ def rollback(host: Host, entry_id: str | None = None, force: bool = False) -> Ou
             raise ProxytuneError(f"journal entry {entry['id']} is {entry['state']}: nothing left to undo")
         check_entry(entry, host)
         with _interrupts_ignored():
-            result = undo_steps(entry["steps"], entry["os"], host, force)
+            result = undo_steps(reached(entry), entry["os"], host, force, unsure=_in_progress(entry))
             notes = result.notes + after_files(entry["steps"], entry["os"], host)
             entry["state"] = journal.ROLLED_BACK if result.complete else journal.ROLLBACK_FAILED
             journal.save(host.state_dir, entry)
-    return Outcome(entry=entry, steps=entry["steps"], notes=notes, failures=result.failures, kept=result.kept)
+    return Outcome(entry=entry, steps=reached(entry), notes=notes, failures=result.failures, kept=result.kept)
+
+
+def reached(entry: dict) -> list[dict]:
+    """The steps an apply started: those done and the one in progress when it stopped. The
+    rest never ran, so whatever they hold now is not ours to undo."""
+    return entry["steps"][:entry["done"] + 1]
+
+
+def _in_progress(entry: dict) -> dict | None:
+    """The step an apply stopped in, if any: it may or may not have written."""
+    return entry["steps"][entry["done"]] if entry["done"] < len(entry["steps"]) else None
 
 
 def _do(step: dict, os_name: str, host: Host) -> None:
