@@ -246,8 +246,6 @@ def test_report_html_has_no_live_script_from_a_saved_result(tmp_path):
     assert "<script>alert(1)" not in html and "&lt;script&gt;" in html
 
 
-@pytest.mark.xfail(strict=True, reason="finding: report.md escapes | but not newlines in table cells, "
-                                       "so a string with a newline breaks the table")
 def test_report_md_tables_survive_newlines_in_strings(tmp_path):
     out = _render_evil(tmp_path)
     md = (out / "report.md").read_text().splitlines()
