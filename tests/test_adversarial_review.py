@@ -118,8 +118,6 @@ def test_odd_only_patterns_are_one_line_exit_2(sandbox, pattern):
 
 
 @needs_root
-@pytest.mark.xfail(strict=True, reason="finding: a --skip (or one of several --only) that matches nothing is "
-                                       "silently ignored; with --yes the setting meant to be skipped is applied")
 def test_a_skip_that_matches_nothing_is_refused(sandbox):
     r = proxytune("tune", "plan", "-p", "linux/proxy", "--only", "sysctl:net.*",
                   "--skip", "sysctl:net.ipv4.tcp_tw_reus", netns=True)      # typo: tcp_tw_reuse

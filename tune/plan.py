@@ -19,6 +19,11 @@ def select(settings: list[Setting], only: tuple[str, ...] = (), skip: tuple[str,
     if not chosen:
         raise ProxytuneError(f"--only/--skip {' '.join(only + skip)} leave no setting of this profile",
                              "see `proxytune profiles show NAME` for the addresses")
+    for opt, globs in (("--only", only), ("--skip", skip)):
+        for g in globs:          # a mistyped --skip would otherwise apply what the operator meant to leave out
+            if not any(fnmatchcase(s.address, g) for s in settings):
+                raise ProxytuneError(f"{opt} '{g}' matches no setting of this profile; nothing was changed",
+                                     "see `proxytune profiles show NAME` for the addresses")
     return chosen
 
 
