@@ -70,14 +70,21 @@ def build(name: str) -> Path:
     out = build_dir / f"{name}-{key.hexdigest()[:12]}"
     if out.exists():
         return out
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=build_dir)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=build_dir)
+    except OSError as e:
+        raise HarnessError(f"cannot build {name}: the build cache {build_dir} is not writable ({e.strerror})",
+                           "set PROXYTUNE_CACHE_DIR to a writable directory") from None
     os.close(fd)
     cmd = [cc, *flags, *extra, "-o", tmp, *map(str, sources), *libs]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise HarnessError(f"building {name} failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr else ''}",
-                               " ".join(cmd))
+            lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+            why = "; ".join(lines[-2:]) if lines else f"{cc} exited {proc.returncode} and said nothing"
+            raise HarnessError(f"building {name} failed: {why}", " ".join(cmd))
+        if os.path.getsize(tmp) == 0:       # a "compiler" that exits 0 without writing a program
+            raise HarnessError(f"building {name} failed: {cc} exited 0 but wrote no program", " ".join(cmd))
         os.replace(tmp, out)    # atomic: a concurrent run sees no half-written binary
     finally:
         if os.path.exists(tmp):

@@ -157,8 +157,6 @@ def test_rollback_keeps_a_hand_change_on_the_step_a_dead_apply_stopped_in(sandbo
 # -- bench JSON -----------------------------------------------------------------------------
 
 @needs_root
-@pytest.mark.xfail(strict=True, reason="finding: a read-only cache dir is an `internal error` (mkstemp OSError), "
-                                       "with no JSON on stdout")
 def test_bench_with_a_read_only_cache_dir_is_one_clear_line(tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)

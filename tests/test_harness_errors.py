@@ -89,3 +89,14 @@ def test_the_terminal_shows_the_unavailable_bench_as_its_section(tmp_path):
     assert "bench fdscan: unavailable" in r.stdout and "injected compiler failure" in r.stdout
     assert _one_error(r.stderr).startswith("proxytune: error: bench fdscan: building fdscan failed")
     assert os.path.exists(tmp_path / "r.json")
+
+
+def test_a_compiler_that_writes_nothing_is_a_build_failure_not_a_cached_binary(tmp_path, monkeypatch):
+    """CC=/bin/true exits 0 and writes no program: said as such, and nothing cached for the next run."""
+    from proxytune.microbench import build
+    from proxytune.microbench.runner import HarnessError
+    monkeypatch.setenv("CC", "/bin/true")
+    monkeypatch.setenv("PROXYTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(HarnessError, match="wrote no program"):
+        build.build("fdscan")
+    assert not list((tmp_path / "cache").rglob("fdscan-*"))
