@@ -237,11 +237,12 @@ def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist,
         if not sys.stdin.isatty():
             raise ProxytuneError("refusing to change the host without --yes (no terminal to ask)",
                                  "review `proxytune tune plan` first")
-        render.print_plan(plan, f"tune apply: {profile_ref}", show_target=True)
-        render.print_steps(steps, "-")
-        for n in scope_notes(host, files_only):
-            click.echo(f"note: {n}")
-        click.confirm(f"Apply these {len(steps)} step(s)?", abort=True)
+        with _asking(as_json):     # --json > file: the plan and the question stay on the terminal
+            render.print_plan(plan, f"tune apply: {profile_ref}", show_target=True)
+            render.print_steps(steps, "-")
+            for n in scope_notes(host, files_only):
+                click.echo(f"note: {n}")
+            click.confirm(f"Apply these {len(steps)} step(s)?", abort=True)
     outcome = apply_mod.apply_plan(plan, host, persist, files_only, confirmed=None if yes else steps)
     outcome.notes[:0] = scope_notes(host, files_only)
     after = plan_mod.build(profile_ref, host, params, only, skip)
@@ -253,6 +254,12 @@ def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist,
         render.print_outcome(outcome, "applied")
         render.print_plan(after, "verify")
     sys.exit(after.exit_code())
+
+
+def _asking(as_json: bool):
+    """Where a prompt and what it asks about go: stderr when stdout carries JSON."""
+    import contextlib
+    return contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
 
 
 @tune.command()
@@ -273,9 +280,10 @@ def rollback(host, entry_id, force, yes, as_json):
     if not yes:
         if not sys.stdin.isatty():
             raise ProxytuneError("refusing to change the host without --yes (no terminal to ask)")
-        click.echo(f"journal {entry['id']} ({journal.status(entry)}, profile {entry['profile']}) will restore:")
-        render.print_steps([s for s in entry["steps"] if not s.get("undone")], "-", undo=True)
-        click.confirm("Roll back?", abort=True)
+        with _asking(as_json):
+            click.echo(f"journal {entry['id']} ({journal.status(entry)}, profile {entry['profile']}) will restore:")
+            render.print_steps([s for s in entry["steps"] if not s.get("undone")], "-", undo=True)
+            click.confirm("Roll back?", abort=True)
     outcome = apply_mod.rollback(host, entry["id"], force)
     if as_json:
         from proxytune.reports.schema import envelope

@@ -1,8 +1,7 @@
 """Adversarial tests from a second review: a tired operator and a local attacker against
 `tune apply` / `tune rollback`, the bench JSON, and `report --from`.
 
-Tests marked xfail(strict=True) are findings not fixed yet: each one states what should
-happen; when the product is fixed it XPASSes, fails strictly, and the marker must go.
+Each test started as a strict xfail naming the finding; all were fixed since.
 Live sysctls are only touched inside `unshare -n`; files only under tmp_path."""
 
 import json
@@ -90,8 +89,6 @@ def test_mode_changed_at_the_prompt_is_refused_and_says_what_changed(sandbox):
 
 
 @needs_root
-@pytest.mark.xfail(strict=True, reason="finding: a mode/owner change is reported as 'now a file with sha256 X, "
-                                       "shown as a file with sha256 X' (the same digest twice)")
 def test_mode_change_refusal_names_the_mode(sandbox):
     conf, code, after = _chmod_at_the_prompt(sandbox)
     line = next(x for x in after.splitlines() if "error:" in x)
@@ -256,8 +253,6 @@ def test_report_md_tables_survive_newlines_in_strings(tmp_path):
 
 
 @needs_root
-@pytest.mark.xfail(strict=True, reason="finding: `tune apply --json > file` from a terminal prints the plan and the "
-                                       "prompt into the file: the operator sees no prompt and the file is not JSON")
 def test_apply_json_to_a_file_keeps_the_prompt_on_the_terminal(sandbox, tmp_path):
     controller, terminal = pty.openpty()
     with open(tmp_path / "apply.json", "w") as out:

@@ -118,7 +118,9 @@ def _shown(value) -> str:
     if value is None:
         return "absent"
     if isinstance(value, dict) and "sha256" in value:
-        return f"a file with sha256 {value['sha256'][:12]}..."
+        mode = f"mode {value['mode']:o}, " if isinstance(value.get("mode"), int) else ""
+        owner = f"owner {value['uid']}:{value['gid']}, " if "uid" in value and "gid" in value else ""
+        return f"a file with {mode}{owner}sha256 {value['sha256'][:12]}..."
     text = " ".join(value.split()) if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
     return text if len(text) <= 80 else text[:77] + "..."
 
