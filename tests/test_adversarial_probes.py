@@ -193,10 +193,11 @@ def test_a_device_held_o_excl_by_another_process_is_refused_even_forced(images, 
 @needs_root
 def test_a_mounted_device_is_refused_even_forced(images, private_tmp):
     dev = images.make("mounted")
-    subprocess.run(["mkfs.ext4", "-q", "-F", dev], check=True)
+    # no lazy inode-table init and a read-only mount: the kernel itself must not write to it meanwhile
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", dev], check=True)
     mnt = images.root / "mnt"
     mnt.mkdir()
-    subprocess.run(["mount", dev, str(mnt)], check=True)
+    subprocess.run(["mount", "-o", "ro", dev, str(mnt)], check=True)
     try:
         refused_and_untouched(images, dev, private_tmp, ["--device", dev, "--force-destroy-data"],
                               f"is mounted on {mnt}")
