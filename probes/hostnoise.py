@@ -5,39 +5,25 @@ the runs meant to have nothing attached included)."""
 
 import contextlib
 import os
-from pathlib import Path
+
+from proxytune.core import procfs
 
 NICE = -10            # the experiment's priority: other work on a shared host gets less of its CPUs
 PERF_TRACING = ("trace", "record", "stat", "top")      # perf subcommands that attach events (not bench, script)
 
 
-def _is_tracer(pid: str, comm: str) -> bool:
-    if comm == "bpftrace":
+def _is_tracer(st: procfs.ProcStat) -> bool:
+    if st.comm == "bpftrace":
         return True
-    if comm != "perf":
-        return False
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return len(argv) > 1 and argv[1].decode(errors="replace") in PERF_TRACING
+    argv = procfs.argv_of(st.pid) if st.comm == "perf" else None
+    return bool(argv) and len(argv) > 1 and argv[1] in PERF_TRACING
 
 
 def foreign_tracers() -> list[int]:
     """bpftrace and tracing perf processes this measurement did not start: another user's tracer
     enables tracepoints for every task, ours included, and would make an "off" run an "on" run."""
-    me, out = os.getpid(), []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-        if int(rest[1]) != me and _is_tracer(d.name, comm):
-            out.append(int(d.name))
-    return sorted(out)
+    me = os.getpid()
+    return [p for p in procfs.all_pids() if (st := procfs.read_stat(p)) and st.ppid != me and _is_tracer(st)]
 
 
 @contextlib.contextmanager

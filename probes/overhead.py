@@ -41,15 +41,8 @@ def components() -> dict[str, str]:
 
 
 def _cpu(pids: list[int]) -> float:
-    """CPU seconds of every thread of pids, from the scheduler's nanosecond run time
-    (/proc/PID/task/TID/schedstat); clock ticks (10 ms) only where schedstat is missing."""
-    total = 0.0
-    for p in pids:
-        try:
-            total += sum(int((t / "schedstat").read_text().split()[0]) for t in Path(f"/proc/{p}/task").iterdir()) / 1e9
-        except (OSError, ValueError, IndexError):
-            total += procfs.cpu_seconds(p) or 0.0
-    return total
+    """CPU seconds of every thread of pids, in the scheduler's nanoseconds (procfs.run_seconds)."""
+    return sum(procfs.run_seconds(p) or 0.0 for p in pids)
 
 
 def pace_script(directory: Path, pace_ms: int) -> str | None:
@@ -196,13 +189,7 @@ def _mechanisms(load: Load, reps: int, progress, component: str, directory: Path
 
 
 def _switches(pids: list[int]) -> int:
-    n = 0
-    for p in pids:
-        for t in Path(f"/proc/{p}/task").iterdir():
-            for line in (t / "status").read_text().splitlines():
-                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-                    n += int(line.split()[1])
-    return n
+    return sum(procfs.context_switches(p) for p in pids)
 
 
 def _per_request(load: Load) -> dict:

@@ -111,3 +111,14 @@ def test_uid_and_write_bytes_of_this_process():
     io = procfs.write_bytes(os.getpid())
     assert io is None or io >= 0
     assert procfs.uid_of(2 ** 40) is None and procfs.write_bytes(2 ** 40) is None
+
+
+def test_run_time_and_context_switches_of_this_process_grow():
+    t0, s0 = procfs.run_seconds(os.getpid()), procfs.context_switches(os.getpid())
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:
+        pass
+    time.sleep(0.01)                                   # one voluntary switch at least
+    assert procfs.run_seconds(os.getpid()) - t0 >= 0.04
+    assert procfs.context_switches(os.getpid()) > s0
+    assert procfs.run_seconds(2 ** 40) is None and procfs.context_switches(2 ** 40) == 0
