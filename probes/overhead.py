@@ -77,7 +77,8 @@ def _attach(component: str, pids: list[int], seconds: float):
     def go():
         try:
             if component in ("doctor", "bpftrace"):
-                doctor.gather(pids, seconds, tick=lambda t: started.set(), use_perf=component == "doctor")
+                box["evidence"] = doctor.gather(pids, seconds, tick=lambda t: started.set(),
+                                                use_perf=component == "doctor")
             else:
                 _window(pids, seconds, lambda t: started.set(), component)
         except BaseException as e:        # surfaced by the caller
@@ -100,18 +101,19 @@ class Load:
 
 
 @contextlib.contextmanager
-def _attached(component: str | None, pids: list[int], seconds: float):
+def attached(component: str | None, pids: list[int], seconds: float):
     """`component` attached to pids for a window of `seconds` (None or "none": nothing);
-    the body runs once it is attached and perf has started; leaving waits for the window's end."""
+    the body runs once it is attached and perf has started; leaving waits for the window's end.
+    Yields a box that holds the doctor's evidence ("evidence") once the window closed."""
     if not component or component == "none":
-        yield
+        yield {}
         return
     t, started, box = _attach(component, pids, seconds)
     started.wait(60)
     if "error" in box:
         raise box["error"]
     time.sleep(0.5)                               # the window is open; perf has started
-    yield
+    yield box
     t.join()
     if "error" in box:
         raise box["error"]
@@ -119,7 +121,7 @@ def _attached(component: str | None, pids: list[int], seconds: float):
 
 def _one_run(load: Load, component: str | None) -> dict:
     """One wrk run with `component` attached (None: nothing); nginx's CPU per request."""
-    with _attached(component, load.pids, load.seconds + 3):
+    with attached(component, load.pids, load.seconds + 3):
         c0, f0 = _cpu(load.pids), hostnoise.foreign_tracers()
         w = servers.wrk(load.url, load.seconds, load.connections, script=load.script)
         c1, f1 = _cpu(load.pids), hostnoise.foreign_tracers()
