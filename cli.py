@@ -457,9 +457,10 @@ def fleet_rollback(host, yes, **opts):
 
 # ---------------------------------------------------------------- bench
 
-def finish_bench(data: dict, name: str, output: Path | None, as_json: bool) -> None:
-    """Wrap a bench result in the result schema, store it, print it (JSON, or the report's own section
-    for this bench). Stored at --output, else proxytune-results/NAME-STAMP.json."""
+def finish_bench(data: dict, name: str, output: Path | None, as_json: bool, show=None) -> None:
+    """Wrap a bench result in the result schema, store it, print it (JSON, show(data) for a result the
+    report has no section for, else the report's own section). Stored at --output, else
+    proxytune-results/NAME-STAMP.json."""
     import time
     from proxytune.reports.schema import envelope
     from proxytune.reports.tables import section_for
@@ -470,7 +471,7 @@ def finish_bench(data: dict, name: str, output: Path | None, as_json: bool) -> N
     if as_json:
         emit_json(doc)
     else:
-        console.print_section(section_for(name, data))
+        show(data) if show else console.print_section(section_for(name, data))
         click.echo(f"result: {path}")
     failed = data.get("unavailable_points", [])
     if data.get("available") is False or failed:
@@ -762,9 +763,11 @@ def probe_cachemiss(command, as_json):
               help="Instead of wrk pairs, measure the CPU the component adds per syscall and per context switch "
                    "(CPU time: low noise), and model the cost per request from nginx's syscalls and switches "
                    "per request.")
+@click.option("--pin/--no-pin", default=True, show_default=True,
+              help="nginx on the last CPU, wrk and the tracers on the others, so every run places the work alike.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
-def probe_overhead(seconds, reps, connections, component, pace_ms, mechanisms, output, as_json):
+def probe_overhead(seconds, reps, connections, component, pace_ms, mechanisms, pin, output, as_json):
     """What the doctor costs: nginx's CPU per request under wrk, with and
     without the doctor attached, alternating. Needs root, nginx and wrk."""
     from proxytune.probes import overhead
@@ -776,7 +779,7 @@ def probe_overhead(seconds, reps, connections, component, pace_ms, mechanisms, o
     with progress(as_json) as bar:
         task = bar.add_task(f"nginx under wrk, {component} off/on pairs", total=reps)
         data = overhead.measure(seconds, reps, connections, progress=lambda: bar.advance(task), component=component,
-                                pace_ms=pace_ms, mechanisms=mechanisms)
+                                pace_ms=pace_ms, mechanisms=mechanisms, pin=pin)
 
     def show(d):
         if "mechanisms" in d:

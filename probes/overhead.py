@@ -130,15 +130,19 @@ def _one_run(load: Load, component: str | None) -> dict:
             "foreign_tracers": sorted(set(f0) | set(f1))}
 
 
-def measure(seconds: float = 8, reps: int = 3, connections: int = 50, progress=None,
-            component: str = "doctor", pace_ms: int = PACE_MS, nice: int = hostnoise.NICE, mechanisms: bool = False) -> dict:
+def measure(seconds: float = 8, reps: int = 3, connections: int = 50, progress=None, component: str = "doctor",
+            pace_ms: int = PACE_MS, nice: int = hostnoise.NICE, mechanisms: bool = False, pin: bool = True) -> dict:
     """Interleaved wrk runs with and without `component`; or, with `mechanisms`, its unit costs
-    and the cost per request they predict."""
+    and the cost per request they predict. `pin`: nginx on a CPU of its own (hostnoise.pinned)."""
     if component not in components():
         raise ProxytuneError(f"unknown component {component!r}", "one of: " + ", ".join(components()))
-    with hostnoise.priority(nice) as in_effect, rundir.RunDir("overhead") as d, servers.Nginx(workers=1) as ng:
+    with contextlib.ExitStack() as stack:
+        in_effect = stack.enter_context(hostnoise.priority(nice))
+        d = stack.enter_context(rundir.RunDir("overhead"))
+        ng = stack.enter_context(servers.Nginx(workers=1))
         load = Load(f"http://127.0.0.1:{ng.port}/", proc.resolve(ng.pid, None), seconds, connections,
                     pace_script(d.path, pace_ms))
+        layout = stack.enter_context(hostnoise.pinned(load.pids) if pin else contextlib.nullcontext())
         servers.wrk(load.url, 2, connections, script=load.script)                      # warm-up
         if mechanisms:
             out = _mechanisms(load, reps, progress, component, d.path)
@@ -146,6 +150,7 @@ def measure(seconds: float = 8, reps: int = 3, connections: int = 50, progress=N
             out = _result(_runs(load, reps, progress, component))
     return {"bench": "doctor-overhead", "component": component, "attached": components()[component],
             "seconds": seconds, "reps": reps, "connections": connections, "pace_ms": pace_ms, "nice": in_effect,
+            "pinned": layout,
             "scripts": doctor.DEFAULT_SCRIPTS, "perf": perf.describe(), **out}
 
 
@@ -177,7 +182,7 @@ def _mechanisms(load: Load, reps: int, progress, component: str, directory: Path
     exe = syscost.compile_into(directory)
 
     def block(mode):
-        with _attached(component if mode == "on" else None, load.pids, 3):
+        with attached(component if mode == "on" else None, load.pids, 3):
             f0 = hostnoise.foreign_tracers()
             row = syscost.sample(exe)
             return {**row, "foreign_tracers": sorted(set(f0) | set(hostnoise.foreign_tracers()))}

@@ -8,6 +8,7 @@ import math
 import statistics
 
 CONFIDENCE = 0.95
+CLAIM = 0.9           # below this coverage an interval is not worth a verdict (4 pairs: 87.5 %)
 
 
 def _coverage(n: int, k: int) -> float:
@@ -34,8 +35,8 @@ def median_ci(values: list[float], confidence: float = CONFIDENCE) -> dict:
 def verdict(ci: list[float], confidence: float = CONFIDENCE) -> str:
     """What the interval allows one to say: a cost, a gain, or noise."""
     lo, hi = ci
-    if confidence < 0.5:
-        return "too few pairs for an interval: run more --reps"
+    if confidence < CLAIM:
+        return f"too few pairs for an interval ({confidence:.0%} coverage): run 5 or more --reps"
     if lo > 0:
         return f"costs {lo:+.1%} to {hi:+.1%}"
     if hi < 0:
