@@ -79,7 +79,8 @@ def test_compare_profile_a_1024_fd_squid_fails_where_the_tuned_one_holds(tmp_pat
     r = json.loads((tmp_path / "r.json").read_text())["data"]
     before, after = r["before"], r["after"]
     assert before["nofile"][0] == 1024 and after["nofile"][0] > 4096
-    assert before["error_count"] > 10 * max(after["error_count"], 1), (before["errors"], after["errors"])
+    brief = lambda d: {k: d.get(k) for k in ("nofile", "error_count", "errors", "steady", "fill")}
+    assert before["error_count"] > 10 * max(after["error_count"], 1), json.dumps([brief(before), brief(after)])
     assert after["steady"]["rps"] > 0
     assert r["rolled_back"] and r["applied"]
     somaxconn = p.stdout.split("somaxconn")[1].split()
