@@ -763,11 +763,9 @@ def probe_cachemiss(command, as_json):
               help="Instead of wrk pairs, measure the CPU the component adds per syscall and per context switch "
                    "(CPU time: low noise), and model the cost per request from nginx's syscalls and switches "
                    "per request.")
-@click.option("--pin/--no-pin", default=True, show_default=True,
-              help="nginx on the last CPU, wrk and the tracers on the others, so every run places the work alike.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Result JSON file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
-def probe_overhead(seconds, reps, connections, component, pace_ms, mechanisms, pin, output, as_json):
+def probe_overhead(seconds, reps, connections, component, pace_ms, mechanisms, output, as_json):
     """What the doctor costs: nginx's CPU per request under wrk, with and
     without the doctor attached, alternating. Needs root, nginx and wrk."""
     from proxytune.probes import overhead
@@ -779,7 +777,7 @@ def probe_overhead(seconds, reps, connections, component, pace_ms, mechanisms, p
     with progress(as_json) as bar:
         task = bar.add_task(f"nginx under wrk, {component} off/on pairs", total=reps)
         data = overhead.measure(seconds, reps, connections, progress=lambda: bar.advance(task), component=component,
-                                pace_ms=pace_ms, mechanisms=mechanisms, pin=pin)
+                                pace_ms=pace_ms, mechanisms=mechanisms)
 
     def show(d):
         if "mechanisms" in d:

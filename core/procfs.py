@@ -159,11 +159,6 @@ def _threads(pid: int) -> list[Path]:
         return []
 
 
-def thread_ids(pid: int) -> list[int]:
-    """The thread ids of pid (empty when it is gone)."""
-    return sorted(int(t.name) for t in _threads(pid) if t.name.isdigit())
-
-
 def run_seconds(pid: int) -> float | None:
     """CPU time of every thread of pid from the scheduler's nanosecond run time
     (/proc/PID/task/TID/schedstat); cpu_seconds' 10 ms ticks where schedstat is missing."""

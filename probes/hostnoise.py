@@ -1,8 +1,11 @@
 """What on a shared host disturbs a CPU-cost measurement, and the shields
 `probe overhead` uses: a higher priority for the whole experiment, and
 spotting other users' tracers, whose tracepoints slow every task (ours in
-the runs meant to have nothing attached included), and pinning the proxy
-apart from its load so every run places the work the same way."""
+the runs meant to have nothing attached included).
+
+Pinning nginx to a CPU of its own was tried and made it worse: alone on
+its CPU nginx wakes per request, and A/A pairs spread -24..+88 % against
+-12..+6 % unpinned (docs/results/doctor-overhead-aa-pinned.json)."""
 
 import contextlib
 import os
@@ -45,25 +48,3 @@ def priority(nice: int):
         except OSError:
             pass
 
-
-@contextlib.contextmanager
-def pinned(pids: list[int]):
-    """The watched proxy's threads on the last CPU this process may use, and this thread (so
-    wrk, the tracers and the threads started from here) on the others: otherwise the scheduler
-    moves nginx next to wrk in one run and apart in the next, and its CPU per request with it.
-    Yields {"proxy": [cpu], "load": [cpus]}, or None with fewer than 2 CPUs; this thread's
-    affinity is restored on the way out."""
-    mine = os.sched_getaffinity(0)
-    if len(mine) < 2:
-        yield None
-        return
-    cpus = sorted(mine)
-    layout = {"proxy": cpus[-1:], "load": cpus[:-1]}
-    try:
-        for tid in (t for p in pids for t in procfs.thread_ids(p)):
-            with contextlib.suppress(OSError):      # a thread that just exited
-                os.sched_setaffinity(tid, layout["proxy"])
-        os.sched_setaffinity(0, layout["load"])
-        yield layout
-    finally:
-        os.sched_setaffinity(0, mine)

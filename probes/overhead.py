@@ -131,9 +131,9 @@ def _one_run(load: Load, component: str | None) -> dict:
 
 
 def measure(seconds: float = 8, reps: int = 3, connections: int = 50, progress=None, component: str = "doctor",
-            pace_ms: int = PACE_MS, nice: int = hostnoise.NICE, mechanisms: bool = False, pin: bool = True) -> dict:
+            pace_ms: int = PACE_MS, nice: int = hostnoise.NICE, mechanisms: bool = False) -> dict:
     """Interleaved wrk runs with and without `component`; or, with `mechanisms`, its unit costs
-    and the cost per request they predict. `pin`: nginx on a CPU of its own (hostnoise.pinned)."""
+    and the cost per request they predict."""
     if component not in components():
         raise ProxytuneError(f"unknown component {component!r}", "one of: " + ", ".join(components()))
     with contextlib.ExitStack() as stack:
@@ -142,7 +142,6 @@ def measure(seconds: float = 8, reps: int = 3, connections: int = 50, progress=N
         ng = stack.enter_context(servers.Nginx(workers=1))
         load = Load(f"http://127.0.0.1:{ng.port}/", proc.resolve(ng.pid, None), seconds, connections,
                     pace_script(d.path, pace_ms))
-        layout = stack.enter_context(hostnoise.pinned(load.pids) if pin else contextlib.nullcontext())
         servers.wrk(load.url, 2, connections, script=load.script)                      # warm-up
         if mechanisms:
             out = _mechanisms(load, reps, progress, component, d.path)
@@ -150,7 +149,6 @@ def measure(seconds: float = 8, reps: int = 3, connections: int = 50, progress=N
             out = _result(_runs(load, reps, progress, component))
     return {"bench": "doctor-overhead", "component": component, "attached": components()[component],
             "seconds": seconds, "reps": reps, "connections": connections, "pace_ms": pace_ms, "nice": in_effect,
-            "pinned": layout,
             "scripts": doctor.DEFAULT_SCRIPTS, "perf": perf.describe(), **out}
 
 
