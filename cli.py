@@ -748,10 +748,11 @@ def probe_cachemiss(command, as_json):
 
 
 @probe.command("overhead")
-@click.option("--seconds", default="8", show_default=True, callback=duration_option,
+@click.option("--seconds", default="10", show_default=True, callback=duration_option,
               help="Length of each wrk run, seconds.")
-@click.option("--reps", type=click.IntRange(1, 20), default=3, show_default=True,
-              help="Pairs of runs (off, on) during which no other user's tracer ran; up to 3x as many are tried.")
+@click.option("--reps", type=click.IntRange(1, 30), default=6, show_default=True,
+              help="Pairs of runs (off, on) during which no other user's tracer ran; up to 3x as many are tried. "
+                   "5 or more give a verdict; longer runs shrink each pair's noise (--seconds 30 --reps 10).")
 @click.option("--connections", type=click.IntRange(1, 5000), default=50, show_default=True, help="wrk connections.")
 @click.option("--component", default="doctor", show_default=True, metavar="NAME",
               help="What to attach in the 'on' runs: doctor, bpftrace (no perf), perf, perf-nocg, one .bt script "
