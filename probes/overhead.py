@@ -119,15 +119,13 @@ def attached(component: str | None, pids: list[int], seconds: float):
         raise box["error"]
 
 
-def _one_run(load: Load, component: str | None, seconds: float | None = None) -> dict:
-    """One wrk run (load.seconds unless told) with `component` attached (None: nothing); nginx's
-    CPU per request."""
-    seconds = seconds or load.seconds
-    with attached(component, load.pids, seconds + 3):
+def _one_run(load: Load, component: str | None) -> dict:
+    """One wrk run with `component` attached (None: nothing); nginx's CPU per request."""
+    with attached(component, load.pids, load.seconds + 3):
         c0, f0 = _cpu(load.pids), hostnoise.foreign_tracers()
-        w = servers.wrk(load.url, seconds, load.connections, script=load.script)
+        w = servers.wrk(load.url, load.seconds, load.connections, script=load.script)
         c1, f1 = _cpu(load.pids), hostnoise.foreign_tracers()
-    return {"seconds": seconds, "requests": w["requests"], "rps": w["rps"], "nginx_cpu_s": c1 - c0,
+    return {"requests": w["requests"], "rps": w["rps"], "nginx_cpu_s": c1 - c0,
             "cpu_us_per_request": (c1 - c0) * 1e6 / w["requests"] if w["requests"] else None,
             "foreign_tracers": sorted(set(f0) | set(f1))}
 
@@ -157,20 +155,14 @@ def measure(seconds: float = 8, reps: int = 3, connections: int = 50, progress=N
 ATTEMPTS = 3          # pairs tried per pair wanted, when other users' tracers spoil some
 
 
-def _order(rep: int, sandwich: bool) -> list[tuple[str, int]]:
-    """(mode, length in half-pairs) for pair `rep`: off/on and on/off by turns; a sandwich splits
-    the outer mode around the inner (off, on, off as one pair), so a drift that is linear over the
-    pair cancels inside each pair, not only in the median of pairs."""
-    outer, inner = ("off", "on") if rep % 2 == 0 else ("on", "off")
-    return [(outer, 1), (inner, 2), (outer, 1)] if sandwich else [(outer, 2), (inner, 2)]
-
-
-def _interleaved(reps: int, one, progress, key: str, sandwich: bool = False) -> list[dict]:
-    """Pairs in alternating order (_order) until `reps` pairs ran with no foreign tracer, or
-    ATTEMPTS * reps pairs were tried. one(mode, halves) -> row."""
+def _interleaved(reps: int, one, progress, key: str) -> list[dict]:
+    """Pairs in alternating order (off/on, on/off, ...) so that drift cancels, until `reps` pairs
+    ran with no foreign tracer, or ATTEMPTS * reps pairs were tried. one(mode) -> row.
+    Sandwiches (off, on, off as one pair) were tried and were no better here: the host's noise is
+    not a linear drift (docs/results/doctor-overhead-*sandwich.json)."""
     rows, clean, rep = [], 0, 0
     while clean < reps and rep < ATTEMPTS * reps:
-        pair = [{"rep": rep, key: mode, **one(mode, halves)} for mode, halves in _order(rep, sandwich)]
+        pair = [{"rep": rep, key: mode, **one(mode)} for mode in (("off", "on") if rep % 2 == 0 else ("on", "off"))]
         rows += pair
         clean += not any(r["foreign_tracers"] for r in pair)
         rep += 1
@@ -180,9 +172,7 @@ def _interleaved(reps: int, one, progress, key: str, sandwich: bool = False) -> 
 
 
 def _runs(load: Load, reps: int, progress, component: str) -> list[dict]:
-    half = max(1, round(load.seconds / 2))          # wrk counts whole seconds
-    return _interleaved(reps, lambda mode, halves: _one_run(load, component if mode == "on" else None, half * halves),
-                        progress, "doctor", sandwich=True)
+    return _interleaved(reps, lambda mode: _one_run(load, component if mode == "on" else None), progress, "doctor")
 
 
 def _mechanisms(load: Load, reps: int, progress, component: str, directory: Path) -> dict:
@@ -191,7 +181,7 @@ def _mechanisms(load: Load, reps: int, progress, component: str, directory: Path
     its CPU per request on a last one with nothing attached: the model's terms."""
     exe = syscost.compile_into(directory)
 
-    def block(mode, halves):
+    def block(mode):
         with attached(component if mode == "on" else None, load.pids, 3):
             f0 = hostnoise.foreign_tracers()
             row = syscost.sample(exe)
@@ -225,27 +215,14 @@ def _per_request(load: Load) -> dict:
             "context_switch": (s1 - s0) / n if n else None}
 
 
-def per_pair(rows: list[dict], mode: str) -> list[float]:
-    """CPU per request of `mode` in each pair, in pair order: its runs' CPU over their requests
-    (a sandwich's two outer runs count as one)."""
-    out = []
-    for rep in sorted({r["rep"] for r in rows}):
-        mine = [r for r in rows if r["rep"] == rep and r["doctor"] == mode]
-        n = sum(r["requests"] for r in mine)
-        out.append(sum(r["nginx_cpu_s"] for r in mine) * 1e6 / n if n else None)
-    return out
-
-
 def _result(rows: list[dict]) -> dict:
     kept = pairstats.clean(rows, "doctor")
     if not kept:
         raise ProxytuneError("another bpftrace or perf ran during every pair: nothing clean to compare",
                              "run again when no other tracer runs on the host")
-    off, on = per_pair(kept, "off"), per_pair(kept, "on")
+    off = [r["cpu_us_per_request"] for r in kept if r["doctor"] == "off"]
+    on = [r["cpu_us_per_request"] for r in kept if r["doctor"] == "on"]
     rps = lambda mode: statistics.median(r["rps"] for r in kept if r["doctor"] == mode)
-    return {"runs": rows, "pairs_dropped": len({r["rep"] for r in rows}) - len({r["rep"] for r in kept}),
-            "design": "sandwiches: off, on (2x), off and on, off (2x), on by turns; per mode per pair "
-                      "`seconds` of wrk",
-            "off_us_per_request": stats.summary([x for x in off if x]),
-            "on_us_per_request": stats.summary([x for x in on if x]),
+    return {"runs": rows, "pairs_dropped": (len(rows) - len(kept)) // 2,
+            "off_us_per_request": stats.summary(off), "on_us_per_request": stats.summary(on),
             **pairstats.summarise(off, on), "rps_off": rps("off"), "rps_on": rps("on")}
