@@ -57,6 +57,19 @@ def test_a_slower_large_file_store_is_reported_reversed():
     assert seeds.largefile(data["storage"])["verdict"] == "reversed"
 
 
+def test_engines_on_both_sides_of_a_boundary_make_the_row_say_uncertain():
+    data = copy.deepcopy(MEASURED)
+    effects = data["storage"]["noatime_effect"]
+    for key, gain in zip(sorted(effects), (0.15, 0.38, 0.40)):       # x1.15 shrank, x1.38 and x1.40 hold
+        effects[key]["gain"] = gain
+    r = seeds.noatime(data["storage"])
+    assert r["verdict"] == "holds" and "uncertain: the engines range x1.15 to x1.40, which reads shrank to holds" \
+        in r["reason"], r["reason"]
+    for key in effects:
+        effects[key]["gain"] = 0.40
+    assert "uncertain" not in seeds.noatime(data["storage"])["reason"]
+
+
 def test_missing_sections_are_not_measurable_with_the_reason():
     rows = seeds.rows({})
     assert {r["verdict"] for r in rows} == {"not measurable here"}
