@@ -79,8 +79,14 @@ def test_compare_profile_a_1024_fd_squid_fails_where_the_tuned_one_holds(tmp_pat
     r = json.loads((tmp_path / "r.json").read_text())["data"]
     before, after = r["before"], r["after"]
     assert before["nofile"][0] == 1024 and after["nofile"][0] > 4096
-    brief = lambda d: {k: d.get(k) for k in ("nofile", "error_count", "errors", "steady", "fill")}
-    assert before["error_count"] > 10 * max(after["error_count"], 1), json.dumps([brief(before), brief(after)])
+    brief = json.dumps([{k: d.get(k) for k in ("nofile", "error_count", "errors", "steady")} for d in (before, after)])
+    # Squid itself says it ran out of descriptors at 1024 and never with the profile's limit. How that shows
+    # to clients varies: Squid defers accepts, so waiting clients mostly see time (half the req/s, p99.9 3 s
+    # seen) and only sometimes errors (2-7 seen on a quiet host, hundreds on others): one of the two, clearly
+    assert before["errors"]["fd_warnings_in_cache_log"] >= 1 and after["errors"]["fd_warnings_in_cache_log"] == 0, brief
+    assert after["error_count"] <= before["error_count"], brief
+    assert (before["error_count"] > 10 * max(after["error_count"], 1)
+            or before["steady"]["rps"] < 0.8 * after["steady"]["rps"]), brief
     assert after["steady"]["rps"] > 0
     assert r["rolled_back"] and r["applied"]
     somaxconn = p.stdout.split("somaxconn")[1].split()
