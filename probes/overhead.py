@@ -136,10 +136,7 @@ def measure(seconds: float = 8, reps: int = 3, connections: int = 50, progress=N
     and the cost per request they predict."""
     if component not in components():
         raise ProxytuneError(f"unknown component {component!r}", "one of: " + ", ".join(components()))
-    with contextlib.ExitStack() as stack:
-        in_effect = stack.enter_context(hostnoise.priority(nice))
-        d = stack.enter_context(rundir.RunDir("overhead"))
-        ng = stack.enter_context(servers.Nginx(workers=1))
+    with hostnoise.priority(nice) as in_effect, rundir.RunDir("overhead") as d, servers.Nginx(workers=1) as ng:
         load = Load(f"http://127.0.0.1:{ng.port}/", proc.resolve(ng.pid, None), seconds, connections,
                     pace_script(d.path, pace_ms))
         servers.wrk(load.url, 2, connections, script=load.script)                      # warm-up
