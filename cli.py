@@ -471,7 +471,10 @@ def finish_bench(data: dict, name: str, output: Path | None, as_json: bool, show
     if as_json:
         emit_json(doc)
     else:
-        show(data) if show else console.print_section(section_for(name, data))
+        if show:
+            show(data)
+        else:
+            console.print_section(section_for(name, data))
         click.echo(f"result: {path}")
     failed = data.get("unavailable_points", [])
     if data.get("available") is False or failed:

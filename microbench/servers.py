@@ -153,7 +153,8 @@ def wrk(url: str, seconds: float, connections: int = 50, threads: int = 2, scrip
     """Run wrk and return requests, req/s, socket errors and non-2xx counts from its summary
     (wrk takes whole seconds: a fraction would be refused, so it is rounded, to at least 1)."""
     exe = _need("wrk", "wrk")
-    argv = [exe, f"-t{threads}", f"-c{connections}", f"-d{max(1, round(seconds))}s"] + (["-s", script] if script else []) + [url]
+    argv = [exe, f"-t{threads}", f"-c{connections}", f"-d{max(1, round(seconds))}s"]
+    argv += (["-s", script] if script else []) + [url]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60)
     return parse_wrk(p.stdout)
 

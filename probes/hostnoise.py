@@ -47,4 +47,3 @@ def priority(nice: int):
             os.setpriority(os.PRIO_PROCESS, 0, old)
         except OSError:
             pass
-

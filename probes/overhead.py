@@ -130,7 +130,7 @@ def _one_run(load: Load, component: str | None) -> dict:
             "foreign_tracers": sorted(set(f0) | set(f1))}
 
 
-def measure(seconds: float = 8, reps: int = 3, connections: int = 50, progress=None, component: str = "doctor",
+def measure(seconds: float = 10, reps: int = 6, connections: int = 50, progress=None, component: str = "doctor",
             pace_ms: int = PACE_MS, nice: int = hostnoise.NICE, mechanisms: bool = False) -> dict:
     """Interleaved wrk runs with and without `component`; or, with `mechanisms`, its unit costs
     and the cost per request they predict."""

@@ -90,9 +90,9 @@ def no_tracers_left() -> bool:
 def test_poll_loop_over_idle_connections_is_poll_scan_and_names_its_scan_function(loopserver):
     doc = diagnose([str(loopserver), "--mode", "poll", "--idle", "3000", "--busy", "4", "--seconds", "40"])
     f = by_id(doc)
-    ev = doc["data"]["evidence"] if "data" in doc else doc.get("evidence", {})
-    polls = {k: v for k, v in ev.get("bpf", {}).items() if k.startswith("@poll") and k != "@poll_nfds_hist"}
-    assert "poll-scan" in f, (doc["findings"], polls, ev.get("bpf_window_s"), ev.get("bpftrace_stderr", "")[-500:])
+    seen = doc["data"]["evidence"]
+    polls = {k: v for k, v in seen["bpf"].items() if k.startswith("@poll") and k != "@poll_nfds_hist"}
+    assert "poll-scan" in f, (doc["findings"], polls, seen.get("bpf_window_s"), seen.get("bpftrace_stderr", "")[-500:])
     ev = f["poll-scan"]["evidence"]
     assert ev["mean_nfds"] >= 3000 and ev["mean_ready"] <= 10
     assert f["cpu-hotspot"]["evidence"]["function"] == "comm_select"
