@@ -56,7 +56,7 @@ int64_t index_add(struct index *ix, uint64_t id, uint64_t loc, uint32_t size)
     if (ix->count == ix->cap)
         return -1;
     int64_t pos = (int64_t)((ix->head + ix->count++) % ix->cap);
-    ix->ring[pos] = (struct entry){ id, loc, size, 1, 0 };
+    ix->ring[pos] = (struct entry){ .id = id, .loc = loc, .size = size, .live = 1 };
     int64_t *s = slot_of(ix, id, 1);
     if (*s == -1)
         ix->used++;

@@ -66,6 +66,7 @@ struct entry {
     uint64_t id, loc;           /* loc: file number (ufs) or byte offset (log) */
     uint32_t size;
     uint8_t live, pending;      /* pending: its write is still in flight */
+    uint16_t readers;           /* reads in flight: not evicted until they land (Squid's entry lock) */
 };
 
 struct index {

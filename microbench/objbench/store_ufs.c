@@ -52,8 +52,8 @@ static int evict_to_low_water(struct bench *b)
         struct entry *e = index_oldest(&b->ix, &pos);
         if (!e)
             break;
-        if (e->pending) {                 /* its write is in flight: let it land first */
-            bench_drain(b, 0);
+        if (e->pending || e->readers) {   /* in flight: a pool thread could unlink before it opens */
+            bench_drain(b, b->inflight - 1);
             continue;
         }
         int slot = bench_take_buffer(b);
@@ -97,8 +97,9 @@ static int ufs_hit(struct bench *b, int64_t pos)
     }
     int slot = bench_take_buffer(b);
     struct op op = { .kind = OP_FILE_READ, .id = e->id, .len = e->size, .obj_len = e->size, .stripe = -1,
-                     .slot = slot, .buf = b->bufs[slot] };
+                     .slot = slot, .buf = b->bufs[slot], .off = pos };   /* off: whose read ends */
     path_of(e->loc, op.path);
+    e->readers++;
     return bench_submit(b, &op);
 }
 
@@ -106,6 +107,8 @@ static void ufs_completed(struct bench *b, struct op *op)
 {
     if (op->kind == OP_FILE_WRITE && b->ix.ring[op->off].id == op->id)
         b->ix.ring[op->off].pending = 0;
+    else if (op->kind == OP_FILE_READ)    /* a read entry cannot be evicted, so off still holds it */
+        b->ix.ring[op->off].readers--;
 }
 
 static int ufs_sync(struct bench *b)
