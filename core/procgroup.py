@@ -12,6 +12,7 @@ import ctypes
 import os
 import signal
 import subprocess
+import time
 
 from . import rundir
 
@@ -47,14 +48,20 @@ class Children(rundir.InRunDir):
         return p
 
 
-def stop(p: subprocess.Popen, grace: float = 10.0) -> tuple[str, str]:
-    """SIGINT (bpftrace prints its maps, perf writes its file), wait, then collect output."""
-    _signal_group(p, signal.SIGINT)
-    try:
-        return p.communicate(timeout=grace)
-    except subprocess.TimeoutExpired:
-        kill(p)
-        return p.communicate()
+def stop(p: subprocess.Popen, grace: float = 10.0, resend_s: float | None = None) -> tuple[str, str]:
+    """SIGINT (bpftrace prints its maps, perf writes its file), wait, then collect output.
+    resend_s: repeat the SIGINT that often until the grace is over (bpftrace 0.17 can lose one
+    that arrives just after it attached, then waits forever)."""
+    deadline = time.monotonic() + grace
+    while True:
+        _signal_group(p, signal.SIGINT)
+        left = deadline - time.monotonic()
+        try:
+            return p.communicate(timeout=max(0.0, min(left, resend_s or left)))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                kill(p)
+                return p.communicate()
 
 
 def _signal_group(p: subprocess.Popen, sig: int) -> None:

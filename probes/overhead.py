@@ -65,7 +65,7 @@ def _window(pids: list[int], seconds: float, tick, component: str) -> None:
             rec = perf.Record(kids, callgraph=component == "perf")
         target.Watch(pids).wait(seconds, tick)
         if run:
-            run.stop()
+            run.stop(need_maps=False)           # only its cost counts here
         if rec:
             rec.stop(pids)
 

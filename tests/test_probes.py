@@ -3,12 +3,16 @@ rewrites the pid filters, outputs parse, and every rule fires on evidence
 past its threshold and stays quiet below it. CLI errors are one line, exit 2."""
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 
 import pytest
 
 from conftest import IS_ROOT, needs_root, proxytune
+from proxytune.core import procgroup
+from proxytune.core.errors import ProxytuneError
 from proxytune.probes import bpftrace, findings, perf
 
 needs_bpftrace = pytest.mark.skipif(not (IS_ROOT and shutil.which("bpftrace")), reason="needs root and bpftrace")
@@ -43,6 +47,33 @@ def test_every_catalog_script_loads_standalone_and_composed(tmp_path):
         assert '"attached_probes"' in p.stdout, f"{s.name}: {bpftrace._clean(p.stderr)}"
     maps = bpftrace.run_for(list(bpftrace.catalog().values()), [1], 0.5)
     assert maps["_stderr"] == "" or "ERROR" not in maps["_stderr"]
+
+
+@needs_bpftrace
+def test_a_bpftrace_that_never_prints_its_maps_is_an_error_not_an_empty_window(monkeypatch):
+    """Killed after the grace, bpftrace's maps are lost: the doctor must not read that as 'nothing seen'.
+    SIGSTOP makes it deterministic: a stopped bpftrace cannot act on SIGINT."""
+    monkeypatch.setattr(bpftrace, "STOP_GRACE_S", 1.0)
+    with procgroup.Children() as kids:
+        run = bpftrace.Run(kids, bpftrace.compose([bpftrace.catalog()["pollscan"]], [1]))
+        run.wait_attached()
+        os.killpg(run.proc.pid, signal.SIGSTOP)
+        with pytest.raises(ProxytuneError, match="did not print its maps within 1 s"):
+            run.stop()
+        assert run.proc.returncode == -signal.SIGKILL
+
+
+@needs_bpftrace
+def test_a_stop_right_after_attaching_still_gets_the_maps(monkeypatch):
+    """bpftrace 0.17 can lose a SIGINT that arrives just after it prints attached_probes and then waits
+    forever (2 of 6 such stops here, before stop() repeated the SIGINT each second)."""
+    monkeypatch.setattr(bpftrace, "STOP_GRACE_S", 10.0)
+    for _ in range(6):
+        with procgroup.Children() as kids:
+            run = bpftrace.Run(kids, bpftrace.compose([bpftrace.catalog()["pollscan"]], [1]))
+            run.wait_attached()
+            assert "_window_s" in run.stop()
+            assert run.proc.returncode == 0
 
 
 def test_parse_bpftrace_json_lines():
