@@ -48,20 +48,23 @@ class Children(rundir.InRunDir):
         return p
 
 
-def stop(p: subprocess.Popen, grace: float = 10.0, resend_s: float | None = None) -> tuple[str, str]:
-    """SIGINT (bpftrace prints its maps, perf writes its file), wait, then collect output.
-    resend_s: repeat the SIGINT that often until the grace is over (bpftrace 0.17 can lose one
-    that arrives just after it attached, then waits forever)."""
+def stop(p: subprocess.Popen, grace: float = 10.0, nudge: tuple[int, float] | None = None) -> tuple[str, str]:
+    """SIGINT (bpftrace prints its maps, perf writes its file), wait, then collect output; SIGKILL
+    after `grace`. nudge=(signal, every_s) repeats a signal until then: bpftrace 0.17 can lose a
+    SIGINT that arrives just after it attached, and it resets SIGINT to the default while it prints
+    its maps (so a second SIGINT would kill it mid-print), so its nudge is SIGTERM."""
     deadline = time.monotonic() + grace
+    sig = signal.SIGINT
     while True:
-        _signal_group(p, signal.SIGINT)
+        _signal_group(p, sig)
         left = deadline - time.monotonic()
         try:
-            return p.communicate(timeout=max(0.0, min(left, resend_s or left)))
+            return p.communicate(timeout=max(0.0, min(left, nudge[1]) if nudge else left))
         except subprocess.TimeoutExpired:
             if time.monotonic() >= deadline:
                 kill(p)
                 return p.communicate()
+            sig = nudge[0]
 
 
 def _signal_group(p: subprocess.Popen, sig: int) -> None:

@@ -31,6 +31,8 @@ TRACING = Path("/sys/kernel/tracing")
 END_RE = re.compile(r"^END\s*\{(.*)\}\s*$", re.M)
 # Detaching a few dozen tracepoints takes bpftrace a second or two; on a loaded host far longer.
 STOP_GRACE_S = 60.0
+# Until it exits, bpftrace gets a SIGTERM this often after the first SIGINT (see procgroup.stop).
+NUDGE_S = 1.0
 # `X == $1`, where X is pid, tid or a tracepoint field (args->next_pid): compose() matches any of the pids.
 PID_ARG = re.compile(r"(?<![\w>])((?:args->)?[a-z_]+) == \$1\b")
 
@@ -134,12 +136,14 @@ class Run:
         raise ProxytuneError(f"bpftrace did not attach: {_clean(err)[-300:] or 'timed out'}")
 
     def stop(self, need_maps: bool = True) -> dict:
-        """SIGINT: bpftrace detaches and prints its maps. Killed after the grace, it printed none
-        (or part), and an empty window would read as 'nothing seen': that is an error."""
-        out, err = procgroup.stop(self.proc, grace=STOP_GRACE_S, resend_s=1.0)
-        if need_maps and self.proc.returncode == -signal.SIGKILL:
-            raise ProxytuneError(f"bpftrace did not print its maps within {STOP_GRACE_S:g} s of SIGINT and was "
-                                 "killed: this window's counts are lost", "run again on a less loaded host")
+        """bpftrace detaches and prints its maps. If it was killed or failed, it printed none (or
+        part), and an empty window would read as 'nothing seen': with need_maps that is an error."""
+        out, err = procgroup.stop(self.proc, grace=STOP_GRACE_S, nudge=(signal.SIGTERM, NUDGE_S))
+        rc = self.proc.returncode
+        if need_maps and rc != 0:
+            why = (f"did not print its maps within {STOP_GRACE_S:g} s of SIGINT and was killed" if rc == -signal.SIGKILL
+                   else f"exited with {rc} ({_clean(err)[-200:] or 'no message'})")
+            raise ProxytuneError(f"bpftrace {why}: this window's counts are lost", "run again on a less loaded host")
         maps = parse_output(out)
         maps["_window_s"] = time.monotonic() - self.started if self.started else 0.0
         maps["_stderr"] = _clean(err)

@@ -4,12 +4,13 @@ and the capability type; it depends on none of the packages built on it."""
 import ast
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
 
 from conftest import REPO
-from proxytune.core import procfs
+from proxytune.core import procfs, procgroup
 from proxytune.core.capability import Capability, no, perf_counts, yes
 
 PACKAGES = ("tune", "probes", "microbench", "reports", "cli")
@@ -122,3 +123,43 @@ def test_run_time_and_context_switches_of_this_process_grow():
     assert procfs.run_seconds(os.getpid()) - t0 >= 0.04
     assert procfs.context_switches(os.getpid()) > s0
     assert procfs.run_seconds(2 ** 40) is None and procfs.context_switches(2 ** 40) == 0
+
+
+STOPPABLE = r"""
+import signal, sys, time
+seen = []
+signal.signal(signal.SIGINT, lambda s, f: seen.append("INT"))
+signal.signal(signal.SIGTERM, lambda s, f: seen.append("TERM"))
+print("ready", flush=True)
+while not (sys.argv[1] == "term" and "TERM" in seen or sys.argv[1] == "int" and seen):
+    time.sleep(0.02)
+time.sleep(0.6)                     # any signal sent meanwhile is counted too
+print(" ".join(seen), flush=True)
+"""
+
+
+def _stoppable(mode: str) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", STOPPABLE, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    assert p.stdout.readline() == "ready\n"
+    return p
+
+
+def test_stop_sends_one_sigint_unless_asked_to_nudge():
+    """perf gets exactly one SIGINT; a tracer that ignores it gets the nudge signal until it exits."""
+    p = _stoppable("int")
+    out, _ = procgroup.stop(p, grace=30)
+    assert (out.strip(), p.returncode) == ("INT", 0)
+    p = _stoppable("term")
+    out, _ = procgroup.stop(p, grace=30, nudge=(signal.SIGTERM, 0.1))
+    assert out.split()[:2] == ["INT", "TERM"] and "INT" not in out.split()[1:] and p.returncode == 0
+
+
+def test_stop_kills_after_the_grace_and_returns_at_once_for_an_exited_child():
+    p = _stoppable("term")                          # never sent SIGTERM: killed when the grace ends
+    procgroup.stop(p, grace=0.5)
+    assert p.returncode == -signal.SIGKILL
+    p = subprocess.Popen([sys.executable, "-c", "print('done')"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    p.wait()
+    assert procgroup.stop(p, grace=0, nudge=(signal.SIGTERM, 0.1)) == ("done\n", "")

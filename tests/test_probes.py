@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -74,6 +75,25 @@ def test_a_stop_right_after_attaching_still_gets_the_maps(monkeypatch):
             run.wait_attached()
             assert "_window_s" in run.stop()
             assert run.proc.returncode == 0
+
+
+@needs_bpftrace
+def test_nudges_while_bpftrace_prints_big_maps_lose_nothing(monkeypatch):
+    """bpftrace resets SIGINT to the default once it starts printing: a repeated SIGINT killed it
+    mid-print (rc -2, the second map gone). The nudge is SIGTERM, which it still handles then."""
+    monkeypatch.setattr(bpftrace, "NUDGE_S", 0.05)
+    monkeypatch.setenv("BPFTRACE_MAP_KEYS_MAX", "300000")
+    me = os.getpid()
+    prog = f"tracepoint:raw_syscalls:sys_enter /pid == {me}/ {{ @a[nsecs] = count(); @b[nsecs / 3] = count(); }}\n"
+    with procgroup.Children() as kids:
+        run = bpftrace.Run(kids, prog)
+        run.wait_attached()
+        time.sleep(0.5)                                 # the first milliseconds after attached_probes are not all seen
+        for _ in range(100_000):
+            os.getppid()
+        maps = run.stop()
+    assert run.proc.returncode == 0
+    assert len(maps["@a"]) >= 100_000 and len(maps["@b"]) >= 100_000
 
 
 def test_parse_bpftrace_json_lines():
