@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from proxytune.core import rundir
@@ -23,6 +24,9 @@ MKFS = {"ext2": ["mkfs.ext2", "-q", "-F"], "ext4": ["mkfs.ext4", "-q", "-F"], "x
         "btrfs": ["mkfs.btrfs", "-q", "-f"]}
 FS_PACKAGES = {"xfs": "xfsprogs", "btrfs": "btrfs-progs"}
 TEMP_PREFIX = "proxytune-storage-"
+# io_uring closes a killed process's files from a kernel worker, a moment after the process is reaped:
+# until then its mount is busy and its loop device open. Cleanup waits this long for them.
+SETTLE_S = 10.0
 
 
 def _run(argv, **kw) -> str:
@@ -82,18 +86,52 @@ class Sandbox(rundir.InRunDir):
         self.mounts.append(mp)
 
     def umount(self, mp: Path) -> None:
-        subprocess.run(["umount", str(mp)], capture_output=True)
+        umount_patiently(str(mp))               # a busy umount left it mounted, and the remount stacked on it
         if mp in self.mounts:
             self.mounts.remove(mp)
 
     def close(self) -> None:
         for mp in reversed(self.mounts):
-            if subprocess.run(["umount", str(mp)], capture_output=True).returncode != 0:
-                subprocess.run(["umount", "-l", str(mp)], capture_output=True)     # busy: detach it anyway
+            umount_patiently(str(mp))
         self.mounts.clear()
         for dev in reversed(self.loops):
-            subprocess.run(["losetup", "-d", dev], capture_output=True)
+            detach_patiently(dev)
         self.loops.clear()
+
+
+def _mounted(mp: str) -> bool:
+    return any(rawdev.unescape(line.split()[4]) == mp
+               for line in Path("/proc/self/mountinfo").read_text().splitlines())
+
+
+def umount_patiently(mp: str) -> None:
+    """umount, retrying while it is busy for SETTLE_S; then detach it lazily."""
+    deadline = time.monotonic() + SETTLE_S
+    while _mounted(mp):
+        if subprocess.run(["umount", mp], capture_output=True).returncode == 0:
+            return
+        if time.monotonic() >= deadline:
+            subprocess.run(["umount", "-l", mp], capture_output=True)
+            return
+        time.sleep(0.1)
+
+
+def detach_patiently(dev: str) -> None:
+    """losetup -d only marks a device still open to detach on its last close: wait for that."""
+    backing = Path("/sys/block") / Path(dev).name / "loop" / "backing_file"
+    try:
+        ours = backing.read_text()
+    except OSError:
+        return
+    subprocess.run(["losetup", "-d", dev], capture_output=True)
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline:
+        try:
+            if backing.read_text() != ours:         # another run's image now: ours is gone
+                return
+        except OSError:
+            return
+        time.sleep(0.1)
 
 
 def reap_leftovers(d: Path) -> list[str]:
@@ -102,14 +140,13 @@ def reap_leftovers(d: Path) -> list[str]:
     inside = f"{d}/"
     points = [rawdev.unescape(line.split()[4]) for line in Path("/proc/self/mountinfo").read_text().splitlines()]
     for mp in sorted((p for p in points if p.startswith(inside)), key=len, reverse=True):
-        if subprocess.run(["umount", mp], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", mp], capture_output=True)
+        umount_patiently(mp)
         said.append(f"unmounted {mp}")
     for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
         try:
             if backing.read_text().strip().startswith(inside):
                 dev = f"/dev/{backing.parent.parent.name}"
-                subprocess.run(["losetup", "-d", dev], capture_output=True)
+                detach_patiently(dev)
                 said.append(f"detached {dev}")
         except OSError:
             continue
