@@ -157,7 +157,7 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr, "usage: objbench --store ufs|largefile|rawdev --engine sync|threads|posix-aio|io_uring "
                             "--phase fill|steady|hit --path P [--state FILE] [--capacity-mb MB] [--requests R] "
-                            "[--depth D] [--threads T] [--seed S] [--zipf A] [--verify]\n");
+                            "[--depth D (1-4096)] [--threads T] [--seed S] [--zipf A] [--verify]\n");
             return 2;
         }
     }
@@ -168,7 +168,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof ENGINES / sizeof *ENGINES; i++)
         if (strcmp(ENGINES[i]->name, engine) == 0)
             b->engine = ENGINES[i];
-    if (!b->store || !b->engine || !b->path || b->depth < 1 || capacity_mb < 4 || threads < 1 ||
+    if (!b->store || !b->engine || !b->path || b->depth < 1 || b->depth > 4096 || capacity_mb < 4 || threads < 1 ||
         (!fill && !hit_only && strcmp(phase, "steady")) || (b->store != &store_ufs && !b->state)) {
         fprintf(stderr, "objbench: bad arguments (see --help)\n");
         return 2;
