@@ -99,15 +99,14 @@ class Sandbox(rundir.InRunDir):
         self.loops.clear()
 
 
-def _mounted(mp: str) -> bool:
-    return any(rawdev.unescape(line.split()[4]) == mp
-               for line in Path("/proc/self/mountinfo").read_text().splitlines())
+def mount_points() -> list[str]:
+    return [rawdev.unescape(line.split()[4]) for line in Path("/proc/self/mountinfo").read_text().splitlines()]
 
 
 def umount_patiently(mp: str) -> None:
     """umount, retrying while it is busy for SETTLE_S; then detach it lazily."""
     deadline = time.monotonic() + SETTLE_S
-    while _mounted(mp):
+    while mp in mount_points():
         if subprocess.run(["umount", mp], capture_output=True).returncode == 0:
             return
         if time.monotonic() >= deadline:
@@ -138,8 +137,7 @@ def reap_leftovers(d: Path) -> list[str]:
     """Unmount what a dead run mounted under d and detach the loop devices over its images."""
     said = []
     inside = f"{d}/"
-    points = [rawdev.unescape(line.split()[4]) for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    for mp in sorted((p for p in points if p.startswith(inside)), key=len, reverse=True):
+    for mp in sorted((p for p in mount_points() if p.startswith(inside)), key=len, reverse=True):
         umount_patiently(mp)
         said.append(f"unmounted {mp}")
     for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
