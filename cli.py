@@ -8,6 +8,7 @@ runtime error (also any unexpected exception), 130 interrupted.
 import json
 import os
 import platform
+import shutil
 import sys
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from proxytune.tune import apply as apply_mod, audit as audit_mod, export as exp
 from proxytune.tune import profile as profile_mod, render
 from proxytune.core import console
 from proxytune.core.errors import ProxytuneError
+from proxytune.core.invocation import command, needs_root, require_root
 from proxytune.tune.host import Host
 from proxytune.probes.target import MAX_SECONDS, duration_option
 
@@ -233,10 +235,11 @@ def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist,
     for warning in plan_mod.boot_warnings(plan) if persist else []:
         click.echo(f"proxytune: warning: {warning}", err=True)
     steps, _ = apply_mod.steps_for(plan, host, persist, files_only)
+    apply_mod.refuse_unprivileged(steps)
     if steps and not yes:
         if not sys.stdin.isatty():
             raise ProxytuneError("refusing to change the host without --yes (no terminal to ask)",
-                                 "review `proxytune tune plan` first")
+                                 f"review {command('tune plan')} first")
         with _asking(as_json):     # --json > file: the plan and the question stay on the terminal
             render.print_plan(plan, f"tune apply: {profile_ref}", show_target=True)
             render.print_steps(steps, "-")
@@ -277,6 +280,7 @@ def rollback(host, entry_id, force, yes, as_json):
     """
     journal.check_id(entry_id)
     entry = journal.find(host.state_dir, entry_id)
+    apply_mod.refuse_unprivileged([s for s in entry["steps"] if not s.get("undone")])
     if not yes:
         if not sys.stdin.isatty():
             raise ProxytuneError("refusing to change the host without --yes (no terminal to ask)")
@@ -439,7 +443,7 @@ def fleet_apply(host, serial, canary, verify_cmd, yes, **opts):
     from proxytune.tune import fleet_rollout
     if not yes:
         raise ProxytuneError("fleet apply changes every host it reaches: add --yes",
-                             "review `proxytune fleet plan -i INVENTORY` first")
+                             f"review {command('fleet plan -i INVENTORY')} first")
     run_fleet("apply", opts, body=lambda f: fleet_rollout.apply(f, host.state_dir, canary, serial, verify_cmd))
 
 
@@ -554,8 +558,7 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
     Needs root (loop devices, mounts).
     """
     from proxytune.microbench import devices, storage
-    if os.geteuid() != 0:
-        raise ProxytuneError("bench storage needs root: it makes loop devices and mounts them")
+    require_root("it makes loop devices and mounts them")
     fs_list = [f.strip() for f in fss.split(",")] if fss else None
     if fs_list and (bad := [f for f in fs_list if f not in devices.MKFS]):
         raise ProxytuneError(f"unknown filesystem {bad[0]!r}", f"known: {', '.join(devices.MKFS)}")
@@ -613,12 +616,12 @@ def bench_proxy(host, quick, proxies, stores, concurrency, idle, target, compare
             raise ProxytuneError(f"--target must be HOST:PORT, not {target!r}", "e.g. --target 127.0.0.1:3128")
         if compare_profile or stores or proxies:
             raise ProxytuneError("--target loads your proxy; --proxy, --store and --compare-profile start our own")
-    elif os.geteuid() != 0:
-        raise ProxytuneError("bench proxy needs root (squid drops privileges to user proxy)")
+    else:
+        require_root("it starts squid, which drops privileges to user proxy")
     if compare_profile:
         if not yes:
             raise ProxytuneError("--compare-profile changes the host (journaled, rolled back after)",
-                                 "add --yes; `proxytune tune plan --profile ...` shows the changes")
+                                 f"add --yes; {command('tune plan --profile ...')} shows the changes")
         if len(proxies) > 1 or "all" in proxies:
             raise ProxytuneError("--compare-profile runs one proxy before and after", "give one --proxy")
         data = proxybench.compare_profile(host, compare_profile, (stores or (None,))[0], quick, concurrency,
@@ -689,11 +692,12 @@ def probe_list(as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print the maps as JSON.")
 def probe_run(name, pid, comm, duration, as_json):
     """Run one catalog script against a process for a window and print its maps."""
-    from proxytune.probes import bpftrace, proc, render as prender
+    from proxytune.probes import bpftrace, caps, proc, render as prender
     cat = bpftrace.catalog()
     if name not in cat:
         raise ProxytuneError(f"no probe named {name!r}", f"known: {', '.join(cat)}")
     pids = proc.resolve(pid, comm)
+    caps.require_tracefs()          # an unreadable tracefs is not a kernel without the tracepoints
     if missing := bpftrace.missing_tracepoints(cat[name]):
         raise ProxytuneError(f"{name} needs tracepoints this kernel lacks: {', '.join(missing)}")
     maps = bpftrace.run_for([cat[name]], pids, duration)
@@ -710,8 +714,10 @@ def probe_hotspots(pid, comm, duration, as_json):
     """Where the target's CPU goes: perf record -e cpu-clock -a, filtered by
     pid; functions by self time, and the proxy / kernel / shared-library split."""
     from proxytune.core import procgroup
-    from proxytune.probes import perf, proc, target
+    from proxytune.probes import caps, perf, proc, target
     pids = proc.resolve(pid, comm)
+    if os.geteuid() != 0 and not (sampling := caps.perf_sampling()).ok:     # else perf records nothing,
+        raise needs_root(sampling.why) if shutil.which("perf") else ProxytuneError(sampling.why)  # read as idle
     with procgroup.Children() as kids:
         rec = perf.Record(kids)
         watch = target.Watch(pids)
@@ -774,8 +780,7 @@ def probe_overhead(seconds, reps, connections, component, pace_ms, mechanisms, o
     without the doctor attached, alternating. Needs root, nginx and wrk."""
     from proxytune.probes import overhead
     from proxytune.microbench.runner import progress
-    if os.geteuid() != 0:
-        raise ProxytuneError("probe overhead needs root (bpftrace, perf -a)")
+    require_root("it attaches bpftrace and perf -a")
     if component not in overhead.components():
         raise ProxytuneError(f"unknown --component {component!r}", "one of: " + ", ".join(overhead.components()))
     with progress(as_json) as bar:
@@ -828,15 +833,15 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, as
     Exit 0 no findings, 1 findings, 2 error.
 
     \b
-      sudo ./proxytune doctor --comm squid
-      sudo ./proxytune doctor --pid 1234 --duration 5 --json
+    Examples (as root):
+      proxytune doctor --comm squid
+      proxytune doctor --pid 1234 --duration 5 --json
     """
     from proxytune.core import procfs
     from proxytune.probes import doctor as doctor_mod, proc, render as prender
     from proxytune.reports.schema import envelope
     pids = proc.resolve(pid, comm)
-    if os.geteuid() != 0:
-        raise ProxytuneError("doctor needs root (bpftrace, perf -a)", "sudo ./proxytune doctor ...")
+    require_root("it attaches bpftrace and perf -a")
     if as_json:
         r = doctor_mod.diagnose(pids, duration, host=host, profile_ref=profile_ref, cache_dirs=list(cache_dirs),
                                 deep=deep, use_perf=not no_perf)

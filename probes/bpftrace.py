@@ -21,6 +21,7 @@ from pathlib import Path
 
 from proxytune.tune.datafiles import shipped
 from proxytune.core.errors import ProxytuneError
+from proxytune.core.invocation import command
 
 from proxytune.core import procgroup
 
@@ -60,11 +61,14 @@ def catalog() -> dict[str, Script]:
 
 
 def tracepoint_exists(tp: str) -> bool:
+    """Whether the kernel has tracepoint CAT:NAME. An unreadable tracefs says nothing about that:
+    an error (see caps.require_tracefs), never 'missing'."""
     cat, name = tp.split(":")
     try:
         return (TRACING / "events" / cat / name / "format").exists()
-    except PermissionError:         # tracefs is root-only: unknown counts as missing
-        return False
+    except PermissionError:
+        raise ProxytuneError(f"cannot tell whether tracepoint {tp} exists: {TRACING} is not readable",
+                             f"tracefs is readable by root only; see {command('probe caps')}") from None
 
 
 def missing_tracepoints(s: Script) -> list[str]:

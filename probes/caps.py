@@ -12,6 +12,8 @@ import subprocess
 from pathlib import Path
 
 from proxytune.core.capability import Capability, no, perf_counts, yes
+from proxytune.core.errors import ProxytuneError
+from proxytune.core.invocation import command, needs_root
 
 from . import bpftrace
 
@@ -46,6 +48,19 @@ def ensure_tracefs() -> Capability:
     if p and p.returncode == 0 and (bpftrace.TRACING / "events").is_dir():
         return yes("mounted it at /sys/kernel/tracing")
     return no(f"mount -t tracefs failed: {(p.stderr.strip() if p else 'mount not found')}")
+
+
+def require_tracefs() -> None:
+    """Stop with the real cause when tracepoints cannot be used: tracefs readable by root only
+    (not root: needs root), not mounted, or unreadable even to root; never 'tracepoints missing'."""
+    tracefs = ensure_tracefs()
+    if tracefs.ok:
+        return
+    if os.geteuid() != 0:
+        raise needs_root(f"tracefs: {tracefs.why} (bpftrace attaches its tracepoints through it)")
+    raise ProxytuneError(f"tracefs is not available: {tracefs.why}",
+                         "mount it (mount -t tracefs nodev /sys/kernel/tracing); in a container, the host must "
+                         "allow it")
 
 
 def kprobes() -> Capability:
@@ -119,7 +134,7 @@ def check() -> dict:
     caps = {}
     caps["root"] = Capability(root, "running as root" if root else
                               f"not root: {', '.join(NEEDS_ROOT)}, doctor and probe run/hotspots need root "
-                              "(sudo ./proxytune ...)")
+                              f"({command('...', root=True)})")
     caps["tracefs"] = ensure_tracefs()
     v = bpftrace.version()
     caps["bpftrace"] = Capability(bool(v), v or "not installed (Debian: bpftrace): no tracepoint probes")

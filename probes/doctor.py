@@ -66,9 +66,7 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
            cache_dirs: list[str] | None = None, deep: bool = False, use_perf: bool = True, tick=None) -> dict:
     """Run the probes for `duration` seconds against `pids`; return the evidence dict the rules read."""
     duration = target.duration(duration)
-    tracefs = caps.ensure_tracefs()
-    if not tracefs.ok:
-        raise ProxytuneError(f"tracefs is not available: {tracefs.why}", "run as root")
+    caps.require_tracefs()
     if not bpftrace.version():
         raise ProxytuneError("bpftrace is not installed", "Debian: apt-get install bpftrace")
     cat = bpftrace.catalog()

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,37 @@ def loop_ext4(tmp_path):
         yield img, mnt
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+
+
+@pytest.fixture(scope="module")
+def as_nobody():
+    """run(*args, env=None): proxytune as the unprivileged user nobody (setpriv), from a
+    world-readable copy of the package (no launcher: as installed) run by Debian's python3.
+    run.scratch: a directory nobody owns, for its own --root and --state-dir."""
+    if not IS_ROOT or not shutil.which("setpriv"):
+        pytest.skip("needs root to switch to nobody")
+    if subprocess.run(["/usr/bin/python3", "-c", "import click, rich, jsonschema"], capture_output=True).returncode:
+        pytest.skip("needs Debian's python3-click, python3-rich and python3-jsonschema")
+    top = Path(tempfile.mkdtemp(prefix="pt-nobody-"))    # under /tmp: pytest's own temp dir is root-only
+    try:
+        copy = top / "copy"
+        copy.mkdir()
+        for part in ("cli.py", "core", "tune", "probes", "reports", "microbench", "profiles"):
+            src = REPO / part
+            (shutil.copytree(src, copy / part, ignore=shutil.ignore_patterns("build", "__pycache__"))
+             if src.is_dir() else shutil.copy(src, copy / part))
+        subprocess.run(["chmod", "-R", "a+rX", str(top)], check=True)
+        (top / "scratch").mkdir()
+        shutil.chown(top / "scratch", "nobody", "nogroup")
+
+        def run(*args, env=None, timeout=120):
+            environment = {**os.environ, "HOME": "/nonexistent", "COLUMNS": "400", **(env or {})}
+            return subprocess.run([*NOBODY, "/usr/bin/python3", str(copy / "cli.py"), *args], capture_output=True,
+                                  text=True, cwd=copy, env=environment, timeout=timeout)
+        run.scratch = top / "scratch"
+        yield run
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

@@ -3,9 +3,17 @@ schema, exit codes 0/1/2, nothing destructive without --yes, help that
 answers, and the report the README's main command writes."""
 
 import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
 
 import jsonschema
 import pytest
+
+from conftest import REPO
 
 from proxytune.reports.schema import RESULT, validate
 from proxytune.tune import profile
@@ -124,3 +132,155 @@ def test_report_with_benchmarks_has_every_section_and_figure(sandbox, cli, tmp_p
     md = (out / "report.md").read_text()
     for png in figures:
         assert f"({png})" in md and (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---------------------------------------------------------------- errors a person can act on
+
+NOBODY_HINTS = ("chown", "chmod", "owned by uid 65534", "lacks")     # what would mislead a non-root user
+
+
+def assert_needs_root(r, command: str, why: str):
+    """One error line saying `COMMAND needs root: WHY...`, a hint to rerun it as root, nothing misleading."""
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith(f"proxytune: error: {command} needs root: {why}"), r.stderr
+    assert lines[1] == f"hint: run it as root: `sudo proxytune {command} ...`", r.stderr
+    assert not any(word in r.stderr for word in NOBODY_HINTS), r.stderr
+
+
+@pytest.fixture
+def roots_state_dir():
+    """A state directory as root leaves it (0700 root) in a directory nobody may traverse."""
+    top = Path(tempfile.mkdtemp(prefix="pt-rootstate-"))
+    top.chmod(0o755)
+    (top / "state").mkdir(mode=0o700)
+    try:
+        yield top / "state"
+    finally:
+        shutil.rmtree(top)
+
+
+def test_non_root_apply_rollback_history_say_needs_root_not_chown(as_nobody, roots_state_dir):
+    somaxconn = Path("/proc/sys/net/core/somaxconn").read_text()
+    mine = as_nobody.scratch / f"state-{os.getpid()}"
+    for state, why in ((roots_state_dir, f"the state directory {roots_state_dir} is root's"),
+                       (mine, "it changes sysctl:net.core.somaxconn live")):
+        r = as_nobody("--state-dir", str(state), "tune", "apply", "--yes", "--only", "sysctl:net.core.somaxconn",
+                      "-p", "linux/proxy")
+        if state == roots_state_dir and r.returncode == 2 and "live" in r.stderr:
+            why = "it changes sysctl:net.core.somaxconn live"      # refused before it reads the journal: also right
+        assert_needs_root(r, "tune apply", why)
+    assert not mine.exists(), "refused before anything was written, the journal included"
+    assert Path("/proc/sys/net/core/somaxconn").read_text() == somaxconn
+    for command in (["tune", "rollback", "--yes"], ["tune", "history"]):
+        r = as_nobody("--state-dir", str(roots_state_dir), *command)
+        assert_needs_root(r, " ".join(command[:2]), f"the state directory {roots_state_dir} is root's")
+    assert os.listdir(roots_state_dir) == []
+
+
+def test_non_root_files_only_apply_to_its_own_root_is_not_told_to_be_root(as_nobody):
+    """Where root is not the cause (an image of one's own, --files-only) no 'needs root' stands in the way."""
+    img, state = as_nobody.scratch / f"img-{os.getpid()}", as_nobody.scratch / f"st-{os.getpid()}"
+    r = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "mkdir", "-p",
+                        str(img / "etc")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    args = ["--root", str(img), "--state-dir", str(state)]
+    r = as_nobody(*args, "tune", "apply", "--files-only", "--only", "limits:*", "--user", "nobody", "--yes")
+    assert r.returncode == 0, r.stderr
+    written = img / "etc/security/limits.d/90-proxytune.conf"
+    assert "nobody\tsoft\tnofile" in written.read_text() and written.stat().st_uid == 65534
+    r = as_nobody(*args, "tune", "rollback", "--yes")
+    assert r.returncode == 0 and not written.exists(), r.stderr
+
+
+@pytest.fixture
+def sleeper():
+    proc = subprocess.Popen(["sleep", "120"])
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_non_root_doctor_and_probes_say_needs_root_and_why(as_nobody, sleeper):
+    """probe run: an unreadable tracefs is the cause, not a kernel without the tracepoints."""
+    if not shutil.which("perf"):
+        pytest.skip("needs perf (linux-perf) for the hotspots case")
+    pid = str(sleeper)
+    assert_needs_root(as_nobody("doctor", "--pid", pid, "-d", "1"), "doctor", "it attaches bpftrace")
+    r = as_nobody("probe", "run", "pollscan", "--pid", pid, "-d", "1")
+    assert_needs_root(r, "probe run", "tracefs: /sys/kernel/tracing is readable by root only")
+    if Path("/proc/sys/kernel/perf_event_paranoid").read_text().strip() not in ("-1",):
+        assert_needs_root(as_nobody("probe", "hotspots", "--pid", pid, "-d", "1"), "probe hotspots",
+                          "system-wide sampling needs root")
+
+
+@pytest.mark.skipif(not Path("/sys/kernel/tracing/events/syscalls").is_dir(), reason="needs tracefs (as root)")
+def test_missing_tracepoints_are_named_when_tracefs_is_readable():
+    from proxytune.probes import bpftrace
+    script = bpftrace.Script("t", Path("t.bt"), "t", "", "", ["syscalls:sys_enter_poll", "nosuch:tracepoint"])
+    assert bpftrace.missing_tracepoints(script) == ["nosuch:tracepoint"]
+
+
+def test_unreadable_tracefs_is_an_error_never_missing(monkeypatch, tmp_path):
+    """As root, a tracefs that denies reading (a locked-down host, a container) is not 'tracepoints missing'."""
+    from proxytune.core.errors import ProxytuneError
+    from proxytune.probes import bpftrace
+
+    def denied(self):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(Path, "exists", denied)
+    with pytest.raises(ProxytuneError, match="cannot tell whether tracepoint syscalls:sys_enter_poll exists"):
+        bpftrace.tracepoint_exists("syscalls:sys_enter_poll")
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A checkout of our own: the launcher, the package, a .venv (the real one's python) already set up."""
+    top = tmp_path / "checkout"
+    top.mkdir()
+    for part in ("proxytune", "pyproject.toml", "cli.py", "core", "tune", "probes", "reports", "profiles"):
+        src = REPO / part
+        (shutil.copytree(src, top / part, ignore=shutil.ignore_patterns("__pycache__")) if src.is_dir()
+         else shutil.copy2(src, top / part))
+    (top / ".venv/bin").mkdir(parents=True)
+    python = top / ".venv/bin/python"
+    python.write_text(f"#!/bin/sh\nexec {REPO / '.venv/bin/python'} \"$@\"\n")
+    python.chmod(0o755)
+    (top / ".venv/.installed").touch()
+    return top
+
+
+def history_hint(argv, cwd, env=None):
+    """The hint of `... tune rollback --id nope`, which names `tune history`."""
+    environment = {**os.environ, "PROXYTUNE_NO_INSTALL": "1", **(env or {})}
+    r = subprocess.run([*argv, "tune", "rollback", "--id", "nope"], capture_output=True, text=True, cwd=cwd,
+                       env=environment, timeout=60)
+    assert r.returncode == 2, r.stderr
+    return r.stderr.splitlines()[-1]
+
+
+def test_hints_name_the_command_as_it_was_invoked(checkout, tmp_path, as_nobody):
+    assert history_hint(["./proxytune"], checkout) == "hint: see `./proxytune tune history`"
+    assert history_hint([str(checkout / "proxytune")], tmp_path) == f"hint: see `{checkout}/proxytune tune history`"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "proxytune").symlink_to(checkout / "proxytune")
+    on_path = history_hint(["proxytune"], tmp_path, {"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert on_path == "hint: see `proxytune tune history`"
+    # installed (no launcher beside cli.py): `proxytune`, even with a launcher's variable inherited
+    r = as_nobody("tune", "rollback", "--id", "nope", env={"PROXYTUNE_PROG": str(checkout / "proxytune")})
+    assert r.stderr.splitlines()[-1] == "hint: see `proxytune tune history`", r.stderr
+
+
+def test_no_hint_hard_codes_the_checkout_command():
+    """Every hint goes through core/invocation.py: no `./proxytune CMD` or `sudo proxytune` typed in the code."""
+    offenders = []
+    for path in REPO.glob("**/*.py"):
+        if {".venv", "tests", "build"} & set(path.relative_to(REPO).parts):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"sudo \S*proxytune|\./proxytune [a-z]", line):
+                offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    assert offenders == []

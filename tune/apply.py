@@ -23,6 +23,7 @@ from pathlib import Path
 
 from . import backends, files, journal, lock
 from proxytune.core.errors import Interrupted, NotApplicable, ProxytuneError
+from proxytune.core.invocation import command, needs_root
 from .files import FileState
 from .host import Host
 from .model import Plan
@@ -87,6 +88,26 @@ def refuse_blocked(plan: Plan, files_only: bool = False) -> None:
                              f"leave it out with --skip '{blocked[0].setting.address}'; nothing was changed")
 
 
+def refuse_unprivileged(steps: list[dict]) -> None:
+    """Not root, and a step changes a live setting or writes where we may not: say it needs root
+    before the journal is written, not as a permission error half-way through."""
+    if os.geteuid() == 0:
+        return
+    for step in steps:
+        if step["kind"] == "runtime" and step["backend"] != "rlimit":   # prlimit of one's own process may pass
+            raise needs_root(f"it changes {step['address']} live")
+        if step["kind"] == "file" and not os.access(_existing_parent(Path(step["path"])), os.W_OK):
+            raise needs_root(f"it writes {step['path']}")
+
+
+def _existing_parent(path: Path) -> Path:
+    """The nearest directory above `path` that exists: where a new file or directory would go."""
+    for parent in path.parents:
+        if parent.is_dir():
+            return parent
+    return Path("/")
+
+
 def _is_runtime(plan: Plan, change) -> bool:
     return backends.REGISTRY[(plan.os, change.setting.backend)].runtime
 
@@ -98,6 +119,7 @@ def apply_plan(plan: Plan, host: Host, persist: bool = False, files_only: bool =
     with lock.hold(host.state_dir, "tune apply"):
         _refuse_open_apply(host)
         steps, notes = steps_for(plan, host, persist, files_only)
+        refuse_unprivileged(steps)
         if confirmed is not None:
             refuse_unconfirmed(steps, confirmed)
         if not steps:
@@ -147,7 +169,7 @@ def refuse_unconfirmed(steps: list[dict], confirmed: list[dict]) -> None:
 
 def _refuse_changed(what: str, why: str):
     raise ProxytuneError(f"{what} changed since the plan was shown: {why}; nothing was changed",
-                         "look at it, then run `proxytune tune apply` again to see the new plan")
+                         f"look at it, then run {command('tune apply')} again to see the new plan")
 
 
 def _refuse_open_apply(host: Host) -> None:
@@ -155,7 +177,7 @@ def _refuse_open_apply(host: Host) -> None:
         if e["state"] == journal.APPLYING:
             journal.refuse_live(e, "apply")
             raise ProxytuneError(f"apply {e['id']} was interrupted (its pid {e['owner']['pid']} is gone) "
-                                 "and may be half done", "run `proxytune tune rollback` first; nothing was changed")
+                                 "and may be half done", f"run {command('tune rollback')} first; nothing was changed")
 
 
 def _run(entry: dict, os_name: str, host: Host) -> list[str]:
@@ -189,7 +211,7 @@ def _abandon(entry: dict, steps: list[dict], os_name: str, host: Host, cause: Ba
         except ProxytuneError as e:
             recorded = f"the journal could not record it ({e.message}); {entry['id']} still says applying"
     undone = "undid every step done" if not problems else f"undo incomplete: {'; '.join(problems)}"
-    hint = "nothing stays changed" if not problems else "fix the cause, then `proxytune tune rollback --force`"
+    hint = "nothing stays changed" if not problems else f"fix the cause, then {command('tune rollback --force')}"
     where = f" at {label(steps[-1])}" if steps and label(steps[-1]) not in reason else ""
     if isinstance(cause, KeyboardInterrupt):
         raise Interrupted(f"interrupted{where}; {undone} ({recorded})", hint) from None

@@ -24,6 +24,7 @@ import jsonschema
 
 from . import files
 from proxytune.core.errors import ProxytuneError
+from proxytune.core.invocation import command, needs_root
 from proxytune.core.procfs import identity, same_process
 
 APPLYING, APPLIED, UNDONE, ROLLED_BACK, ROLLBACK_FAILED = (
@@ -78,8 +79,12 @@ def ensure_dirs(state_dir: Path, journal_too: bool = True) -> Path:
             os.mkdir(d, 0o700)
         except FileExistsError:
             pass
+        except PermissionError as e:
+            if os.geteuid() != 0:
+                raise needs_root(f"cannot create the journal directory {d} ({e.strerror})")
+            raise ProxytuneError(f"cannot create {d}: {e.strerror}", "give --state-dir a directory root may write")
         except OSError as e:
-            raise ProxytuneError(f"cannot create {d}: {e.strerror}", "run as root, or set PROXYTUNE_STATE_DIR")
+            raise ProxytuneError(f"cannot create {d}: {e.strerror}", "give --state-dir a directory root may write")
         vet_dir(d)
         if stat.S_IMODE(os.lstat(d).st_mode) != 0o700:
             try:
@@ -98,6 +103,8 @@ def vet_dir(d: Path) -> bool:
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise ProxytuneError(f"refusing the state directory {d}: it is a symlink or not a directory",
                              "it must be a real directory owned by root, mode 0700")
+    if st.st_uid == 0 and os.geteuid() != 0:       # root's journal: never hint at handing it to this user
+        raise needs_root(f"the state directory {d} is root's")
     if st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise ProxytuneError(f"refusing the state directory {d}: owned by uid {st.st_uid}, "
                              f"mode {stat.S_IMODE(st.st_mode):04o}",
@@ -173,7 +180,7 @@ def find(state_dir: Path, entry_id: str | None) -> dict:
         for e in entries(state_dir):
             if e["id"] == entry_id:
                 return e
-        raise ProxytuneError(f"no journal entry {entry_id!r}", "see `proxytune tune history`")
+        raise ProxytuneError(f"no journal entry {entry_id!r}", f"see {command('tune history')}")
     pending = open_entries(state_dir)
     if not pending:
         raise ProxytuneError("nothing to roll back: no applied or interrupted change in the journal",
@@ -192,4 +199,4 @@ def refuse_live(entry: dict, doing: str) -> None:
 
 def check_id(entry_id: str | None) -> None:
     if entry_id is not None and not re.fullmatch(ID_RE, entry_id):
-        raise ProxytuneError(f"--id {entry_id!r} is not a journal id", "see `proxytune tune history`")
+        raise ProxytuneError(f"--id {entry_id!r} is not a journal id", f"see {command('tune history')}")

@@ -8,6 +8,7 @@ from fnmatch import fnmatchcase
 
 from . import backends, modes, params as params_mod, profile as profile_mod
 from proxytune.core.errors import BackendError, NotApplicable, ProxytuneError
+from proxytune.core.invocation import command
 from .host import Host
 from .model import DRIFT, ERROR, MET, NOT_APPLICABLE, Change, Plan, Setting
 
@@ -18,12 +19,12 @@ def select(settings: list[Setting], only: tuple[str, ...] = (), skip: tuple[str,
     chosen = [s for s in chosen if not any(fnmatchcase(s.address, g) for g in skip)]
     if not chosen:
         raise ProxytuneError(f"--only/--skip {' '.join(only + skip)} leave no setting of this profile",
-                             "see `proxytune profiles show NAME` for the addresses")
+                             f"see {command('profiles show NAME')} for the addresses")
     for opt, globs in (("--only", only), ("--skip", skip)):
         for g in globs:          # a mistyped --skip would otherwise apply what the operator meant to leave out
             if not any(fnmatchcase(s.address, g) for s in settings):
                 raise ProxytuneError(f"{opt} '{g}' matches no setting of this profile; nothing was changed",
-                                     "see `proxytune profiles show NAME` for the addresses")
+                                     f"see {command('profiles show NAME')} for the addresses")
     return chosen
 
 
