@@ -94,7 +94,7 @@ def main(ctx, root, state_dir, debug, table_format):
     """Tune, diagnose and benchmark hosts that run web proxies.
 
     \b
-    Start here:
+    Examples (start here):
       proxytune report                       audit this host, write the report
       proxytune tune check                   audit against the default profile
       proxytune tune plan --persist          what apply would change, changing nothing
@@ -146,7 +146,14 @@ def cli_params(service, user, cache_dirs) -> dict:
 
 @main.group()
 def tune():
-    """Audit, apply and roll back a host profile; export it for other tools."""
+    """Audit, apply and roll back a host profile; export it for other tools.
+
+    \b
+    Examples:
+      proxytune tune check -p linux/squid     audit against Squid's profile
+      proxytune tune apply --persist --yes    change the host (journaled) and keep it over a reboot
+      proxytune tune rollback --yes           undo the last apply
+    """
 
 
 @tune.command()
@@ -159,6 +166,12 @@ def check(host, profile_ref, only, skip, service, user, cache_dirs, as_json):
     Also inspects the running proxy: its real fd limit and use, its listen
     backlogs, and the atime mode of its cache directories. Changes nothing.
     Exit 0 when everything is met, 1 on drift or warnings, 2 on error.
+
+    \b
+    Examples:
+      proxytune tune check                          the default profile, the proxy auto-detected
+      proxytune tune check -p linux/nginx --only 'sysctl:*'
+      proxytune tune check --service squid --cache-dir /var/spool/squid --json
     """
     audit = audit_mod.build(host, profile_ref, cli_params(service, user, cache_dirs), only, skip)
     doc = audit.to_json()
@@ -193,7 +206,13 @@ def scope_notes(host, files_only: bool) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as result JSON.")
 @click.pass_obj
 def plan_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist, files_only, as_json):
-    """Show exactly what `tune apply` would do. Changes nothing."""
+    """Show exactly what `tune apply` would do. Changes nothing.
+
+    \b
+    Examples:
+      proxytune tune plan --persist                 with the files that survive a reboot
+      proxytune tune plan --skip 'mount:*' --json   everything but the mount options, as JSON
+    """
     plan = plan_mod.build(profile_ref, host, cli_params(service, user, cache_dirs), only, skip)
     steps, notes = apply_mod.steps_for(plan, host, persist, files_only)
     notes = scope_notes(host, files_only) + notes + (plan_mod.boot_warnings(plan) if persist else [])
@@ -227,6 +246,12 @@ def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist,
     or Ctrl-C mid-apply undoes what was done (exit 2, or 130). Running it
     twice changes nothing. One apply or rollback at a time (a lock in the
     state dir); a second one is refused and says who holds it.
+
+    \b
+    Examples (as root):
+      proxytune tune apply                          show the steps, ask, apply
+      proxytune tune apply --persist --yes          also sysctl.d, limits.d, drop-ins; no question
+      proxytune --root /srv/image tune apply --files-only --persist --yes
     """
     params = cli_params(service, user, cache_dirs)
     plan = plan_mod.build(profile_ref, host, params, only, skip)
@@ -277,6 +302,11 @@ def rollback(host, entry_id, force, yes, as_json):
 
     A value or file changed since the apply is kept and reported (exit 1;
     the entry stays open, `--force` finishes it). Exit 2 when a step failed.
+
+    \b
+    Examples (as root):
+      proxytune tune rollback                       show what it restores, ask, restore
+      proxytune tune rollback --id 20250101T120000-4242-3 --yes
     """
     journal.check_id(entry_id)
     entry = journal.find(host.state_dir, entry_id)
@@ -304,7 +334,13 @@ def rollback(host, entry_id, force, yes, as_json):
 @click.pass_obj
 def history(host, as_json):
     """List the apply journal, oldest first: id, state (an apply whose process is gone
-    shows as interrupted), profile, steps done."""
+    shows as interrupted), profile, steps done.
+
+    \b
+    Examples:
+      proxytune tune history
+      proxytune tune history --json
+    """
     rows = [{"id": e["id"], "seq": e["seq"], "state": journal.status(e), "profile": e["profile"],
              "steps": len(e["steps"]), "done": e["done"]} for e in journal.entries(host.state_dir)]
     if as_json:
@@ -333,8 +369,10 @@ def export(host, profile_ref, only, skip, service, user, cache_dirs, fmt, output
     loading them never lowers a value: regenerate them on each host.
 
     \b
-    Fleet use:  proxytune tune export --format ansible -o proxytune.yml
-                ansible-playbook -i hosts proxytune.yml
+    Examples:
+      proxytune tune export --format sysctl.d -o 90-proxy.conf
+      proxytune tune export --format tuned -p linux/squid
+      proxytune tune export --format ansible -o proxytune.yml    then: ansible-playbook -i hosts proxytune.yml
     """
     prof = profile_mod.load(profile_ref, root=host.root)
     from proxytune.tune import params as params_mod
@@ -399,9 +437,11 @@ def fleet():
     """Audit, apply and roll back many hosts: proxytune runs on each host through ansible-playbook.
 
     \b
+    Examples:
       proxytune fleet check -i hosts.ini                        hosts x settings, changes nothing
       proxytune fleet apply -i hosts.ini --canary px1 --serial 5 --yes
       proxytune fleet rollback -i hosts.ini --yes               undo the last fleet apply
+
     Exit 0 all met, 1 drift somewhere, 2 a host unreachable or failed.
     """
 
@@ -409,7 +449,13 @@ def fleet():
 @fleet.command("check")
 @fleet_options
 def fleet_check(**opts):
-    """`tune check` on every host; one hosts x settings matrix. Changes nothing."""
+    """`tune check` on every host; one hosts x settings matrix. Changes nothing.
+
+    \b
+    Examples:
+      proxytune fleet check -i hosts.ini
+      proxytune fleet check -i hosts.ini --limit 'proxies:!canary' -p linux/squid --json
+    """
     run_fleet("check", opts)
 
 
@@ -417,14 +463,24 @@ def fleet_check(**opts):
 @fleet_options
 @click.option("--persist", is_flag=True, help="Include the files that make the changes permanent.")
 def fleet_plan(**opts):
-    """`tune plan` on every host: what apply would change there. Changes nothing."""
+    """`tune plan` on every host: what apply would change there. Changes nothing.
+
+    \b
+    Examples:
+      proxytune fleet plan -i hosts.ini --persist
+    """
     run_fleet("plan", opts)
 
 
 @fleet.command("doctor")
 @fleet_options
 def fleet_doctor(**opts):
-    """Can proxytune run on every host: ssh, become, python3 with click/rich/jsonschema, probe caps."""
+    """Can proxytune run on every host: ssh, become, python3 with click/rich/jsonschema, probe caps.
+
+    \b
+    Examples:
+      proxytune fleet doctor -i hosts.ini --forks 20
+    """
     run_fleet("doctor", opts)
 
 
@@ -439,7 +495,13 @@ def fleet_doctor(**opts):
 @click.option("--yes", "-y", is_flag=True, help="Needed: this changes every host it reaches.")
 @click.pass_obj
 def fleet_apply(host, serial, canary, verify_cmd, yes, **opts):
-    """Rolling apply: the canary first, then --serial batches; journaled on every host."""
+    """Rolling apply: the canary first, then --serial batches; journaled on every host.
+
+    \b
+    Examples:
+      proxytune fleet apply -i hosts.ini --persist --canary px1 --serial 5 --yes
+      proxytune fleet apply -i hosts.ini --canary px1 --verify-cmd ./loadtest.sh --yes
+    """
     from proxytune.tune import fleet_rollout
     if not yes:
         raise ProxytuneError("fleet apply changes every host it reaches: add --yes",
@@ -452,7 +514,12 @@ def fleet_apply(host, serial, canary, verify_cmd, yes, **opts):
 @click.option("--yes", "-y", is_flag=True, help="Needed: this changes every host the last apply reached.")
 @click.pass_obj
 def fleet_rollback(host, yes, **opts):
-    """Undo the last fleet apply on every host it reached (each host's own journal entry)."""
+    """Undo the last fleet apply on every host it reached (each host's own journal entry).
+
+    \b
+    Examples:
+      proxytune fleet rollback -i hosts.ini --yes
+    """
     from proxytune.tune import fleet_rollout
     if not yes:
         raise ProxytuneError("fleet rollback changes every host the last apply reached: add --yes")
@@ -489,7 +556,13 @@ def finish_bench(data: dict, name: str, output: Path | None, as_json: bool, show
 
 @main.group()
 def bench():
-    """Microbenchmarks that reproduce the classic proxy results on this kernel."""
+    """Microbenchmarks that reproduce the classic proxy results on this kernel.
+
+    \b
+    Examples:
+      proxytune bench events --quick                select/poll/epoll/io_uring in about 15 s
+      proxytune bench storage --quick               ufs vs largefile vs rawdev (as root)
+    """
 
 
 @bench.command("events")
@@ -509,6 +582,11 @@ def bench_events(quick, backends, pin, tcp, output, as_json):
     (Mogul's batching), libevent's bench workload, and perf's epoll
     benchmark as an outside reference. Each point: warm-up, >= 5 repetitions,
     median and spread; points taken while the machine was busy are flagged.
+
+    \b
+    Examples:
+      proxytune bench events --quick
+      proxytune bench events --backend epoll --backend io_uring --pin 2 -o events.json
     """
     from proxytune.microbench import events
     data = events.run(quick=quick, backends=list(backends), pin=pin, tcp=tcp, quiet=as_json)
@@ -527,6 +605,10 @@ def bench_fdscan(quick, output, as_json):
     2 the 3 fields adjacent   3 a separate compact array of the 3 fields
     4 long-lived bitmaps      5 bitmaps + word-at-a-time result scan
     D1 misses per call from hardware counters, else cachegrind (D1 32K/8/64).
+
+    \b
+    Examples:
+      proxytune bench fdscan --quick
     """
     from proxytune.microbench import fdscan
     finish_bench(fdscan.run(quick=quick, quiet=as_json), "fdscan", output, as_json)
@@ -556,6 +638,11 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
     objects/s, MB/s, latency percentiles, syscalls per object (counted with
     perf), CPU per object, hit ratio, device writes; fio gives the limit.
     Needs root (loop devices, mounts).
+
+    \b
+    Examples (as root):
+      proxytune bench storage --quick
+      proxytune bench storage --fs ext4,xfs --engine io_uring --engine sync -o storage.json
     """
     from proxytune.microbench import devices, storage
     require_root("it makes loop devices and mounts them")
@@ -608,6 +695,13 @@ def bench_proxy(host, quick, proxies, stores, concurrency, idle, target, compare
     --compare-profile linux/proxy: the same load as the host is, then with
     the profile applied (the proxy restarted with the service's new
     LimitNOFILE), then rolled back. Needs --yes.
+
+    \b
+    Examples (as root):
+      proxytune bench proxy --quick
+      proxytune bench proxy --proxy nginx --store proxy_cache --concurrency 200
+      proxytune bench proxy --compare-profile linux/squid --yes
+      proxytune bench proxy --target 127.0.0.1:3128   a proxy you run (no root needed)
     """
     from proxytune.microbench import proxybench
     if target:
@@ -649,6 +743,7 @@ def probe():
     """bpftrace and perf probes, one question each (what `doctor` runs together).
 
     \b
+    Examples:
       proxytune probe caps                      what this host lets us observe
       proxytune probe list                      the bpftrace catalog
       proxytune probe run pollscan --pid PID    one script for a window
@@ -662,7 +757,13 @@ def probe():
 def probe_caps(as_json):
     """Root, tracefs (mounted when root), bpftrace, each tracepoint the catalog
     uses, kprobes (tried, not assumed), BTF, perf sampling, hardware counters,
-    valgrind, container and pid namespace. Exit 1 if something is missing."""
+    valgrind, container and pid namespace. Exit 1 if something is missing.
+
+    \b
+    Examples:
+      proxytune probe caps
+      proxytune probe caps --json
+    """
     from proxytune.probes import caps, render as prender
     c = caps.check()
     if as_json:
@@ -675,7 +776,12 @@ def probe_caps(as_json):
 @probe.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print the catalog as JSON.")
 def probe_list(as_json):
-    """The bpftrace scripts in probes/, each runnable standalone: bpftrace probes/NAME.bt PID."""
+    """The bpftrace scripts in probes/, each runnable standalone: bpftrace probes/NAME.bt PID.
+
+    \b
+    Examples:
+      proxytune probe list
+    """
     from proxytune.probes import bpftrace
     cat = bpftrace.catalog()
     if as_json:
@@ -691,7 +797,13 @@ def probe_list(as_json):
 @target_options
 @click.option("--json", "as_json", is_flag=True, help="Print the maps as JSON.")
 def probe_run(name, pid, comm, duration, as_json):
-    """Run one catalog script against a process for a window and print its maps."""
+    """Run one catalog script against a process for a window and print its maps.
+
+    \b
+    Examples (as root):
+      proxytune probe run pollscan --comm squid
+      proxytune probe run syscall_mix --pid 1234 --duration 5 --json
+    """
     from proxytune.probes import bpftrace, caps, proc, render as prender
     cat = bpftrace.catalog()
     if name not in cat:
@@ -712,7 +824,12 @@ def probe_run(name, pid, comm, duration, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print the samples as JSON.")
 def probe_hotspots(pid, comm, duration, as_json):
     """Where the target's CPU goes: perf record -e cpu-clock -a, filtered by
-    pid; functions by self time, and the proxy / kernel / shared-library split."""
+    pid; functions by self time, and the proxy / kernel / shared-library split.
+
+    \b
+    Examples (as root):
+      proxytune probe hotspots --comm nginx --duration 20
+    """
     from proxytune.core import procgroup
     from proxytune.probes import caps, perf, proc, target
     pids = proc.resolve(pid, comm)
@@ -742,9 +859,10 @@ def probe_hotspots(pid, comm, duration, as_json):
 def probe_cachemiss(command, as_json):
     """D1 cache misses of a reproduction command, by function: hardware
     counters when the machine has them (totals only), else cachegrind with a
-    32 KiB/8-way/64 B D1 (per function). Example:
+    32 KiB/8-way/64 B D1 (per function).
 
     \b
+    Examples:
       proxytune probe cachemiss -- ./server --idle 5000
     """
     from proxytune.probes import caps, perf, render as prender
@@ -777,7 +895,14 @@ def probe_cachemiss(command, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
 def probe_overhead(seconds, reps, connections, component, pace_ms, mechanisms, output, as_json):
     """What the doctor costs: nginx's CPU per request under wrk, with and
-    without the doctor attached, alternating. Needs root, nginx and wrk."""
+    without the doctor attached, alternating. Needs root, nginx and wrk.
+
+    \b
+    Examples (as root):
+      proxytune probe overhead --seconds 30 --reps 10
+      proxytune probe overhead --component none     the A/A control: the noise floor
+      proxytune probe overhead --mechanisms
+    """
     from proxytune.probes import overhead
     from proxytune.microbench.runner import progress
     require_root("it attaches bpftrace and perf -a")
@@ -866,7 +991,13 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, as
 
 @main.group()
 def profiles():
-    """List and show the shipped profiles."""
+    """List and show the shipped profiles.
+
+    \b
+    Examples:
+      proxytune profiles list
+      proxytune profiles show linux/squid
+    """
 
 
 @profiles.command("list")
@@ -875,7 +1006,13 @@ def profiles():
 def profiles_list(host, as_json):
     """Profiles by name: the site's (/etc/proxytune/profiles), the user's
     ($XDG_CONFIG_HOME/proxytune/profiles), then the shipped ones; a site or
-    user profile hides a shipped one of the same name."""
+    user profile hides a shipped one of the same name.
+
+    \b
+    Examples:
+      proxytune profiles list
+      proxytune profiles list --json
+    """
     rows = []
     for name, (source, path) in profile_mod.catalog(host.root).items():
         p = profile_mod.load(name, root=host.root)
@@ -896,7 +1033,13 @@ def profiles_list(host, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
 @click.pass_obj
 def profiles_show(host, name, as_json):
-    """Every setting of a profile (with includes resolved): mode, value, reason, source."""
+    """Every setting of a profile (with includes resolved): mode, value, reason, source.
+
+    \b
+    Examples:
+      proxytune profiles show linux/proxy
+      proxytune profiles show ./site.toml --json
+    """
     p = profile_mod.load(name, root=host.root)
     rows = [{"setting": f"{r.backend}:{r.key}", "mode": r.mode, "wanted": r.wanted, "reason": r.reason,
              "source": r.source} for r in p.raw]
@@ -934,6 +1077,9 @@ def report(ctx, out_dir, profile_ref, no_bench, with_proxy, from_files):
     report.json (the result schema).
 
     \b
+    Examples:
+      proxytune report                          audit and quick benchmarks, into ./proxytune-report
+      proxytune report --no-bench -p linux/squid -o /tmp/audit
       proxytune report compare A.json B.json    hosts side by side
     """
     if ctx.invoked_subcommand:
@@ -957,7 +1103,12 @@ def report(ctx, out_dir, profile_ref, no_bench, with_proxy, from_files):
 def report_compare(files, out_dir):
     """Put results side by side, one column per file: reports, benches,
     audits or doctor results, from several hosts (a FreeBSD and a Linux
-    host) or one host before and after tuning."""
+    host) or one host before and after tuning.
+
+    \b
+    Examples:
+      proxytune report compare before/report.json after/report.json -o tuning
+    """
     from proxytune.reports import build, compare
     if len(files) < 2:
         raise ProxytuneError("compare needs at least two result files")
@@ -971,7 +1122,13 @@ def report_compare(files, out_dir):
 @click.option("--output", "-o", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("proxytune-fleet"), show_default=True, help="Directory for fleet.{html,md}.")
 def report_fleet(file, out_dir):
-    """A `fleet ... --json` result as a hosts x settings matrix (terminal, Markdown, HTML)."""
+    """A `fleet ... --json` result as a hosts x settings matrix (terminal, Markdown, HTML).
+
+    \b
+    Examples:
+      proxytune fleet check -i hosts.ini --json > fleet.json
+      proxytune report fleet fleet.json -o fleet-report
+    """
     from proxytune.reports import build, fleet as fleet_report
     doc = build.load_results([file])[0]
     if doc["kind"] != "fleet":
