@@ -215,7 +215,7 @@ def plan_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist, 
     """
     plan = plan_mod.build(profile_ref, host, cli_params(service, user, cache_dirs), only, skip)
     steps, notes = apply_mod.steps_for(plan, host, persist, files_only)
-    notes = scope_notes(host, files_only) + notes + (plan_mod.boot_warnings(plan) if persist else [])
+    notes = scope_notes(host, files_only) + notes + plan_mod.boot_warnings(plan, persist)
     if as_json:
         from proxytune.reports.schema import envelope
         emit_json(envelope("plan", {**plan.to_json(), "steps": steps, "persist": persist, "files_only": files_only,
@@ -257,7 +257,7 @@ def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist,
     plan = plan_mod.build(profile_ref, host, params, only, skip)
     plan_mod.refuse_errors(plan)
     apply_mod.refuse_blocked(plan, files_only)
-    for warning in plan_mod.boot_warnings(plan) if persist else []:
+    for warning in plan_mod.boot_warnings(plan, persist):
         click.echo(f"proxytune: warning: {warning}", err=True)
     steps, _ = apply_mod.steps_for(plan, host, persist, files_only)
     apply_mod.refuse_unprivileged(steps)

@@ -26,7 +26,7 @@ FILES_PROFILE = ('[profile]\nos = "linux"\n'
                  '[limits."proxy:nofile"]\nat_least = 70000\nreason = "t"\nsource = "t"\n'
                  '[service."squid:LimitNOFILE"]\nat_least = 70000\nreason = "t"\nsource = "t"\n')
 LIMITS_FILE = "etc/security/limits.d/90-proxytune.conf"
-DROPIN = "etc/systemd/system/squid.service.d/proxytune.conf"
+DROPIN = "etc/systemd/system/squid.service.d/50-proxytune.conf"
 NOBODY = 65534
 
 

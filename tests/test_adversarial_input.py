@@ -396,5 +396,5 @@ def test_apply_goes_ahead_when_the_setting_in_error_is_skipped(sandbox, tmp_path
     assert not sandbox.state_dir.exists()
     done = proxytune("tune", "apply", "--yes", "--persist", *only, "--skip", "limits:*")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert (sandbox.root / "etc/systemd/system/ptadv.service.d/proxytune.conf").exists()
+    assert (sandbox.root / "etc/systemd/system/ptadv.service.d/50-proxytune.conf").exists()
     assert not (sandbox.root / "etc/security/limits.d/90-proxytune.conf").exists()

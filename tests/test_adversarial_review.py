@@ -69,7 +69,7 @@ def test_file_swapped_for_symlink_at_the_prompt_is_refused(sandbox, tmp_path):
     code, after = _answer_prompt(APPLY_FILES, {}, swap, b"y\n")
     assert code == 2 and "refusing to follow the symlink" in after
     assert victim.read_text() == "victim\n" and not list(sandbox.state_dir.glob("journal/*"))
-    assert not list(sandbox.root.rglob("proxytune.conf"))      # no other file step ran either
+    assert not list(sandbox.root.rglob("50-proxytune.conf"))      # no other file step ran either
 
 
 def _chmod_at_the_prompt(sandbox):

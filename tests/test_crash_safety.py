@@ -57,7 +57,7 @@ def test_failure_mid_apply_undoes_earlier_steps(sandbox, tmp_path):
     r = proxytune("tune", "plan", "-p", str(prof), "--service", "squid", "--json")
     steps = json.loads(r.stdout)["data"]["steps"]
     assert [s["path"].split("/etc/")[1] for s in steps] == [
-        "security/limits.d/90-proxytune.conf", "systemd/system/squid.service.d/proxytune.conf"]
+        "security/limits.d/90-proxytune.conf", "systemd/system/squid.service.d/50-proxytune.conf"]
     r = proxytune("tune", "apply", "-p", str(prof), "--service", "squid", "--yes")
     assert r.returncode == 2
     assert "apply failed" in r.stderr and "Not a directory" in r.stderr, r.stderr

@@ -251,7 +251,7 @@ sysctl -n {' '.join(SHOW)}"""], capture_output=True, text=True, env=env, timeout
     assert recap_changed(logs["run1"]) == len(drifting) + 2
     assert recap_changed(logs["run2"]) == 0
     assert recap_changed(logs["lowlimit"]) == 1       # the login limit, now below the profile, is a change
-    assert (units / "pttest.service.d/proxytune.conf").read_text().endswith("LimitNOFILE=65536\n")
+    assert (units / "pttest.service.d/50-proxytune.conf").read_text().endswith("LimitNOFILE=65536\n")
     assert "reload systemd" in logs["run1"] and "failed=0" in logs["run1"]
     assert values(r.stdout)["net.core.somaxconn"] == "100000"          # never lowered
     assert values(r.stdout)["net.ipv4.ip_local_port_range"] == "1024 65535"
@@ -276,19 +276,19 @@ UNIT = "[Unit]\nDescription=proxytune test unit\n[Service]\nExecStart=/bin/true\
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="needs systemd-analyze")
 def test_systemd_dropin_passes_systemd_analyze_verify(tmp_path, cli):
     text = cli("tune", "export", "--format", "systemd", "--only", "service:*", "--service", "pttest").output
-    dropin = text.split("# /etc/systemd/system/pttest.service.d/proxytune.conf\n", 1)[1]
+    dropin = text.split("# /etc/systemd/system/pttest.service.d/50-proxytune.conf\n", 1)[1]
     (tmp_path / "pttest.service.d").mkdir()
     (tmp_path / "pttest.service").write_text(UNIT)
     env = {**os.environ, "SYSTEMD_UNIT_PATH": f"{tmp_path}:"}
 
     def verify(content):
-        (tmp_path / "pttest.service.d/proxytune.conf").write_text(content)
+        (tmp_path / "pttest.service.d/50-proxytune.conf").write_text(content)
         return subprocess.run(["systemd-analyze", "verify", "pttest.service"], capture_output=True, text=True,
                               env=env, timeout=60)
     control = verify("[Service]\nLimitNOFILE=lots\n")
-    assert "proxytune.conf" in control.stderr           # the drop-in is read: a bad one is named
+    assert "50-proxytune.conf" in control.stderr           # the drop-in is read: a bad one is named
     r = verify(dropin)
-    assert r.returncode == 0 and "proxytune.conf" not in r.stderr, r.stderr
+    assert r.returncode == 0 and "50-proxytune.conf" not in r.stderr, r.stderr
     assert "LimitNOFILE=65536" in dropin
 
 

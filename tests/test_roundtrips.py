@@ -127,26 +127,80 @@ def _profile(tmp_path, n):
     return p
 
 
-def test_systemd_dropin_under_temporary_root(sandbox):
+def _squid_unit(sandbox, override: str | None):
     unit_dir = sandbox.root / "lib/systemd/system"
     unit_dir.mkdir(parents=True)
     (unit_dir / "squid.service").write_text("[Service]\nExecStart=/usr/sbin/squid\nLimitNOFILE=4096\n")
-    override = sandbox.root / "etc/systemd/system/squid.service.d"
-    override.mkdir(parents=True)
-    (override / "override.conf").write_text("[Service]\nLimitNOFILE=16384\n")
-    r = proxytune("tune", "check", "--service", "squid", "--only", "service:*", "--json")
-    row = json.loads(r.stdout)["data"]["settings"][0]
-    assert (row["current"], row["status"]) == (16384, "drift")   # override.conf beats the vendor unit
+    dropins = sandbox.root / "etc/systemd/system/squid.service.d"
+    dropins.mkdir(parents=True)
+    if override is not None:
+        (dropins / "override.conf").write_text(override)
+    return dropins
+
+
+def _service_check(*extra):
+    r = proxytune("tune", "check", "--service", "squid", "--only", "service:*", "--json", *extra)
+    return json.loads(r.stdout)["data"]["settings"][0]
+
+
+def test_systemd_dropin_under_temporary_root(sandbox):
+    dropins = _squid_unit(sandbox, None)
+    assert (_service_check()["current"], _service_check()["status"]) == (4096, "drift")
     r = proxytune("tune", "apply", "--service", "squid", "--only", "service:*", "--yes")
     assert r.returncode == 0, r.stderr
-    dropin = override / "proxytune.conf"
+    dropin = dropins / "50-proxytune.conf"
     assert "LimitNOFILE=65536" in dropin.read_text()
-    r = proxytune("tune", "check", "--service", "squid", "--only", "service:*", "--json")
-    assert json.loads(r.stdout)["data"]["settings"][0]["status"] == "met"
+    assert _service_check()["status"] == "met"
     r = proxytune("tune", "rollback", "--yes")
     assert r.returncode == 0, r.stderr
-    assert not dropin.exists()
-    assert (override / "override.conf").read_text() == "[Service]\nLimitNOFILE=16384\n"
+    assert list(dropins.iterdir()) == []
+
+
+def test_the_admins_override_conf_wins_over_ours_and_check_names_it(sandbox):
+    """`systemctl edit` writes override.conf; it sorts after 50-proxytune.conf, so its value is the one
+    systemd uses: a failing one is drift that names override.conf, before and after an apply."""
+    dropins = _squid_unit(sandbox, "[Service]\nLimitNOFILE=16384\n")
+    override = dropins / "override.conf"
+    expected = f"overridden at service start by {override}:2, which sorts after 50-proxytune.conf"
+    row = _service_check()
+    assert (row["current"], row["status"], row["boot_override"]) == (16384, "drift", expected)
+    table = proxytune("--format", "tsv", "tune", "check", "--service", "squid", "--only", "service:*")
+    assert f"service:squid:LimitNOFILE\t16384\t>= 65536\tdrift\t{expected}" in table.stdout
+    r = proxytune("tune", "apply", "--service", "squid", "--only", "service:*", "--yes")
+    assert r.returncode == 1 and f"service:squid:LimitNOFILE: {expected}" in r.stderr, r.stderr
+    assert "LimitNOFILE=65536" in (dropins / "50-proxytune.conf").read_text()
+    row = _service_check()
+    assert (row["current"], row["status"], row["boot_override"]) == (16384, "drift", expected)
+    override.write_text("[Service]\nLimitNOFILE=131072\n")       # the admin's own value meets the profile
+    assert (_service_check()["status"], _service_check()["boot_override"]) == ("met", None)
+    assert proxytune("tune", "rollback", "--yes").returncode == 0
+    assert sorted(p.name for p in dropins.iterdir()) == ["override.conf"]
+    assert override.read_text() == "[Service]\nLimitNOFILE=131072\n"
+
+
+def test_rollback_removes_a_dropin_written_under_the_old_name(sandbox, monkeypatch, cli, tmp_path):
+    """A host applied by an earlier proxytune has squid.service.d/proxytune.conf (after override.conf) and
+    a journal entry naming it: this version still reads it, names it when it shadows ours, rolls it back."""
+    from proxytune.tune.backends import systemd
+    dropins = _squid_unit(sandbox, "[Service]\nLimitNOFILE=16384\n")
+    with monkeypatch.context() as old_version:
+        old_version.setattr(systemd, "DROPIN_NAME", "proxytune.conf")
+        assert cli("tune", "apply", "--service", "squid", "--only", "service:*", "--yes").exit_code == 0
+    legacy = dropins / "proxytune.conf"
+    entry = json.loads(proxytune("tune", "history", "--json").stdout)[-1]
+    steps = json.loads(next((sandbox.state_dir / "journal").glob(f"{entry['id']}.json")).read_text())["steps"]
+    assert [s["path"] for s in steps] == [str(legacy)]
+    assert _service_check()["status"] == "met"                  # the old name still sorts after override.conf
+    more = tmp_path / "more.toml"                               # a profile that asks for more: ours would not win
+    more.write_text('[profile]\nos = "linux"\n[service."squid:LimitNOFILE"]\nat_least = 70000\nreason = "t"\n'
+                    'source = "t"\n')
+    row = _service_check("-p", str(more))
+    assert row["status"] == "drift" and row["boot_override"] == (
+        f"overridden at service start by {legacy}:3, which sorts after 50-proxytune.conf")
+    r = proxytune("tune", "rollback", "--yes")
+    assert r.returncode == 0, r.stderr
+    assert not legacy.exists() and sorted(p.name for p in dropins.iterdir()) == ["override.conf"]
+    assert _service_check()["current"] == 16384
 
 
 def test_limits_d_round_trip(sandbox):

@@ -75,7 +75,10 @@ def refuse_errors(plan: Plan) -> None:
                              f"fix it, or leave it out with --skip '{address}'; nothing was changed")
 
 
-def boot_warnings(plan: Plan) -> list[str]:
-    """What --persist cannot make stick: settings a file read after ours undoes at boot."""
-    return [f"{c.setting.address}: {c.boot}; edit that file, or --persist cannot make it stick"
-            for c in plan.changes if c.boot]
+def boot_warnings(plan: Plan, persist: bool = True) -> list[str]:
+    """What apply cannot make stick: settings a file read after ours undoes at boot. Without --persist
+    only those whose file is the change itself (a systemd drop-in behind the admin's override.conf)."""
+    def concerned(c) -> bool:
+        return persist or not backends.REGISTRY[(plan.os, c.setting.backend)].runtime
+    return [f"{c.setting.address}: {c.boot}; edit that file: what apply writes cannot win over it"
+            for c in plan.changes if c.boot and concerned(c)]

@@ -5,8 +5,21 @@ The effective value is what the unit files say, read in systemd's order
 name, a drop-in in /etc masking the same name in /run or /usr/lib; the last
 assignment wins, an empty `LimitNOFILE=` resets to the default), falling
 back to DefaultLimitNOFILE of system.conf and system.conf.d. We write
-/etc/systemd/system/UNIT.service.d/proxytune.conf, which sorts after the
-usual override.conf, then ask a running systemd to reload.
+/etc/systemd/system/UNIT.service.d/50-proxytune.conf, then ask a running
+systemd to reload.
+
+Why that name: systemd.unit(5) applies a unit's drop-ins in the lexical
+order of their file names, across all its drop-in directories, and a later
+assignment wins. `systemctl edit` writes override.conf; "50-proxytune.conf"
+sorts before it (digits before letters), so what the admin sets there wins
+over what a profile sets, as an admin expects of a tool. (Earlier versions
+wrote proxytune.conf, which sorts after override.conf and silently overrode it.)
+The other half of that choice: when a drop-in read after ours sets the
+directive to a value that does not meet the profile, check reports the
+setting as drift and names that file and line (at_boot), so the shadowing is
+never silent. A proxytune.conf written by an older apply is still read, is
+still named when it shadows ours, and rollback removes it (its journal entry
+records the path; `writes` allows both names).
 
 Values are read as systemd reads them: a number (sizes may carry K, M, G,
 T, P, E for LimitMEMLOCK/LimitCORE), `infinity`, or SOFT:HARD. What systemd
@@ -29,14 +42,15 @@ UNIT_DIRS = ("/lib/systemd/system", "/usr/lib/systemd/system", "/usr/local/lib/s
              "/run/systemd/system", "/etc/systemd/system")
 CONF_DIRS = ("/lib/systemd/system.conf.d", "/usr/lib/systemd/system.conf.d",
              "/usr/local/lib/systemd/system.conf.d", "/run/systemd/system.conf.d", "/etc/systemd/system.conf.d")
-DROPIN_NAME = "proxytune.conf"
+DROPIN_NAME = "50-proxytune.conf"     # sorts before `systemctl edit`'s override.conf: the admin's wins
+LEGACY_DROPIN_NAME = "proxytune.conf"  # what earlier versions wrote (after override.conf); rollback still undoes it
 SYSTEMD_DEFAULT_NOFILE = 1024       # systemd's DefaultLimitNOFILE soft value since v240
 SUFFIX = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50, "E": 2**60}
 
 
 class SystemdBackend(Backend):
     kind = "service"
-    writes = ("/etc/systemd/system/*.service.d/proxytune.conf",)
+    writes = (f"/etc/systemd/system/*.service.d/{DROPIN_NAME}", f"/etc/systemd/system/*.service.d/{LEGACY_DROPIN_NAME}")
     runtime = False
     modes = ("value", "at_least")
 
@@ -63,7 +77,8 @@ class SystemdBackend(Backend):
         return value
 
     def at_boot(self, change):
-        """A drop-in that sorts after ours and sets a failing value wins over ours at every start."""
+        """A drop-in that sorts after ours (an admin's override.conf) and sets a failing value wins over
+        ours at every start: drift, naming that file and line."""
         unit, _, directive = change.setting.key.rpartition(":")
         _, where = _last(self._files(unit), directive)
         if change.status == DRIFT and where and where[0].name > DROPIN_NAME and where[0].parent.name.endswith(".d"):
@@ -142,6 +157,10 @@ def parse_dropin(text: str) -> dict[str, str]:
     return dict(re.findall(r"^\s*(Limit[A-Z]+)\s*=\s*(\S+)", text, re.M))
 
 
-def render_dropin(directives: dict[str, str]) -> str:
+APPLIED = "# Written by proxytune; `proxytune tune rollback` removes or restores it.\n"    # its journal entry does
+
+
+def render_dropin(directives: dict[str, str], header: str = APPLIED) -> str:
+    """The drop-in; `header` says who can undo it (an exported one is not in any journal)."""
     body = "".join(f"{k}={v}\n" for k, v in sorted(directives.items()))
-    return "# Written by proxytune; `proxytune tune rollback` removes or restores it.\n[Service]\n" + body
+    return header + "[Service]\n" + body
