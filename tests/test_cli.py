@@ -284,3 +284,40 @@ def test_no_hint_hard_codes_the_checkout_command():
             if re.search(r"sudo \S*proxytune|\./proxytune [a-z]", line):
                 offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
     assert offenders == []
+
+
+# ---------------------------------------------------------------- who can undo a file
+
+@pytest.mark.parametrize("fmt", ["sysctl.d", "limits.d", "systemd", "tuned", "ansible"])
+def test_an_export_never_promises_a_rollback_no_journal_covers(fmt, sandbox, cli):
+    """Exported files are installed by the user, not by apply: rollback cannot undo them, and they say how to."""
+    text = cli("tune", "export", "--format", fmt, "--service", "squid", "--user", "proxy").output
+    assert "rollback removes" not in text and "rollback restores" not in text, text
+    assert "no journal entry covers it" in text and "`proxytune tune rollback` does not undo it" in text
+    assert re.search(r"(?i)to undo\b", text), text
+
+
+def test_freebsd_export_says_how_to_undo(cli):
+    text = cli("tune", "export", "--format", "freebsd", "-p", "freebsd/proxy").output
+    assert "rollback removes" not in text and "To undo: take these lines out" in text
+
+
+def test_exported_dropins_carry_their_own_undo_and_the_applied_one_its_rollback(sandbox, cli):
+    """Each drop-in an export writes (the systemd text, the playbook's content) says `remove this file`;
+    the one apply writes (journaled) says rollback undoes it. Both are named 50-proxytune.conf."""
+    export = cli("tune", "export", "--format", "systemd", "--only", "service:*", "--service", "squid").output
+    body = export.split("# /etc/systemd/system/squid.service.d/50-proxytune.conf\n", 1)[1]
+    assert body.startswith("# Exported by proxytune: to undo, remove this file")
+    playbook = cli("tune", "export", "--format", "ansible", "--only", "service:*", "--service", "squid").output
+    assert 'squid.service.d/50-proxytune.conf"' in playbook
+    assert '"# Exported by proxytune: to undo, remove this file' in playbook
+    assert cli("tune", "apply", "--only", "service:*", "--service", "squid", "--yes").exit_code in (0, 1)
+    applied = (sandbox.root / "etc/systemd/system/squid.service.d/50-proxytune.conf").read_text()
+    assert applied.startswith("# Written by proxytune; `proxytune tune rollback` removes or restores it.\n")
+    assert journal_paths(sandbox) == [str(sandbox.root / "etc/systemd/system/squid.service.d/50-proxytune.conf")]
+
+
+def journal_paths(sandbox) -> list[str]:
+    """The file paths the journal covers."""
+    return [s["path"] for f in (sandbox.state_dir / "journal").glob("*.json")
+            for s in json.loads(f.read_text())["steps"] if s["kind"] == "file"]

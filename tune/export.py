@@ -19,7 +19,7 @@ from .backends.freebsd_conf import set_keys
 from .backends.freebsd_login import set_cap
 from .backends.limits import render_limits
 from .backends.sysctl import render_conf
-from .backends.systemd import render_dropin
+from .backends.systemd import DROPIN_NAME, render_dropin
 from proxytune.core.errors import ProxytuneError
 from .model import Setting
 from .values import render
@@ -47,7 +47,13 @@ def export(fmt: str, settings: list[Setting], profile: str, os_name: str, target
 
 
 def _header(profile: str, fmt: str) -> str:
-    return f"# proxytune profile {profile}, exported as {fmt}.\n"
+    """Whoever installs an export owns it: no journal entry covers it, so rollback cannot undo it."""
+    return (f"# proxytune profile {profile}, exported as {fmt}.\n"
+            "# Made by `proxytune tune export`, not by `tune apply`: no journal entry covers it, and\n"
+            "# `proxytune tune rollback` does not undo it.\n")
+
+
+DROPIN_UNDO = "# Exported by proxytune: to undo, remove this file, then daemon-reload and restart the service.\n"
 
 
 def _left_out(settings, taken, fmt) -> str:
@@ -63,7 +69,8 @@ def _mode_comments(settings) -> str:
 def sysctl_d(settings, profile, target):
     """Never lowers as `sysctl --system` loads it: computed against the target host."""
     mine = [s for s in settings if s.backend == "sysctl"]
-    head = _header(profile, "sysctl.d") + "# Install as /etc/sysctl.d/90-proxytune.conf; load with `sysctl --system`.\n"
+    head = _header(profile, "sysctl.d") + ("# Install as /etc/sysctl.d/90-proxytune.conf; load with `sysctl --system`.\n"
+                                           "# To undo: remove this file; live values keep until the next boot.\n")
     lines = export_host.computed(mine, target.host, "linux")
     if lines is None:
         head += "# Not computed against a host: the profile's values, written exactly.\n" + _mode_comments(mine)
@@ -78,7 +85,8 @@ def limits_d(settings, profile, target=None):
     mine = [s for s in settings if s.backend == "limits"]
     rows = {tuple(s.key.rsplit(":", 1)): str(s.wanted) for s in mine}
     head = _header(profile, "limits.d") + "# Install as /etc/security/limits.d/90-proxytune.conf.\n"
-    return head + _left_out(settings, mine, "limits.d") + render_limits(rows)
+    undo = "# To undo: remove this file; new login sessions then get the previous limits."
+    return head + _left_out(settings, mine, "limits.d") + render_limits(rows, header=undo)
 
 
 def systemd(settings, profile, target=None):
@@ -89,7 +97,7 @@ def systemd(settings, profile, target=None):
         unit, _, directive = s.key.rpartition(":")
         units.setdefault(unit, {})[directive] = str(s.wanted)
     for unit, directives in sorted(units.items()):
-        out += f"\n# /etc/systemd/system/{unit}.service.d/proxytune.conf\n" + render_dropin(directives)
+        out += f"\n# /etc/systemd/system/{unit}.service.d/{DROPIN_NAME}\n" + render_dropin(directives, DROPIN_UNDO)
     return out
 
 
@@ -104,6 +112,7 @@ def tuned(settings, profile, target):
     lines = [_header(profile, "tuned").rstrip(),
              f"# Install as {where}/tuned.conf ({found}; tuned < 2.24 reads /etc/tuned/NAME,",
              "# 2.24 and later /etc/tuned/profiles/NAME), then `tuned-adm profile proxytune`.",
+             "# To undo: `tuned-adm profile` the one `tuned-adm active` named before, then remove this profile.",
              f"# Includes {base} ({why}), so activating it keeps that tuning.",
              "# tuned-main.conf reapply_sysctl=1 (the default) re-applies /etc/sysctl.d after this profile,",
              "# so a value there wins; proxytune's sysctl.d export never lowers, so the two agree.",
@@ -147,6 +156,8 @@ def ansible(settings, profile, target=None):
            "# Run: ansible-playbook -i HOSTS proxytune.yml   (needs ansible.posix and community.general)",
            "# Dry run: ansible-playbook -i HOSTS proxytune.yml --check --diff (reads run, writes are only shown;",
            "# community.general.pam_limits still creates its dest file empty under --check when it is absent)",
+           "# To undo: remove the files it writes (the proxytune_* vars, the drop-ins) and its fstab noatime;",
+           "# live values keep until the next boot.",
            f"- name: {_q('proxytune profile ' + profile)}",
            "  hosts: all", "  become: true", "  gather_facts: false", "  vars:",
            "    proxytune_sysctl_file: /etc/sysctl.d/90-proxytune.conf",
@@ -223,8 +234,8 @@ def _service_tasks(s, reg):
             "        mode: \"0755\"",
             f"    - name: {_q(s.address + ' = ' + render(s.wanted))}",
             "      ansible.builtin.copy:",
-            f"        dest: {_q(folder + '/proxytune.conf')}",
-            f"        content: {_q(render_dropin({directive: str(s.wanted)}))}",
+            f"        dest: {_q(folder + '/' + DROPIN_NAME)}",
+            f"        content: {_q(render_dropin({directive: str(s.wanted)}, DROPIN_UNDO))}",
             "      notify: reload systemd"]
 
 
@@ -264,7 +275,8 @@ def freebsd(settings, profile, target=None):
     """The FreeBSD files: sysctl.conf, loader.conf, login.conf, fstab options."""
     def pick(kind):
         return {s.key: render(s.wanted) for s in settings if s.backend == kind}
-    out = [_header(profile, "FreeBSD configuration").rstrip(), _mode_comments(settings).rstrip()]
+    out = [_header(profile, "FreeBSD configuration").rstrip(), "# To undo: take these lines out of each file again.",
+           _mode_comments(settings).rstrip()]
     out += ["", "# ---- /etc/sysctl.conf (live now: service sysctl restart)",
             set_keys("", pick("sysctl")).replace("# proxytune\n", "").rstrip()]
     out += ["", "# ---- /boot/loader.conf (takes effect at the next boot)",

@@ -98,8 +98,10 @@ def parse_value(raw: str, path, number: int):
     raise HostFileError(path, number, f"value {raw!r} is not a number, -1 or unlimited{misread}")
 
 
-def render_limits(rows: dict[tuple[str, str], str]) -> str:
-    out = ["# Written by proxytune; `proxytune tune rollback` removes or restores it."]
+def render_limits(rows: dict[tuple[str, str], str],
+                  header: str = "# Written by proxytune; `proxytune tune rollback` removes or restores it.") -> str:
+    """The limits.d file; `header` says who can undo it (an exported one is not in any journal)."""
+    out = [header]
     for (domain, item), value in sorted(rows.items()):
         out += [f"{domain}\tsoft\t{item}\t{value}", f"{domain}\thard\t{item}\t{value}"]
     return "\n".join(out) + "\n"
