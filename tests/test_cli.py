@@ -216,6 +216,13 @@ def test_non_root_doctor_and_probes_say_needs_root_and_why(as_nobody, sleeper):
                           "system-wide sampling needs root")
 
 
+def test_non_root_check_says_reading_another_users_limits_needs_root(as_nobody, sleeper):
+    r = as_nobody("tune", "check", "--service", "sleep", "--only", "rlimit:*", "--json")
+    row = json.loads(r.stdout)["data"]["settings"][0]
+    assert r.returncode == 2 and row["status"] == "error", r.stdout
+    assert "permission denied (another user's process: reading them needs root)" in row["error"]
+
+
 @pytest.mark.skipif(not Path("/sys/kernel/tracing/events/syscalls").is_dir(), reason="needs tracefs (as root)")
 def test_missing_tracepoints_are_named_when_tracefs_is_readable():
     from proxytune.probes import bpftrace

@@ -46,7 +46,8 @@ class RlimitBackend(Backend):
             except ProcessLookupError:
                 continue
             except PermissionError:
-                raise BackendError(f"cannot read limits of pid {pid}: permission denied", "run as root")
+                raise BackendError(f"cannot read limits of pid {pid}: permission denied (another user's process: "
+                                   "reading them needs root)", "run it as root")
         if not out:
             raise NotApplicable(f"no running {service} process")
         return out
