@@ -27,7 +27,7 @@ import click
 from proxytune.tune import apply as apply_mod, audit as audit_mod, export as export_mod, journal, plan as plan_mod
 from proxytune.tune import profile as profile_mod, render
 from proxytune.core import console
-from proxytune.core.errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError, one_line
 from proxytune.core.invocation import command, needs_root, require_root
 from proxytune.tune.host import Host
 from proxytune.probes.target import MAX_SECONDS, duration_option
@@ -38,8 +38,9 @@ DEFAULT_PROFILE = {"linux": "linux/proxy", "freebsd": "freebsd/proxy"}.get(platf
 
 class Main(click.Group):
     """Exit codes the README promises, whatever happens below: a ProxytuneError is one line
-    and a hint (exit 2, or 130 when interrupted); Ctrl-C is 130; any other exception is a bug,
-    reported as one `internal error` line, exit 2 (its traceback only with --debug)."""
+    and a hint (exit 2, or 130 when interrupted); Ctrl-C is 130; a permission denied to a
+    non-root user is one line naming the path; any other exception is a bug, reported as one
+    `internal error` line, exit 2 (its traceback only with --debug)."""
 
     def invoke(self, ctx):
         try:
@@ -62,6 +63,11 @@ class Main(click.Group):
             if ctx.params.get("debug"):
                 import traceback
                 traceback.print_exc()
+            if isinstance(e, PermissionError) and os.geteuid() != 0:    # (root denied is a bug, said below)
+                say_error(one_line(f"permission denied: {e.filename or e}"),
+                          f"uid {os.geteuid()} may not use it: run it as a user who may, e.g. root: "
+                          f"{command(root=True)}")
+                sys.exit(2)
             notes = "; ".join(getattr(e, "__notes__", []))
             say_error(f"{type(e).__name__}: {e}{'; ' + notes if notes else ''}".replace("\n", " "),
                       "this is a bug in proxytune; rerun with --debug for the traceback", kind="internal error")

@@ -216,6 +216,16 @@ def test_non_root_doctor_and_probes_say_needs_root_and_why(as_nobody, sleeper):
                           "system-wide sampling needs root")
 
 
+def test_non_root_permission_denied_is_one_line_naming_the_path_not_a_bug(as_nobody, roots_state_dir):
+    """A config directory of root's (a HOME inherited by `su` without `-`) is not readable by the user."""
+    config = roots_state_dir / "config"
+    r = as_nobody("tune", "check", "--only", "sysctl:*", env={"XDG_CONFIG_HOME": str(config)})
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "bug" not in r.stderr, r.stderr
+    assert r.stderr.splitlines() == [f"proxytune: error: permission denied: {config}/proxytune/profiles",
+                                     "hint: uid 65534 may not use it: run it as a user who may, e.g. root: "
+                                     "`sudo proxytune ...`"]
+
+
 def test_non_root_check_says_reading_another_users_limits_needs_root(as_nobody, sleeper):
     r = as_nobody("tune", "check", "--service", "sleep", "--only", "rlimit:*", "--json")
     row = json.loads(r.stdout)["data"]["settings"][0]
