@@ -233,6 +233,17 @@ def test_non_root_check_says_reading_another_users_limits_needs_root(as_nobody, 
     assert "permission denied (another user's process: reading them needs root)" in row["error"]
 
 
+@pytest.mark.parametrize("command, why", [
+    (["bench", "storage", "--quick"], "it makes loop devices and mounts them"),
+    (["bench", "proxy", "--quick"], "it starts squid"),
+    (["probe", "overhead", "--reps", "1"], "it attaches bpftrace and perf -a"),
+])
+def test_non_root_benches_say_needs_root_before_starting(as_nobody, command, why):
+    r = as_nobody("--state-dir", str(as_nobody.scratch / "unused"), *command)
+    assert_needs_root(r, " ".join(command[:2]), why)
+    assert not (as_nobody.scratch / "unused").exists() and r.stdout == ""
+
+
 @pytest.mark.skipif(not Path("/sys/kernel/tracing/events/syscalls").is_dir(), reason="needs tracefs (as root)")
 def test_missing_tracepoints_are_named_when_tracefs_is_readable():
     from proxytune.probes import bpftrace
