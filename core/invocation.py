@@ -39,10 +39,10 @@ def command(words: str | None = None, root: bool = False) -> str:
     return f"`{'sudo ' if root else ''}{prog()} {words or _current()}`"
 
 
-def needs_root(why: str, what: str | None = None) -> ProxytuneError:
-    """The error for a non-root run whose cause is not being root (WHAT: the command being run):
-    never a hint to chown or chmod root's files to the user."""
-    return ProxytuneError(f"{what or command_path()} needs root: {why}", f"run it as root: {command(root=True)}")
+def needs_root(why: str) -> ProxytuneError:
+    """The error for a non-root run whose cause is not being root: never a hint to chown or chmod
+    root's files to the user."""
+    return ProxytuneError(f"{command_path()} needs root: {why}", f"run it as root: {command(root=True)}")
 
 
 def command_path() -> str:

@@ -184,8 +184,17 @@ def test_non_root_files_only_apply_to_its_own_root_is_not_told_to_be_root(as_nob
     r = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "mkdir", "-p",
                         str(img / "etc")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+    apply = ["tune", "apply", "--files-only", "--only", "limits:*", "--user", "nobody", "--yes"]
+    roots = Path(tempfile.gettempdir()) / f"pt-roots-{os.getpid()}" / "state"     # /tmp is writable: one below
+    try:
+        Path(roots.parent).mkdir(mode=0o755)
+        r = as_nobody("--root", str(img), "--state-dir", str(roots), *apply)
+        assert_needs_root(r, "tune apply", f"cannot create the journal directory {roots} (Permission denied)")
+        assert not (img / "etc/security").exists()
+    finally:
+        shutil.rmtree(roots.parent, ignore_errors=True)
     args = ["--root", str(img), "--state-dir", str(state)]
-    r = as_nobody(*args, "tune", "apply", "--files-only", "--only", "limits:*", "--user", "nobody", "--yes")
+    r = as_nobody(*args, *apply)
     assert r.returncode == 0, r.stderr
     written = img / "etc/security/limits.d/90-proxytune.conf"
     assert "nobody\tsoft\tnofile" in written.read_text() and written.stat().st_uid == 65534

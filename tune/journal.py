@@ -79,11 +79,9 @@ def ensure_dirs(state_dir: Path, journal_too: bool = True) -> Path:
             os.mkdir(d, 0o700)
         except FileExistsError:
             pass
-        except PermissionError as e:
-            if os.geteuid() != 0:
-                raise needs_root(f"cannot create the journal directory {d} ({e.strerror})")
-            raise ProxytuneError(f"cannot create {d}: {e.strerror}", "give --state-dir a directory root may write")
         except OSError as e:
+            if isinstance(e, PermissionError) and os.geteuid() != 0:
+                raise needs_root(f"cannot create the journal directory {d} ({e.strerror})")
             raise ProxytuneError(f"cannot create {d}: {e.strerror}", "give --state-dir a directory root may write")
         vet_dir(d)
         if stat.S_IMODE(os.lstat(d).st_mode) != 0o700:
