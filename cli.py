@@ -119,11 +119,16 @@ def complete_probes(ctx, param, incomplete):
 
 # ---------------------------------------------------------------- tune
 
+PROFILE_HELP = ("A profile name from the site, user or shipped catalog (see `profiles list`; never the "
+                "current directory), or a file: a path starting with / ./ ../ or ending in .toml, "
+                "read only if root or you own it and no one else can write it or a directory above it.")
+
+
 def profile_options(f):
     """--profile, --only and the parameters, shared by every tune command."""
     options = [
         click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, shell_complete=complete_profiles,
-                     metavar="NAME|PATH", help="A shipped profile (see `profiles list`) or a TOML file."),
+                     metavar="NAME|PATH", help=PROFILE_HELP),
         click.option("--only", multiple=True, metavar="GLOB",
                      help="Only settings whose backend:key matches, e.g. 'sysctl:net.*' (repeatable)."),
         click.option("--skip", multiple=True, metavar="GLOB",
@@ -871,18 +876,13 @@ def profiles_list(host, as_json):
     """Profiles by name: the site's (/etc/proxytune/profiles), the user's
     ($XDG_CONFIG_HOME/proxytune/profiles), then the shipped ones; a site or
     user profile hides a shipped one of the same name."""
-    rows = []
-    for name, (source, path) in profile_mod.catalog(host.root).items():
-        p = profile_mod.load(name, root=host.root)
-        rows.append({"name": name, "source": source, "path": str(path), "os": p.os, "settings": len(p.raw),
-                     "description": p.description})
-    ignored = profile_mod.ignored(host.root)
+    rows, warnings = profile_mod.listing(host.root)
     if as_json:
         emit_json(rows)
     else:
         console.print_rows("profiles", ["name", "source", "os", "settings", "description"],
                           [[r[k] for k in ("name", "source", "os", "settings", "description")] for r in rows])
-    for note in ignored:
+    for note in warnings:
         click.echo(f"proxytune: warning: {note}", err=True)
 
 
