@@ -258,3 +258,60 @@ def test_ansible_check_never_runs_a_lookup_in_the_playbooks_data(tmp_path):
         assert "lookup(" in r.stdout           # shown as the text it is
     finally:
         marker.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- second round: variants not used while building
+
+@needs_root
+@pytest.mark.parametrize("ref", ["shipped:{d}/linux/proxy", "shipped:../../../..{d}/linux/proxy"])
+def test_shipped_prefix_cannot_reach_outside_the_shipped_catalog(nobody_dir, sandbox, ref):
+    """`shipped:` + an absolute or climbing name would replace the catalog's directory in a path join."""
+    plant(nobody_dir)
+    r = run("tune", "export", "--format", "sysctl.d", "-p", ref.format(d=nobody_dir))
+    assert r.returncode == 2 and "pt-evil" not in r.stdout, r.stdout + r.stderr
+
+
+@needs_root
+def test_a_relative_xdg_config_home_is_not_the_cwd(nobody_dir, sandbox):
+    """XDG_CONFIG_HOME=. (invalid by the spec) must not turn ./proxytune/profiles into a catalog."""
+    as_nobody(f"mkdir -p proxytune/profiles/linux && cat > proxytune/profiles/linux/proxy.toml <<'EOF'\n{EVIL}EOF",
+              nobody_dir)
+    os.chown(nobody_dir, 0, 0)                   # even in a directory root owns
+    subprocess.run(["chown", "-R", "root:root", str(nobody_dir / "proxytune")], check=True)
+    r = subprocess.run([str(REPO / ".venv/bin/python"), str(REPO / "cli.py"), "profiles", "list", "--json"],
+                       capture_output=True, text=True, cwd=nobody_dir, timeout=60,
+                       env={**os.environ, "XDG_CONFIG_HOME": "."})
+    assert r.returncode == 0, r.stderr
+    assert {row["name"]: row["source"] for row in json.loads(r.stdout)}["linux/proxy"] == "shipped"
+
+
+@needs_root
+def test_a_symlinked_include_into_a_user_dir_and_a_hardlinked_catalog_file_are_refused(tmp_path, nobody_dir, sandbox):
+    """A root-owned include that is a symlink to nobody's file; a catalog file nobody swapped in by rename
+    from a directory it owns (the parent belongs to nobody)."""
+    as_nobody(f"cat > evil.toml <<'EOF'\n{EVIL}EOF", nobody_dir)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "base.toml").symlink_to(nobody_dir / "evil.toml")
+    main = home / "main.toml"
+    main.write_text(GOOD.format(what="root's", include='include = ["base.toml"]'))
+    r = run("tune", "export", "--format", "sysctl.d", "-p", str(main))
+    assert r.returncode == 2 and "belongs to uid 65534" in r.stderr and "pt-evil" not in r.stdout
+    r = run("tune", "export", "--format", "sysctl.d", "-p", str(nobody_dir / "evil.toml"))
+    assert r.returncode == 2 and "pt-evil" not in r.stdout
+
+
+@pytest.mark.parametrize("payload", ["{{x}}", "a ${b}", "{%- if 1 %}", "{#-"])
+def test_a_payload_in_an_include_entry_is_refused_before_any_lookup(tmp_path, sandbox, cli, payload):
+    path = tmp_path / "p.toml"
+    path.write_text(f'[profile]\nos = "linux"\ninclude = ["{payload}"]\n')
+    r = cli("tune", "export", "--format", "tuned", "-p", str(path))
+    assert r.exit_code == 2 and f"{path}:3: profile.include: " in r.output and "evaluate" in r.output
+
+
+def test_cache_dirs_and_user_params_with_payloads_are_refused(tmp_path, sandbox, cli):
+    for line in ('cache_dirs = ["/var/spool/{{ x }}"]', 'user = "${f:exec:/bin/id}"'):
+        path = tmp_path / "p.toml"
+        path.write_text(f'[profile]\nos = "linux"\n[params]\n{line}\n')
+        r = cli("tune", "export", "--format", "ansible", "-p", str(path))
+        assert r.exit_code == 2 and f"{path}:4: params." in r.output and "evaluate" in r.output, r.output

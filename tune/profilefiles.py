@@ -35,7 +35,9 @@ def is_path(ref: str) -> bool:
 def search_dirs(root: Path | None = None) -> list[tuple[str, Path, str | None]]:
     """(source, directory, why it is ignored or None), first match wins. A directory
     others can write is ignored: root must not apply a profile another user planted."""
-    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    config = os.environ.get("XDG_CONFIG_HOME", "")
+    if not config.startswith("/"):      # the XDG spec: a relative one is invalid (it would be the cwd)
+        config = str(Path.home() / ".config")
     dirs = [("site", Path(root or "/") / "etc/proxytune/profiles"),
             ("user", Path(config) / "proxytune/profiles")]
     out = [(source, d, untrusted(d)) for source, d in dirs if d.is_dir()]
@@ -82,10 +84,10 @@ def locate(ref: str, including: Path | None = None, root: Path | None = None) ->
     (relative to the including file's directory for an include, else to the cwd)."""
     if ref.startswith(SHIPPED):
         name = ref[len(SHIPPED):]
-        path = PROFILES_DIR / f"{name}.toml"
-        if ".." in Path(name).parts or not path.is_file():
+        path = (PROFILES_DIR / f"{name}.toml").resolve()      # an absolute NAME would replace the base
+        if not path.is_relative_to(PROFILES_DIR.resolve()) or ".." in Path(name).parts or not path.is_file():
             raise ProfileError(ref, None, None, f"no such shipped profile {name!r}")
-        return path.resolve()
+        return path
     if is_path(ref):
         path = (including.parent if including and not ref.startswith("/") else Path()) / ref
         if not path.exists():
