@@ -315,3 +315,26 @@ def test_cache_dirs_and_user_params_with_payloads_are_refused(tmp_path, sandbox,
         path.write_text(f'[profile]\nos = "linux"\n[params]\n{line}\n')
         r = cli("tune", "export", "--format", "ansible", "-p", str(path))
         assert r.exit_code == 2 and f"{path}:4: params." in r.output and "evaluate" in r.output, r.output
+
+
+@needs_root
+@pytest.mark.parametrize("ref, bundled", [("linux/proxy", None), ("./mine.toml", "mine.toml")])
+def test_fleet_bundles_a_file_only_when_the_reference_is_a_path(nobody_dir, tmp_path, monkeypatch, ref, bundled):
+    """The fleet's lookup is load()'s: a name with a planted ./linux/proxy in the cwd ships nothing
+    (the hosts use their own catalog); an explicit, trusted file travels in the bundle."""
+    from proxytune.tune import fleet as fleet_mod
+    plant(nobody_dir)
+    cwd = nobody_dir if bundled is None else tmp_path
+    (tmp_path / "mine.toml").write_text(GOOD.format(what="mine", include=""))
+    (tmp_path / "inv.ini").write_text("h1\n")
+    seen = {}
+
+    def bundle(dest, profile_file=None):
+        seen["f"] = profile_file
+        return dest / "bundle.tar", "digest"
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(fleet_mod.inv, "hosts", lambda *a: ["h1"])       # no ansible-inventory needed
+    monkeypatch.setattr(fleet_mod.fp, "bundle", bundle)
+    fl = fleet_mod.Fleet(str(tmp_path / "inv.ini"), ref, workdir=tmp_path / "work")
+    fl.prepare()
+    assert (seen["f"] and seen["f"].name) == bundled and fl.shipped_profile == (bundled is not None)
