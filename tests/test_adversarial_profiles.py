@@ -338,3 +338,14 @@ def test_fleet_bundles_a_file_only_when_the_reference_is_a_path(nobody_dir, tmp_
     fl = fleet_mod.Fleet(str(tmp_path / "inv.ini"), ref, workdir=tmp_path / "work")
     fl.prepare()
     assert (seen["f"] and seen["f"].name) == bundled and fl.shipped_profile == (bundled is not None)
+
+
+@needs_root
+def test_a_profile_path_with_a_newline_cannot_add_a_line_to_an_export(tmp_path, sandbox):
+    """The reference is printed in every export's header comment: a newline in it would start a sysctl line."""
+    d = tmp_path / "a\nkernel.core_pattern = |"
+    d.mkdir()
+    (d / "p.toml").write_text(GOOD.format(what="x", include=""))
+    r = run("tune", "export", "--format", "sysctl.d", "-p", str(d / "p.toml"))
+    assert r.returncode == 2 and "control character" in r.stderr and "core_pattern" not in r.stdout
+    assert len(r.stderr.strip().splitlines()) == 2, r.stderr        # the line and its hint

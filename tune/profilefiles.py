@@ -20,6 +20,7 @@ from pathlib import Path
 
 from proxytune.core.errors import ProfileError
 
+from . import names
 from .datafiles import shipped
 
 PROFILES_DIR = shipped("profiles")
@@ -82,6 +83,10 @@ def scan(root: Path | None) -> tuple[dict[str, tuple[str, Path]], list[str]]:
 def locate(ref: str, including: Path | None = None, root: Path | None = None) -> Path:
     """The file a reference means: a catalog name, `shipped:NAME`, or a trusted path
     (relative to the including file's directory for an include, else to the cwd)."""
+    try:                # the reference is printed in export headers: it must stay one line there
+        names.no_control(ref, "profile reference")
+    except ValueError as e:
+        raise ProfileError(names.shown(ref), None, None, str(e))
     if ref.startswith(SHIPPED):
         name = ref[len(SHIPPED):]
         path = (PROFILES_DIR / f"{name}.toml").resolve()      # an absolute NAME would replace the base
