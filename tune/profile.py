@@ -5,7 +5,8 @@ A profile looks like
     [profile]
     description = "A busy proxy host"
     os = "linux"
-    include = ["linux/base"]          # optional; later files override
+    include = ["linux/base"]          # optional; later files override (names and paths
+                                      # as profilefiles.py finds and vets them)
 
     [params]                          # optional; the command line overrides
     service = "squid"
@@ -14,6 +15,7 @@ A profile looks like
     at_least = 4096                   # or value / at_most / covers
     reason = "accept queue for bursts of new connections"
     source = "Documentation/networking/ip-sysctl.rst"
+    waive = "CHG-1: why not here"     # optional: check shows it `waived`, apply leaves it
 
 Keys may use {service}, {user} and {cache_dir} (one setting per cache
 directory). Every problem is reported as `file:line: key: problem`, before
@@ -91,13 +93,9 @@ def listing(root: Path | None = None) -> tuple[list[dict], list[str]]:
     return rows, warnings
 
 
-def locate(ref: str, including: Path | None = None, root: Path | None = None) -> Path:
-    return profilefiles.locate(ref, including, root)
-
-
 def load(ref: str, _stack: tuple = (), root: Path | None = None) -> Profile:
     """The profile a name or path means, with its includes merged in (later ones win)."""
-    path = locate(ref, None, root)
+    path = profilefiles.locate(ref, None, root)
     text = profilefiles.read(path)
     try:
         doc = tomllib.loads(text)
@@ -141,7 +139,7 @@ def _includes(refs: list, path: Path, os_name: str, stack: tuple, root, fail) ->
             fail(("profile", "include"), "include takes a list of profile names")
         _checked(names.inert, (inc, "include"), ("profile", "include"), fail)
         try:
-            child = locate(inc, path, root)
+            child = profilefiles.locate(inc, path, root)
         except ProfileError as e:
             fail(("profile", "include"), f"{inc}: {e.problem}")
         if child in stack + (path,):
