@@ -127,11 +127,16 @@ def complete_probes(ctx, param, incomplete):
 
 # ---------------------------------------------------------------- tune
 
+PROFILE_HELP = ("A profile name from the site, user or shipped catalog (see `profiles list`; never the "
+                "current directory), or a file: a path starting with / ./ ../ or ending in .toml, "
+                "read only if root or you own it and no one else can write it or a directory above it.")
+
+
 def profile_options(f):
     """--profile, --only and the parameters, shared by every tune command."""
     options = [
         click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, shell_complete=complete_profiles,
-                     metavar="NAME|PATH", help="A shipped profile (see `profiles list`) or a TOML file."),
+                     metavar="NAME|PATH", help=PROFILE_HELP),
         click.option("--only", multiple=True, metavar="GLOB",
                      help="Only settings whose backend:key matches, e.g. 'sysctl:net.*' (repeatable)."),
         click.option("--skip", multiple=True, metavar="GLOB",
@@ -402,7 +407,7 @@ def fleet_options(f):
     options = [
         click.option("--inventory", "-i", required=True, metavar="FILE", help="Ansible inventory (INI, YAML, ...)."),
         click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True,
-                     metavar="NAME|PATH", help="A shipped profile or a TOML file (shipped to every host)."),
+                     metavar="NAME|PATH", help="A catalog name, or a file (a path starting with / ./ ../ or ending in .toml; sent to every host)."),
         click.option("--only", multiple=True, metavar="GLOB", help="Only settings matching (repeatable)."),
         click.option("--skip", multiple=True, metavar="GLOB", help="Leave out settings matching (repeatable)."),
         click.option("--limit", metavar="PATTERN", help="Ansible host pattern, e.g. 'proxies:!canary'."),
@@ -1019,18 +1024,13 @@ def profiles_list(host, as_json):
       proxytune profiles list
       proxytune profiles list --json
     """
-    rows = []
-    for name, (source, path) in profile_mod.catalog(host.root).items():
-        p = profile_mod.load(name, root=host.root)
-        rows.append({"name": name, "source": source, "path": str(path), "os": p.os, "settings": len(p.raw),
-                     "description": p.description})
-    ignored = profile_mod.ignored(host.root)
+    rows, warnings = profile_mod.listing(host.root)
     if as_json:
         emit_json(rows)
     else:
         console.print_rows("profiles", ["name", "source", "os", "settings", "description"],
                           [[r[k] for k in ("name", "source", "os", "settings", "description")] for r in rows])
-    for note in ignored:
+    for note in warnings:
         click.echo(f"proxytune: warning: {note}", err=True)
 
 

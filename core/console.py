@@ -85,7 +85,7 @@ def print_rows(title: str, headers: list[str], rows: list[list]) -> None:
     console().print(t)
 
 
-STATUS_STYLE = {"met": "green", "drift": "yellow", "n/a": "dim", "error": "red", "ok": "green", "warn": "yellow",
+STATUS_STYLE = {"met": "green", "drift": "yellow", "n/a": "dim", "waived": "dim", "error": "red", "ok": "green", "warn": "yellow",
                 "holds": "green", "reversed": "red"}
 
 

@@ -30,7 +30,7 @@ AUDIT_DATA = {
         "settings": {"type": "array", "items": {
             "type": "object",
             "required": ["setting", "current", "wanted", "mode", "status", "reason", "source"],
-            "properties": {"status": {"enum": ["met", "drift", "n/a", "error"]}},
+            "properties": {"status": {"enum": ["met", "drift", "n/a", "error", "waived"]}},
         }},
         "summary": {"type": "object"},
     },

@@ -90,3 +90,91 @@ def test_piped_list_has_a_source_column(sandbox, tmp_path):
     rows = [l.split("\t") for l in r.stdout.splitlines() if "\t" in l]
     assert rows[0] == ["name", "source", "os", "settings", "description"]
     assert ["site/edge", "site", "linux", "14", "edge"] in rows
+
+
+# ---------------------------------------------------------------- customisation (issue 19 item 7)
+
+def test_a_broken_site_profile_is_skipped_with_a_warning_not_fatal_to_the_list(sandbox, tmp_path):
+    site_dir = sandbox.root / "etc/proxytune/profiles"
+    write(site_dir, "site/fine", "a good one")
+    (site_dir / "site/broken.toml").write_text('[profile\nos = "linux"\n')
+    (site_dir / "site/bad-value.toml").write_text(SITE.format(what="bad", somaxconn=1) + "[sysctls.x]\n")
+    rows, err = listing(sandbox, {"XDG_CONFIG_HOME": str(tmp_path / "none")})
+    assert "site/fine" in rows and "linux/proxy" in rows
+    assert "site/broken" not in rows and "site/bad-value" not in rows
+    assert "warning: skipped site/broken (site):" in err and "TOML syntax error" in err
+    assert "warning: skipped site/bad-value (site):" in err and "unknown backend" in err
+
+
+EXTENDS = """[profile]
+description = "our proxy: the shipped one, plus"
+os = "linux"
+include = ["{include}"]
+
+[sysctl."net.core.somaxconn"]
+at_least = 20000
+reason = "site rule"
+source = "ops wiki"
+"""
+
+
+def test_a_site_profile_extends_the_shipped_profile_of_its_own_name(sandbox, tmp_path):
+    site_dir = sandbox.root / "etc/proxytune/profiles/linux"
+    site_dir.mkdir(parents=True)
+    (site_dir / "proxy.toml").write_text(EXTENDS.format(include="shipped:linux/proxy"))
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "none")}
+    r = proxytune("--root", str(sandbox.root), "profiles", "show", "linux/proxy", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    settings = {s["setting"]: s for s in json.loads(r.stdout)["settings"]}
+    assert settings["sysctl:net.core.somaxconn"]["wanted"] == 20000 and "sysctl:fs.nr_open" in settings
+    # linux/squid includes linux/proxy: now the site's, which extends the shipped one
+    r = proxytune("--root", str(sandbox.root), "profiles", "show", "linux/squid", "--json", env=env)
+    squid = {s["setting"]: s for s in json.loads(r.stdout)["settings"]}
+    assert squid["sysctl:net.core.somaxconn"]["wanted"] == 20000 and "sysctl:fs.nr_open" in squid
+    # including its own name is a loop, and the line says how to extend instead
+    (site_dir / "proxy.toml").write_text(EXTENDS.format(include="linux/proxy"))
+    r = proxytune("--root", str(sandbox.root), "profiles", "show", "linux/proxy", env=env)
+    assert r.returncode == 2 and "include loop" in r.stderr and 'include "shipped:NAME"' in r.stderr
+    for bad in ("shipped:no/such", "shipped:../linux/proxy"):
+        (site_dir / "proxy.toml").write_text(EXTENDS.format(include=bad))
+        r = proxytune("--root", str(sandbox.root), "profiles", "show", "linux/proxy", env=env)
+        assert r.returncode == 2 and "no such shipped profile" in r.stderr, r.stderr
+
+
+WAIVED = """[profile]
+os = "linux"
+description = "waives one setting"
+
+[sysctl."net.core.somaxconn"]
+reason = "would drift on any host"
+source = "test"
+at_least = 2147483647
+waive = "CHG-1234: the load balancer caps connections"
+
+[sysctl."fs.aio-max-nr"]
+at_least = 2147483647
+reason = "drifts, not waived"
+source = "test"
+"""
+
+
+def test_a_waived_setting_is_reported_waived_with_its_reason_never_drift_never_applied(sandbox, tmp_path):
+    prof = tmp_path / "waived.toml"
+    prof.write_text(WAIVED)
+    r = proxytune("--root", str(sandbox.root), "tune", "check", "-p", str(prof), "--json")
+    doc = json.loads(r.stdout)["data"]
+    by = {s["setting"]: s for s in doc["settings"]}
+    waived = by["sysctl:net.core.somaxconn"]
+    assert waived["status"] == "waived" and "CHG-1234: the load balancer caps connections" in waived["note"]
+    assert waived["current"] is not None and waived["target"] is None
+    assert by["sysctl:fs.aio-max-nr"]["status"] == "drift"
+    assert doc["summary"]["waived"] == 1 and doc["summary"]["drift"] == 1 and r.returncode == 1
+    # only the waived one: nothing to do, exit 0
+    r = proxytune("--root", str(sandbox.root), "tune", "check", "-p", str(prof), "--only", "sysctl:net.core.*")
+    assert r.returncode == 0 and "waived" in r.stdout + r.stderr
+    r = proxytune("--root", str(sandbox.root), "tune", "plan", "-p", str(prof), "--json")
+    todo = [s["setting"] for s in json.loads(r.stdout)["data"]["settings"] if s["target"] is not None]
+    assert todo == ["sysctl:fs.aio-max-nr"]
+    prof.write_text(WAIVED.replace('waive = "CHG-1234: the load balancer caps connections"', "waive = true"))
+    r = proxytune("--root", str(sandbox.root), "tune", "check", "-p", str(prof))
+    assert r.returncode == 2 and f"{prof}:9: sysctl:net.core.somaxconn: waive takes a non-empty text" in r.stderr

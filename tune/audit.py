@@ -71,7 +71,8 @@ def observation_tables(obs: dict) -> tuple[list[Table], list[str]]:
 
 def summary_line(doc: dict) -> str:
     s = doc["summary"]
-    return f"{s['met']} met, {s['drift']} drift, {s['n/a']} not applicable, {s['error']} error"
+    waived = f", {s['waived']} waived" if s.get("waived") else ""
+    return f"{s['met']} met, {s['drift']} drift, {s['n/a']} not applicable, {s['error']} error{waived}"
 
 
 def section(doc: dict, settings_title: str = "Settings") -> Section:

@@ -133,12 +133,28 @@ def tuned(settings, profile, target):
             continue
         prefix = {"at_least": ">", "at_most": "<"}.get(s.mode, "") if isinstance(s.wanted, int) else ""
         body.append(f"{s.key}={prefix}{render(s.wanted)}")
-    return "\n".join(lines + body) + "\n"
+    return _inert_for_tuned("\n".join(lines + body) + "\n")
+
+
+def _inert_for_tuned(text: str) -> str:
+    """tuned expands ${...} in every value it loads (${f:exec:...} runs a command as root):
+    refused here too, for settings that did not come through profile.load()."""
+    if "${" in text:
+        line = next(l for l in text.splitlines() if "${" in l)
+        raise ProxytuneError(f"tuned would expand '${{' in {line[:80]!r} (and ${{f:exec:...}} runs a command)",
+                             "remove it from the profile; nothing was written")
+    return text
 
 
 def _q(text) -> str:
     """A YAML scalar: JSON strings are valid YAML."""
     return json.dumps(str(text))
+
+
+def _u(text) -> str:
+    """A YAML scalar tagged !unsafe: Ansible keeps it as data and never templates it
+    (a profile's `{{ lookup('pipe', ...) }}` would otherwise run on the controller)."""
+    return "!unsafe " + _q(text)
 
 
 def _argv(*words) -> list[str]:
@@ -158,7 +174,7 @@ def ansible(settings, profile, target=None):
            "# community.general.pam_limits still creates its dest file empty under --check when it is absent)",
            "# To undo: remove the files it writes (the proxytune_* vars, the drop-ins) and its fstab noatime;",
            "# live values keep until the next boot.",
-           f"- name: {_q('proxytune profile ' + profile)}",
+           f"- name: {_u('proxytune profile ' + profile)}",
            "  hosts: all", "  become: true", "  gather_facts: false", "  vars:",
            "    proxytune_sysctl_file: /etc/sysctl.d/90-proxytune.conf",
            "    proxytune_limits_file: /etc/security/limits.d/90-proxytune.conf",
@@ -177,26 +193,30 @@ def ansible(settings, profile, target=None):
 
 def _sysctl_tasks(s, reg):
     cur = f"({reg}.stdout.split()"
-    read = [f"    - name: {_q('read ' + s.key)}", *_argv("sysctl", "-n", s.key), f"      register: {reg}", *READ]
+    read = [f"    - name: {_u('read ' + s.key)}", *_argv("sysctl", "-n", s.key), f"      register: {reg}", *READ]
+    data = []           # task vars tagged !unsafe: compared as data in `when`, never templated
     if s.mode == "covers":
         lo, hi = s.wanted
         value = f"{{{{ [{cur}[0] | int), {lo}] | min }}}} {{{{ [{cur}[1] | int), {hi}] | max }}}}"
         cond = f"{cur}[0] | int) > {lo} or {cur}[1] | int) < {hi}"
     elif s.mode in ("at_least", "at_most") and isinstance(s.wanted, int):
-        value = render(s.wanted)
+        value = _u(render(s.wanted))
         cond = f"({reg}.stdout | int) {'<' if s.mode == 'at_least' else '>'} {s.wanted}"
     elif s.mode in ("at_least", "at_most"):
         pick = "max" if s.mode == "at_least" else "min"
         value = " ".join(f"{{{{ [{cur}[{i}] | int), {w}] | {pick} }}}}" for i, w in enumerate(s.wanted))
         cond = " or ".join(f"{cur}[{i}] | int) {'<' if pick == 'max' else '>'} {w}" for i, w in enumerate(s.wanted))
     else:
-        value = render(s.wanted)
-        cond = f"{reg}.stdout.split() | join(' ') != {_q(value)}"
+        value = _u(render(s.wanted))
+        data = ["      vars:", f"        {reg}_want: {value}"]
+        cond = f"{reg}.stdout.split() | join(' ') != {reg}_want"
+    if not value.startswith("!unsafe"):
+        value = _q(value)           # the Jinja this module computes from the value read
     return read + [
-        f"    - name: {_q(s.key + ' ' + s.wanted_text + ' (' + s.reason + ')')}",
-        "      ansible.posix.sysctl:", f"        name: {_q(s.key)}", f"        value: {_q(value)}",
+        f"    - name: {_u(s.key + ' ' + s.wanted_text + ' (' + s.reason + ')')}",
+        "      ansible.posix.sysctl:", f"        name: {_u(s.key)}", f"        value: {value}",
         "        sysctl_file: \"{{ proxytune_sysctl_file }}\"", "        sysctl_set: true", "        reload: false",
-        f"      when: {reg}.rc == 0 and ({cond})"]
+        *data, f"      when: {reg}.rc == 0 and ({cond})"]
 
 
 def _literal_regex(word: str) -> str:
@@ -216,11 +236,11 @@ def _limits_tasks(s, reg):
                "| map('last') | list | last | default(''))")
     met = (f"{current} == 'unlimited' or ({current} | int) >= {s.wanted}" if s.mode == "at_least"
            else f"{current} == {str(s.wanted)!r}")
-    return [f"    - name: {_q('read login limits for ' + domain)}", *_argv("sh", "-c", LIMITS_READ),
+    return [f"    - name: {_u('read login limits for ' + domain)}", *_argv("sh", "-c", LIMITS_READ),
             f"      register: {reg}", *READ,
-            f"    - name: {_q(s.address + ' ' + s.wanted_text)}",
-            "      community.general.pam_limits:", f"        domain: {_q(domain)}",
-            "        limit_type: \"-\"", f"        limit_item: {_q(item)}", f"        value: {_q(s.wanted)}",
+            f"    - name: {_u(s.address + ' ' + s.wanted_text)}",
+            "      community.general.pam_limits:", f"        domain: {_u(domain)}",
+            "        limit_type: \"-\"", f"        limit_item: {_u(item)}", f"        value: {_u(s.wanted)}",
             f"        use_max: {'true' if s.mode == 'at_least' else 'false'}",
             "        dest: \"{{ proxytune_limits_file }}\"",
             f"      when: {_q('not (' + met + ')')}"]
@@ -229,13 +249,13 @@ def _limits_tasks(s, reg):
 def _service_tasks(s, reg):
     unit, _, directive = s.key.rpartition(":")
     folder = f"{{{{ proxytune_systemd_dir }}}}/{unit}.service.d"
-    return [f"    - name: {_q('drop-in directory for ' + unit)}",
+    return [f"    - name: {_u('drop-in directory for ' + unit)}",
             "      ansible.builtin.file:", f"        path: {_q(folder)}", "        state: directory",
             "        mode: \"0755\"",
-            f"    - name: {_q(s.address + ' = ' + render(s.wanted))}",
+            f"    - name: {_u(s.address + ' = ' + render(s.wanted))}",
             "      ansible.builtin.copy:",
             f"        dest: {_q(folder + '/' + DROPIN_NAME)}",
-            f"        content: {_q(render_dropin({directive: str(s.wanted)}, DROPIN_UNDO))}",
+            f"        content: {_u(render_dropin({directive: str(s.wanted)}, DROPIN_UNDO))}",
             "      notify: reload systemd"]
 
 
@@ -249,20 +269,20 @@ def _rlimit_tasks(s, reg):
     n = s.wanted
     script = (f"for p in $(pgrep -x -- {shlex.quote(service)}); do s=$(prlimit --pid \"$p\" --{name} -o SOFT --noheadings); "
               f"[ \"$s\" = unlimited ] || [ \"$s\" -ge {n} ] || {{ prlimit --pid \"$p\" --{name}={n}:{n} && echo changed; }}; done")
-    return [f"    - name: {_q(s.address + ' ' + s.wanted_text + ' on running processes')}",
-            f"      ansible.builtin.shell: {_q(script)}", f"      register: {reg}",
+    return [f"    - name: {_u(s.address + ' ' + s.wanted_text + ' on running processes')}",
+            f"      ansible.builtin.shell: {_u(script)}", f"      register: {reg}",
             f"      changed_when: \"'changed' in {reg}.stdout\""]
 
 
 def _mount_tasks(s, reg):
     path = s.key.rpartition(":")[0]
-    return [f"    - name: {_q('mount point of ' + path)}", *_argv("findmnt", "-n", "-o", "TARGET", "--target", path),
+    return [f"    - name: {_u('mount point of ' + path)}", *_argv("findmnt", "-n", "-o", "TARGET", "--target", path),
             f"      register: {reg}", *READ,
-            f"    - name: {_q('noatime in /etc/fstab for ' + path)}",
+            f"    - name: {_u('noatime in /etc/fstab for ' + path)}",
             "      ansible.builtin.replace:", "        path: /etc/fstab",
             f"        regexp: '^(\\s*\\S+\\s+{{{{ {reg}.stdout | regex_escape }}}}\\s+\\S+\\s+)(?!\\S*noatime)(\\S+)(.*)$'",
             "        replace: '\\1\\2,noatime\\3'", f"      when: {reg}.rc == 0",
-            f"    - name: {_q('remount ' + path + ' with noatime')}",
+            f"    - name: {_u('remount ' + path + ' with noatime')}",
             "      ansible.posix.mount:", f"        path: \"{{{{ {reg}.stdout }}}}\"",
             "        state: remounted", "        opts: noatime", f"      when: {reg}.rc == 0"]
 

@@ -55,9 +55,10 @@ class Fleet:
         for g in self.only + self.skip:
             inv.check_arg("--only/--skip", g)
         from . import profile as profile_mod
-        profile_mod.load(self.profile_ref)          # a bad profile fails here, before any host is touched
+        prof = profile_mod.load(self.profile_ref)   # a bad profile fails here, before any host is touched
         self.hosts = inv.hosts(self.inventory, self.limit, self.env())
-        profile_file = Path(self.profile_ref) if Path(self.profile_ref).is_file() else None
+        # a file (by the same rule as everywhere, trust-checked by load) travels; a name never means ./NAME
+        profile_file = prof.path if profile_mod.profilefiles.is_path(self.profile_ref) else None
         try:
             self.tarball, self.digest = fp.bundle(self.workdir, profile_file)
         except OSError as e:

@@ -17,6 +17,7 @@ class Setting:
     source: str
     file: str = ""            # the profile file and line it came from,
     line: int | None = None   # for error messages
+    waive: str = ""           # the profile's reason to leave it as it is: `waived`, never applied
 
     @property
     def address(self) -> str:
@@ -28,7 +29,7 @@ class Setting:
 
 
 # Statuses of one setting on one host.
-MET, DRIFT, NOT_APPLICABLE, ERROR = "met", "drift", "n/a", "error"
+MET, DRIFT, NOT_APPLICABLE, ERROR, WAIVED = "met", "drift", "n/a", "error", "waived"
 
 
 @dataclass
@@ -94,6 +95,6 @@ class Plan:
         return {
             "profile": self.profile, "os": self.os, "params": self.params,
             "settings": [c.to_json() for c in self.changes],
-            "summary": {st: self.count(st) for st in (MET, DRIFT, NOT_APPLICABLE, ERROR)},
+            "summary": {st: self.count(st) for st in (MET, DRIFT, NOT_APPLICABLE, ERROR, WAIVED)},
             "notes": self.notes,
         }

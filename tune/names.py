@@ -112,9 +112,25 @@ def directory(path, what: str = "cache directory") -> str:
     return path
 
 
+# What an export's consumer would evaluate rather than copy: Jinja (Ansible templates
+# task names, module arguments and `when:`) and tuned's ${...} expansion (${f:exec:...}
+# runs a command as root when the daemon loads the profile).
+EVALUATED = ("{{", "{%", "{#", "${")
+
+
+def inert(value, what: str):
+    """The text, if no export's consumer would evaluate any part of it."""
+    for item in value if isinstance(value, (list, tuple)) else (value,):
+        if isinstance(item, str) and (found := next((m for m in EVALUATED if m in item), None)):
+            raise ValueError(f"{what} {shown(item)} contains {found!r}, which Ansible or tuned would "
+                             "evaluate as code in an export; write it without")
+    return value
+
+
 def text(value, what: str, limit: int = MAX_TEXT) -> str:
-    """Free text that may end up in a comment or a task name: one line, bounded."""
+    """Free text that may end up in a comment or a task name: one line, bounded, inert."""
     no_control(value, what)
+    inert(value, what)
     if len(value) > limit:
         raise ValueError(f"{what} is longer than {limit} characters")
     return value

@@ -10,7 +10,7 @@ from . import backends, modes, params as params_mod, profile as profile_mod
 from proxytune.core.errors import BackendError, NotApplicable, ProxytuneError
 from proxytune.core.invocation import command
 from .host import Host
-from .model import DRIFT, ERROR, MET, NOT_APPLICABLE, Change, Plan, Setting
+from .model import DRIFT, ERROR, MET, NOT_APPLICABLE, WAIVED, Change, Plan, Setting
 
 
 def select(settings: list[Setting], only: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> list[Setting]:
@@ -51,6 +51,8 @@ def evaluate(s: Setting, os_name: str, host: Host) -> Change:
         return Change(s, status=NOT_APPLICABLE, note=str(e))
     except (BackendError, OSError) as e:
         return Change(s, status=ERROR, note=getattr(e, "message", str(e)))
+    if s.waive:         # shown as it is, never drift, never applied
+        return Change(s, current=current, status=WAIVED, note=f"waived: {s.waive}")
     try:
         ok = current is not None and modes.satisfied(s.mode, current, s.wanted)
         target = None if ok else modes.target(s.mode, current, s.wanted)

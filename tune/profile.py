@@ -5,7 +5,8 @@ A profile looks like
     [profile]
     description = "A busy proxy host"
     os = "linux"
-    include = ["linux/base"]          # optional; later files override
+    include = ["linux/base"]          # optional; later files override (names and paths
+                                      # as profilefiles.py finds and vets them)
 
     [params]                          # optional; the command line overrides
     service = "squid"
@@ -14,29 +15,28 @@ A profile looks like
     at_least = 4096                   # or value / at_most / covers
     reason = "accept queue for bursts of new connections"
     source = "Documentation/networking/ip-sysctl.rst"
+    waive = "CHG-1: why not here"     # optional: check shows it `waived`, apply leaves it
 
 Keys may use {service}, {user} and {cache_dir} (one setting per cache
 directory). Every problem is reported as `file:line: key: problem`, before
 anything on the host is looked at or changed.
 """
 
-import os
-import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import backends, names, tomlpos
-from .datafiles import shipped
+from . import backends, names, profilefiles, tomlpos
 from proxytune.core.errors import ProfileError
 from .model import Setting
 from .modes import MODES
 from .params import PARAMS
 from .values import parse
 
-PROFILES_DIR = shipped("profiles")
+PROFILES_DIR = profilefiles.PROFILES_DIR
 PROFILE_KEYS = {"description": str, "os": str, "include": list}
 SETTING_TEXT = ("reason", "source")
+OPTIONAL_TEXT = ("waive",)            # waive = "why": check reports it `waived`, apply leaves it alone
 PLACEHOLDERS = ("{service}", "{user}", "{cache_dir}")
 
 
@@ -51,6 +51,7 @@ class RawSetting:
     source: str
     path: Path
     line: int | None
+    waive: str = ""
 
 
 @dataclass
@@ -63,85 +64,44 @@ class Profile:
     raw: list[RawSetting] = field(default_factory=list)
 
 
-def search_dirs(root: Path | None = None) -> list[tuple[str, Path, str | None]]:
-    """(source, directory, why it is ignored or None), first match wins: the site's
-    /etc/proxytune/profiles (under --root), the user's $XDG_CONFIG_HOME/proxytune/profiles,
-    then the shipped ones. A directory others can write is ignored: root must not
-    apply a profile another user planted."""
-    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    dirs = [("site", Path(root or "/") / "etc/proxytune/profiles"),
-            ("user", Path(config) / "proxytune/profiles")]
-    out = [(source, d, _untrusted(d)) for source, d in dirs if d.is_dir()]
-    return out + [("shipped", PROFILES_DIR, None)]
-
-
-def _untrusted(path: Path) -> str | None:
-    """Why not to read this file or directory: it, or a directory above it (symlinks
-    followed), belongs to another user or others can write it (sticky /tmp aside)."""
-    real = path.resolve()
-    for d in (real, *real.parents):
-        try:
-            st = os.stat(d)
-        except OSError as e:
-            return f"cannot stat {d}: {e.strerror}"
-        if st.st_uid not in (0, os.geteuid()):
-            return f"{d} belongs to uid {st.st_uid}"
-        if st.st_mode & 0o022 and not (d != real and stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
-            return f"{d} is writable by others"
-    return None
-
-
-def _scan(root: Path | None) -> tuple[dict[str, tuple[str, Path]], list[str]]:
-    found: dict[str, tuple[str, Path]] = {}
-    ignored = []
-    for source, d, problem in search_dirs(root):
-        if problem:
-            ignored.append(f"ignored {d}: {problem}")
-            continue
-        for p in sorted(d.rglob("*.toml")):
-            if source != "shipped" and (why := _untrusted(p)):
-                ignored.append(f"ignored {p}: {why}")
-            else:
-                found.setdefault(str(p.relative_to(d).with_suffix("")), (source, p))
-    return dict(sorted(found.items())), ignored
-
-
 def catalog(root: Path | None = None) -> dict[str, tuple[str, Path]]:
     """Every profile name -> (source, file); a site or user profile hides a shipped one of that name."""
-    return _scan(root)[0]
+    return profilefiles.scan(root)[0]
 
 
 def ignored(root: Path | None = None) -> list[str]:
     """Site or user profiles (or their directories) skipped as untrusted, and why."""
-    return _scan(root)[1]
+    return profilefiles.scan(root)[1]
 
 
 def available(root: Path | None = None) -> list[str]:
     return list(catalog(root))
 
 
-def locate(ref: str, relative_to: Path | None = None, root: Path | None = None) -> Path:
-    """A profile name (linux/proxy, searched in search_dirs) or a TOML file (relative to an including file)."""
-    candidates = [relative_to / ref] if relative_to is not None else []
-    candidates.append(Path(ref))
-    if ref in (known := catalog(root)):
-        candidates.append(known[ref][1])
-    for c in candidates:
-        if c.is_file():
-            return c.resolve()
-    raise ProfileError(ref, None, None, f"no such profile (known: {', '.join(available(root))})")
+def listing(root: Path | None = None) -> tuple[list[dict], list[str]]:
+    """(one row per usable profile, warnings): a broken or untrusted one is skipped and
+    named, so one bad site file does not hide every other profile."""
+    rows, warnings = [], ignored(root)
+    for name, (source, path) in catalog(root).items():
+        try:
+            p = load(name, root=root)
+        except ProfileError as e:
+            warnings.append(f"skipped {name} ({source}): {e.message}")
+            continue
+        rows.append({"name": name, "source": source, "path": str(path), "os": p.os, "settings": len(p.raw),
+                     "description": p.description})
+    return rows, warnings
 
 
 def load(ref: str, _stack: tuple = (), root: Path | None = None) -> Profile:
-    path = locate(ref, _stack[-1].parent if _stack else None, root)
+    """The profile a name or path means, with its includes merged in (later ones win)."""
+    path = profilefiles.locate(ref, None, root)
+    text = profilefiles.read(path)
     try:
-        text = path.read_text()
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         line = getattr(e, "lineno", None) or _line_from_message(str(e)) or 1
         raise ProfileError(path, line, None, f"TOML syntax error: {str(e).split(' (at')[0]}")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ProfileError(path, None, None, f"cannot read: {e}")
     where = tomlpos.index(text)
 
     def fail(keypath: tuple, problem: str, label: str | None = None):
@@ -149,24 +109,7 @@ def load(ref: str, _stack: tuple = (), root: Path | None = None) -> Profile:
         raise ProfileError(path, line, label or ".".join(keypath), problem)   # made one line there
 
     head, os_name, params = _check_head(doc, fail)
-
-    merged_params: dict = {}
-    settings: dict[str, RawSetting] = {}
-    for inc in head.get("include", []):
-        if not isinstance(inc, str):
-            fail(("profile", "include"), "include takes a list of profile names")
-        try:
-            child = locate(inc, path.parent, root)
-        except ProfileError as e:
-            fail(("profile", "include"), f"{inc}: {e.problem}")
-        if child in _stack + (path,):
-            chain = " -> ".join(p.name for p in _stack + (path, child))
-            fail(("profile", "include"), f"include loop: {chain}")
-        parent = load(str(child), _stack + (path,), root)
-        if parent.os != os_name:
-            fail(("profile", "include"), f"includes {inc} for {parent.os}, but this profile is for {os_name}")
-        merged_params.update(parent.params)
-        settings.update({f"{r.backend}:{r.key}": r for r in parent.raw})
+    merged_params, settings = _includes(head.get("include", []), path, os_name, _stack, root, fail)
     merged_params.update(params)
 
     kinds = backends.kinds(os_name)
@@ -185,6 +128,30 @@ def load(ref: str, _stack: tuple = (), root: Path | None = None) -> Profile:
             settings[address] = raw
     return Profile(name=ref, path=path, os=os_name, description=head.get("description", ""),
                    params=merged_params, raw=list(settings.values()))
+
+
+def _includes(refs: list, path: Path, os_name: str, stack: tuple, root, fail) -> tuple[dict, dict]:
+    """(params, settings by address) of the included profiles, each located and vetted like the first."""
+    merged_params: dict = {}
+    settings: dict[str, RawSetting] = {}
+    for inc in refs:
+        if not isinstance(inc, str):
+            fail(("profile", "include"), "include takes a list of profile names")
+        _checked(names.inert, (inc, "include"), ("profile", "include"), fail)
+        try:
+            child = profilefiles.locate(inc, path, root)
+        except ProfileError as e:
+            fail(("profile", "include"), f"{inc}: {e.problem}")
+        if child in stack + (path,):
+            chain = " -> ".join(p.name for p in stack + (path, child))
+            fail(("profile", "include"), f"include loop: {chain} (to extend the shipped profile "
+                                         f"of the same name, include \"{profilefiles.SHIPPED}NAME\")")
+        parent = load(str(child), stack + (path,), root)
+        if parent.os != os_name:
+            fail(("profile", "include"), f"includes {inc} for {parent.os}, but this profile is for {os_name}")
+        merged_params.update(parent.params)
+        settings.update({f"{r.backend}:{r.key}": r for r in parent.raw})
+    return merged_params, settings
 
 
 def _check_head(doc: dict, fail) -> tuple[dict, str, dict]:
@@ -211,6 +178,7 @@ def _check_table(table: dict, section: str, known: dict, unknown: str, check, fa
             fail((section, k), f"{unknown} (known: {', '.join(known)})")
         if not isinstance(v, known[k]):
             fail((section, k), f"expected {known[k].__name__}, got {type(v).__name__}")
+        _checked(names.inert, (v, k), (section, k), fail)
         _checked(check, (k, v), (section, k), fail)
 
 
@@ -226,15 +194,21 @@ def _raw_setting(kind, key, spec, path, where, fail) -> RawSetting:
     address = f"{kind}:{key}"
     _checked(names.text, (key, "setting name", 4096), (kind, key), fail, address)
     given = [m for m in MODES if m in spec]
+    fields = MODES + SETTING_TEXT + OPTIONAL_TEXT
     for k in spec:
-        if k not in MODES and k not in SETTING_TEXT:
-            fail((kind, key, k), f"unknown field {k!r} (known: {', '.join(MODES + SETTING_TEXT)})", address)
+        if k not in fields:
+            fail((kind, key, k), f"unknown field {k!r} (known: {', '.join(fields)})", address)
     if len(given) != 1:
         fail((kind, key), f"needs exactly one of {', '.join(MODES)}, got {len(given)}", address)
     for k in SETTING_TEXT:
         if not isinstance(spec.get(k), str) or not spec[k].strip():
             fail((kind, key, k) if k in spec else (kind, key), f"needs a non-empty text field {k!r}", address)
         _checked(names.text, (spec[k], k), (kind, key, k), fail, address)
+    for k in OPTIONAL_TEXT:
+        if k in spec and (not isinstance(spec[k], str) or not spec[k].strip()):
+            fail((kind, key, k), f"{k} takes a non-empty text: why this setting is left as it is", address)
+        if k in spec:
+            _checked(names.text, (spec[k], k), (kind, key, k), fail, address)
     mode = given[0]
     raw_value = spec[mode]
     try:
@@ -253,7 +227,7 @@ def _raw_setting(kind, key, spec, path, where, fail) -> RawSetting:
         if ph in stripped:
             fail((kind, key), f"unknown placeholder (known: {', '.join(PLACEHOLDERS)})", address)
     return RawSetting(kind, key, mode, wanted, spec["reason"], spec["source"], path,
-                      tomlpos.line_of(where, (kind, key, mode)))
+                      tomlpos.line_of(where, (kind, key, mode)), spec.get("waive", ""))
 
 
 def _line_from_message(msg: str) -> int | None:
@@ -275,7 +249,7 @@ def expand(profile: Profile, params: dict, host) -> tuple[list[Setting], list[st
         for key in keys:
             key = key.replace("{service}", params["service"]).replace("{user}", params["user"])
             s = Setting(raw.backend, key, raw.mode, raw.wanted, raw.reason, raw.source,
-                        str(raw.path), raw.line)
+                        str(raw.path), raw.line, raw.waive)
             try:
                 backends.get(profile.os, raw.backend, host).validate(s)
                 _check_names(s)
