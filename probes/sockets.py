@@ -1,0 +1,177 @@
+"""The sockets a watched process holds, found by inode, and the only calls
+the doctor makes to them. A socket counts as the target's only when one of
+its processes holds it (socket:[INODE] in /proc/PID/fd): a stats socket or
+status port the config names but the target does not hold (root's own
+service, another user's listener) is never contacted, and no process can
+lend its listener to another by its name (ss prints comm verbatim, so a
+process named `pid=1234` could). Every call has one total deadline, on the
+monotonic clock, across connect, send and every receive.
+"""
+
+import os
+import re
+import socket
+import struct
+import subprocess
+import time
+
+from proxytune.core import procfs
+
+MAX_REPLY = 1 << 20
+LISTEN_UNIX = 0x10000         # __SO_ACCEPTCON in /proc/net/unix Flags
+TCP_LISTEN = "0A"
+
+
+class Deadline:
+    """One budget of seconds for a whole exchange; `left()` raises TimeoutError once spent."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.end = seconds, time.monotonic() + seconds
+        self.missed = f"no complete answer within its {seconds:g} s deadline"
+
+    def left(self) -> float:
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(self.missed)
+        return left
+
+
+def socket_inodes(pid: int) -> set[int]:
+    """Inodes of the sockets pid holds open (socket:[INODE] in /proc/PID/fd); empty when gone."""
+    out = set()
+    try:
+        names = os.listdir(f"/proc/{int(pid)}/fd")
+    except OSError:
+        return out
+    for fd in names:
+        try:
+            link = os.readlink(f"/proc/{int(pid)}/fd/{fd}")
+        except OSError:
+            continue
+        if m := re.fullmatch(r"socket:\[([0-9]+)\]", link, re.A):
+            out.add(int(m.group(1)))
+    return out
+
+
+def held(pids: list[int]) -> set[int]:
+    """Inodes of the sockets the pids and every process below them hold (a worker holds what its master named)."""
+    return set().union(*(socket_inodes(d) for p in pids for d in procfs.descendants(p)))
+
+
+def _table(pid: int, name: str) -> list[str]:
+    try:
+        with open(f"/proc/{int(pid)}/net/{name}", encoding="utf-8", errors="replace") as fh:
+            return fh.read().splitlines()[1:]
+    except OSError:
+        return []
+
+
+def holds_unix(pid: int, path: str) -> bool:
+    """The target listens on the unix socket bound as `path` (HAProxy binds PATH.PID.tmp and renames it)."""
+    mine = held([pid])
+    for line in _table(pid, "unix"):
+        f = line.split(None, 7)
+        if len(f) == 8 and int(f[3], 16) & LISTEN_UNIX and int(f[6]) in mine and \
+                re.fullmatch(re.escape(path) + r"(\.[0-9]+\.tmp)?", f[7], re.A):
+            return True
+    return False
+
+
+def holds_tcp(pid: int, port: int) -> bool:
+    """The target listens on TCP `port` (any address, IPv4 or IPv6)."""
+    mine = held([pid])
+    for line in _table(pid, "tcp") + _table(pid, "tcp6"):
+        f = line.split()
+        if len(f) > 9 and f[3] == TCP_LISTEN and int(f[1].rsplit(":", 1)[1], 16) == port and int(f[9]) in mine:
+            return True
+    return False
+
+
+def _exchange(s: socket.socket, request: bytes, deadline: Deadline) -> bytes:
+    """Send request, then read to EOF (or MAX_REPLY), every step within what is left of the deadline."""
+    data = b""
+    try:
+        s.settimeout(deadline.left())
+        s.sendall(request)
+        while len(data) < MAX_REPLY:
+            s.settimeout(deadline.left())
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except TimeoutError:
+        raise TimeoutError(deadline.missed) from None
+    return data[:MAX_REPLY]
+
+
+def unix_query(pid: int, path: str, request: bytes, deadline: Deadline) -> bytes:
+    """Send `request` to the target's unix socket at `path`; its reply. The last component is
+    opened without following a symlink and connected through that descriptor, and the peer must
+    run as the target's uid: a path swapped for a link to someone else's socket is never reached."""
+    if not holds_unix(pid, path):
+        raise PermissionError(f"{path} is not held by pid {pid}: not contacted")
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW)
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(deadline.left())
+            s.connect(f"/proc/self/fd/{fd}")
+            _, peer_uid, _ = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+            if peer_uid != procfs.uid_of(pid):
+                raise PermissionError(f"{path} answers as uid {peer_uid}, not as pid {pid}: not contacted")
+            return _exchange(s, request, deadline)
+    finally:
+        os.close(fd)
+
+
+def http_get(host: str, port: int, path: str, deadline: Deadline) -> tuple[int, str]:
+    """(status, body) of one HTTP/1.0 GET, within the deadline; the body decoded with replacement."""
+    with socket.create_connection((host, port), timeout=deadline.left()) as s:
+        raw = _exchange(s, f"GET {path} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode(), deadline)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    m = re.match(rb"HTTP/1\.[01] ([0-9]{3})", head, re.A)
+    if not m:
+        raise ConnectionError("the answer is not HTTP")
+    return int(m.group(1)), body.decode(errors="replace")
+
+
+def _ss(args: list[str]) -> list[list[str]]:
+    """Rows of `ss -tnHe ARGS` (no -p: no process names to misread), each ending at its ino: field."""
+    try:
+        out = subprocess.run(["ss", "-tnHe", *args], capture_output=True, text=True, timeout=10).stdout
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return []
+    return [line.split() for line in out.splitlines()]
+
+
+def _ino(f: list[str]) -> int | None:
+    m = next((re.fullmatch(r"ino:([0-9]+)", w, re.A) for w in f if w.startswith("ino:")), None)
+    return int(m.group(1)) if m else None
+
+
+def owners(pids: list[int]) -> dict[int, list[int]]:
+    """socket inode -> the pids (of `pids`) holding it."""
+    out: dict[int, list[int]] = {}
+    for pid in pids:
+        for ino in socket_inodes(pid):
+            out.setdefault(ino, []).append(pid)
+    return out
+
+
+def listeners(pids: list[int]) -> list[dict]:
+    """The pids' listening TCP sockets with their accept queue and backlog, attributed by inode."""
+    own, rows = owners(pids), []
+    for f in _ss(["-l"]):
+        ino = _ino(f)
+        if len(f) >= 5 and ino in own and re.fullmatch(r"[0-9]+", f[1], re.A) and re.fullmatch(r"[0-9]+", f[2], re.A):
+            rows.append({"local": f[3], "queued": int(f[1]), "backlog": int(f[2]), "pids": sorted(own[ino])})
+    return rows
+
+
+def connections(ports: set[str], pids: list[int]) -> dict:
+    """Established TCP connections the pids hold: `clients` on `ports` (their listening ports), `total`."""
+    own, n = owners(pids), {"clients": 0, "total": 0}
+    for f in _ss(["state", "established"]):
+        if len(f) >= 4 and _ino(f) in own:
+            n["total"] += 1
+            n["clients"] += f[2].rsplit(":", 1)[-1] in ports
+    return n
