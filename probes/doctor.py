@@ -25,10 +25,13 @@ DEEP_SCRIPTS = ["epoll_events", "biolatency", "runqlat"]
 
 def port_range(pid: int) -> str | None:
     """The target's ip_local_port_range, read inside its network namespace."""
-    p = subprocess.run(["nsenter", "-t", str(pid), "-n", "cat", "/proc/sys/net/ipv4/ip_local_port_range"],
-                       capture_output=True, text=True)
-    if p.returncode == 0:
-        return " ".join(p.stdout.split())
+    try:
+        p = subprocess.run(["nsenter", "-t", str(pid), "-n", "cat", "/proc/sys/net/ipv4/ip_local_port_range"],
+                           capture_output=True, text=True, errors="replace", timeout=10)
+        if p.returncode == 0:
+            return " ".join(p.stdout.split())
+    except subprocess.TimeoutExpired:
+        pass
     try:
         return " ".join(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
     except OSError:

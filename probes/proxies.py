@@ -169,6 +169,7 @@ class HAProxy(Proxy):
 class Varnish(Proxy):
     kind, exe_names = "varnish", ("varnishd",)
     DEFAULTS = {"thread_pools": 2, "thread_pool_max": 5000, "thread_pool_min": 100, "thread_queue_limit": 20}
+    VARNISHSTAT = "/usr/bin/varnishstat"
 
     def config_arg(self):
         return (option(self.argv, "-f") or ["/etc/varnish/default.vcl"])[0]
@@ -190,21 +191,26 @@ class Varnish(Proxy):
         return n[0] if n and n[0].startswith("/") and not any(ord(c) < 32 for c in n[0]) else None
 
     def stats(self):
-        exe = "/usr/bin/varnishstat"
-        if not Path(exe).exists():
-            return {"available": False, "reason": "varnishstat is not installed"}
+        """varnishstat on the target's shared memory, run with the target's credentials (its -n
+        workdir is the target's to name, not root's to open)."""
+        exe, creds = self.VARNISHSTAT, targetread.run_as(self.pid)
+        if not Path(exe).exists() or creds is None:
+            return {"available": False, "reason": "varnishstat is not installed" if creds is not None else "gone"}
         argv = [exe, "-1", "-j"] + (["-n", self.workdir()] if self.workdir() else [])
         try:
-            p = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=STATS_SECONDS * 3)
-            counters = json.loads(p.stdout).get("counters", {}) if p.returncode == 0 else None
-        except (subprocess.TimeoutExpired, ValueError):
+            p = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=STATS_SECONDS * 3,
+                               cwd="/", **creds)
+            doc = json.loads(p.stdout) if p.returncode == 0 else None
+            counters = doc.get("counters", doc) if isinstance(doc, dict) else None
+        except (subprocess.TimeoutExpired, OSError, ValueError):
             counters = None
-        if counters is None:
+        if not isinstance(counters, dict):
             return {"available": False, "reason": "varnishstat could not read the shared memory"}
         keep = ("MAIN.threads", "MAIN.threads_limited", "MAIN.threads_failed", "MAIN.thread_queue_len",
                 "MAIN.sess_queued", "MAIN.sess_dropped", "MAIN.sess_conn", "MAIN.sess_fail", "MAIN.client_req")
         return {"available": True, "source": "varnishstat -j",
-                **{k: counters[k]["value"] for k in keep if k in counters}}
+                **as_numbers({k: (counters.get(k) or {}).get("value") if isinstance(counters.get(k), dict) else None
+                              for k in keep}, keep)}
 
 
 class Squid(Proxy):

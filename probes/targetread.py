@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 MAX_BYTES = 4 << 20         # per file: more than any real proxy config, far less than memory
 READ_SECONDS = 5.0          # a reader that takes longer (a hung network filesystem) is killed
+HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,16 @@ def creds_of(pid: int) -> Creds | None:
     if not (uid and gid and groups):
         return None
     return Creds(int(uid.group(1)), int(gid.group(1)), tuple(int(g) for g in groups.group(1).split()))
+
+
+def run_as(pid: int) -> dict | None:
+    """subprocess arguments that run a helper (varnishstat) with pid's credentials; None when pid is gone."""
+    creds = creds_of(pid)
+    if creds is None:
+        return None
+    if os.geteuid() != 0:
+        return {}
+    return {"user": creds.uid, "group": creds.gid, "extra_groups": list(creds.groups)}
 
 
 def _become(creds: Creds) -> None:
@@ -96,13 +107,17 @@ def _collect(r: int, cap: int) -> bytes | None:
 
 def _run_reader(dirfd: int, path: str, start: int, cap: int, creds: Creds) -> bytes | None:
     r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:                                # the child never returns into the doctor
-        try:
-            os.close(r)
-            _reader(w, dirfd, path, start, cap, creds)
-        finally:
-            os._exit(0)
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)      # the child never runs the doctor's handlers
+    try:
+        pid = os.fork()
+        if pid == 0:                            # the child never returns into the doctor
+            try:
+                os.close(r)
+                _reader(w, dirfd, path, start, cap, creds)
+            finally:
+                os._exit(0)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
     os.close(w)
     try:
         return _collect(r, cap)

@@ -207,6 +207,26 @@ def test_a_log_is_read_from_the_window_start_even_past_megabytes(bindir, home, f
     assert target.stats()["not_enough_messages"] == 1
 
 
+def test_varnishstat_runs_as_the_target_on_the_workdir_it_names(bindir, home, fakes, monkeypatch):
+    """varnishd -n DIR: the helper that opens DIR runs with the target's uid and groups, not root's;
+    a hostile answer (a JSON list, non-numbers) is no crash."""
+    from proxytune.probes import proxies
+    shutil.copy(os.path.realpath(sys.executable), bindir / "varnishd")
+    seen = home.parent / "root" / "seen"
+    helper = home.parent / "root" / "varnishstat"
+    for answer, want in (('{"counters": {"MAIN.threads": {"value": 7}, "MAIN.sess_queued": {"value": "³"}}}',
+                          {"available": True, "source": "varnishstat -j", "MAIN.threads": 7}),
+                         ("[1, 2]", {"available": False})):
+        helper.write_text(f"#!/bin/sh\nid -u >> {seen}\nid -G >> {seen}\necho '{answer}'\n")
+        helper.chmod(0o755)
+        (home.parent / "root").chmod(0o777)
+        monkeypatch.setattr(proxies.Varnish, "VARNISHSTAT", str(helper))
+        f = fakes(bindir, "varnishd", ["idle"], ["-n", str(home.parent / "root"), "-F"], home)
+        st = identify(f.pid).stats()
+        assert {k: v for k, v in st.items() if k != "reason"} == want, st
+    assert seen.read_text().split() == [str(NOBODY), str(NOBODY)] * 2
+
+
 # ------------------------------------------------------------------ class 4: sockets and status pages
 
 def test_a_slow_stats_socket_is_cut_at_a_total_deadline(bindir, home, fakes):
