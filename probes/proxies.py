@@ -130,10 +130,11 @@ class Proxy:
         OSError (with the reason) when the target does not hold that port or does not answer."""
         host, _, port = host_port.rpartition(":")
         host = host.strip("[]") or "127.0.0.1"
-        if not re.fullmatch(r"[0-9]{1,5}", port, re.A):
-            raise OSError(f"{host_port}: no port")
-        if not sockets.holds_tcp(self.pid, int(port)):
-            raise PermissionError(f"port {port} is not held by pid {self.pid}: not contacted")
+        try:
+            if not sockets.holds_tcp(self.pid, host, int(port)):
+                raise PermissionError(f"{host_port} is not held by pid {self.pid}: not contacted")
+        except ValueError:
+            raise OSError(f"{host_port} is no IP address and port") from None
         status, body = sockets.http_get(host, int(port), path, sockets.Deadline(STATS_SECONDS))
         if status != 200:
             raise ConnectionError(f"HTTP status {status}")

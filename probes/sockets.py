@@ -8,6 +8,7 @@ process named `pid=1234` could). Every call has one total deadline, on the
 monotonic clock, across connect, send and every receive.
 """
 
+import ipaddress
 import os
 import re
 import socket
@@ -77,13 +78,24 @@ def holds_unix(pid: int, path: str) -> bool:
     return False
 
 
-def holds_tcp(pid: int, port: int) -> bool:
-    """The target listens on TCP `port` (any address, IPv4 or IPv6)."""
+def _address(hexaddr: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An address of /proc/net/tcp{,6}: the kernel's words, each in host (little-endian) order."""
+    raw = bytes.fromhex(hexaddr)
+    return ipaddress.ip_address(b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4)))
+
+
+def holds_tcp(pid: int, host: str, port: int) -> bool:
+    """The target listens where a connection to host:port lands: on that address or on the
+    wildcard (no other user can listen on host:port beside a wildcard listener of the target's)."""
+    want = ipaddress.ip_address(host)
     mine = held([pid])
-    for line in _table(pid, "tcp") + _table(pid, "tcp6"):
+    for line in _table(pid, "tcp" if want.version == 4 else "tcp6"):
         f = line.split()
-        if len(f) > 9 and f[3] == TCP_LISTEN and int(f[1].rsplit(":", 1)[1], 16) == port and int(f[9]) in mine:
-            return True
+        if len(f) > 9 and f[3] == TCP_LISTEN and int(f[9]) in mine:
+            addr, _, hexport = f[1].partition(":")
+            if int(hexport, 16) == port and _address(addr) in (want, ipaddress.ip_address("::" if want.version == 6
+                                                                                          else "0.0.0.0")):
+                return True
     return False
 
 

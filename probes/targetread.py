@@ -12,6 +12,7 @@ pipe; the doctor itself never changes its own.
     got = read(pid, log, start=size_before)     # what was appended since
 """
 
+import ctypes
 import os
 import re
 import select
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 MAX_BYTES = 4 << 20         # per file: more than any real proxy config, far less than memory
 READ_SECONDS = 5.0          # a reader that takes longer (a hung network filesystem) is killed
 HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+PR_SET_DUMPABLE = 4
+LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 @dataclass(frozen=True)
@@ -65,19 +68,26 @@ def run_as(pid: int) -> dict | None:
     return {"user": creds.uid, "group": creds.gid, "extra_groups": list(creds.groups)}
 
 
-def _become(creds: Creds) -> None:
-    """In the reader: take the target's groups, gid and uid, for good (we can only when root)."""
+def _become(creds: Creds, keep: tuple[int, ...]) -> None:
+    """In the reader: shed what is root's and would be reachable through /proc/self (its open
+    fds, its cwd, its memory and environment, readable to a dumpable process), then take the
+    target's groups, gid and uid for good (we can only when root)."""
+    for lo, hi in zip((3, *(k + 1 for k in sorted(keep))), (*sorted(keep), os.sysconf("SC_OPEN_MAX"))):
+        os.closerange(lo, hi)
+    os.chdir("/")
     if os.geteuid() == 0:
         os.setgroups(list(creds.groups))
         os.setresgid(creds.gid, creds.gid, creds.gid)
         os.setresuid(creds.uid, creds.uid, creds.uid)
+    if LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:       # whatever fs.suid_dumpable says
+        raise OSError(ctypes.get_errno(), "cannot make the reader non-dumpable")
 
 
 def _reader(out: int, dirfd: int, path: str, start: int, cap: int, creds: Creds) -> None:
     """The child: open as the target (O_NONBLOCK: a FIFO opens at once), regular files only,
     write 'SIZE\\n' and at most `cap` bytes from `start` to `out`; 'ERR why' on failure."""
     try:
-        _become(creds)
+        _become(creds, (out, dirfd))
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=dirfd)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

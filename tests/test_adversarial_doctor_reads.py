@@ -191,6 +191,27 @@ def test_a_symlink_to_a_root_only_file_is_read_as_the_target_and_refused(bindir,
     assert target.stats()["not_enough_messages"] == 0          # root's line is there, but not the target's to read
 
 
+def test_proc_self_of_the_reader_leads_to_nothing_of_roots(bindir, home, fakes, monkeypatch):
+    """Second round: -f /proc/self/... names the reader itself, forked from root's doctor: its
+    environment, its cwd (root's, in a 0700 dir), a directory fd root holds open."""
+    monkeypatch.setenv("PT_ROOT_SECRET", "s3cr3t-env")
+    private = home.parent / "root" / "private"
+    private.mkdir(mode=0o700)
+    (private / "notes.cfg").write_text("global\n    maxconn 4242\n")
+    (private / "notes.cfg").chmod(0o644)                 # readable, but only through root's 0700 dir
+    monkeypatch.chdir(private)
+    held = os.open(private, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for conf in ("/proc/self/environ", "/proc/self/cwd/notes.cfg", f"/proc/self/fd/{held}/notes.cfg",
+                     "/proc/self/mem"):
+            f = fakes(bindir, "haproxy", ["idle"], ["-f", conf], home)
+            d = identify(f.pid).describe()
+            assert d["config_read"] is False, (conf, d)
+            assert "s3cr3t" not in json.dumps(d) and "4242" not in json.dumps(d)
+    finally:
+        os.close(held)
+
+
 def test_a_log_is_read_from_the_window_start_even_past_megabytes(bindir, home, fakes):
     """nginx's error log of 6 MiB: only what is appended in the window counts; a rotated log from 0."""
     log = home / "err.log"
@@ -274,18 +295,22 @@ def test_a_stats_socket_the_target_does_not_hold_is_never_contacted(bindir, home
 
 
 def test_a_status_port_the_target_does_not_hold_is_never_contacted(bindir, home, fakes):
-    """http_port names a port another process (root's) listens on."""
+    """http_port names a port root's process listens on; or the target listens on that port of
+    127.0.0.2, where the cache manager is not asked (it is asked on 127.0.0.1: root's)."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(8)
     srv.setblocking(False)
+    port = srv.getsockname()[1]
     try:
-        (home / "squid.conf").write_text(f"http_port 127.0.0.1:{srv.getsockname()[1]}\n")
-        f = fakes(bindir, "squid", ["tcp"], ["-f", str(home / "squid.conf")], home)
-        st = identify(f.pid).stats()
-        assert st["available"] is False and "not held by" in st["reason"], st
-        with pytest.raises(BlockingIOError):
-            srv.accept()
+        for held, conf in ((["tcp"], f"http_port 127.0.0.1:{port}\n"),
+                           (["tcp", f"127.0.0.2:{port}"], f"http_port 127.0.0.2:{port}\n")):
+            (home / "squid.conf").write_text(conf)
+            f = fakes(bindir, "squid", held, ["-f", str(home / "squid.conf")], home)
+            st = identify(f.pid).stats()
+            assert st["available"] is False and "not held by" in st["reason"], st
+            with pytest.raises(BlockingIOError):
+                srv.accept()
     finally:
         srv.close()
 

@@ -4,7 +4,7 @@ user, so the doctor recognises it and reads on its behalf what its command
 line and config name. What it holds is chosen by its first arguments:
 
     fakeproxy.py unix PATH   ...   listen on a unix socket, answer one byte a second
-    fakeproxy.py tcp         ...   listen on 127.0.0.1 (a free port), answer one byte a second
+    fakeproxy.py tcp [IP:PORT] ... listen there (or on a free port of 127.0.0.1), answer one byte a second
     fakeproxy.py swap PATH   ...   listen on PATH, then replace PATH by a symlink to PATH.link
     fakeproxy.py idle        ...   hold nothing
 
@@ -45,8 +45,9 @@ def main() -> None:
             os.unlink(sys.argv[2])
             os.symlink(sys.argv[2] + ".link", sys.argv[2])
     elif mode == "tcp":
+        host, _, port = (sys.argv[2] if sys.argv[2:3] and sys.argv[2][:1].isdigit() else "127.0.0.1:0").partition(":")
         srv = socket.socket()
-        srv.bind(("127.0.0.1", 0))
+        srv.bind((host, int(port)))
         srv.listen(8)
         extra = f" {srv.getsockname()[1]}"
     if mode != "idle":
