@@ -54,7 +54,8 @@ def doctor_report(r: dict) -> None:
     if ev.get("proxy"):
         px = ev["proxy"]
         st = px.get("stats_after") or {}
-        out.print(f"proxy: {px['kind']} ({escape(px['exe'])}), config {escape(str(px['config']))}; statistics: "
+        conf = str(px["config"]) + (f" (not read: {px['config_unread']})" if px.get("config_unread") else "")
+        out.print(f"proxy: {px['kind']} ({escape(px['exe'])}), config {escape(conf)}; statistics: "
                   + escape(st.get("source") if st.get("available") else f"none ({st.get('reason')})"))
     for name, why in ev["skipped_scripts"].items():
         out.print(f"[dim]skipped {escape(name)}: {escape(why)}[/]")

@@ -27,6 +27,8 @@ pytestmark = pytest.mark.skipif(not IS_ROOT or not shutil.which("setpriv"), reas
 FAKE = REPO / "tests" / "servers" / "fakeproxy.py"
 NOBODY = 65534
 SECRET = "maxconn 123  # root's secret line\nworker_connections are not enough\n"
+LOOP = {"waits_per_s": 0, "events_per_s": 0, "events_per_wait": None, "accepts_per_s": 0, "cpu_cores": 0,
+        "cpu_us_per_event": None}
 
 
 # ------------------------------------------------------------------ helpers
@@ -175,7 +177,7 @@ def test_a_relative_config_is_the_targets_not_roots(bindir, home, fakes, tmp_pat
     assert doctor.squid_cache_dirs(identify(f.pid)) == ["/var/spool/target"]
 
 
-def test_a_symlink_to_a_root_only_file_is_read_as_the_target_and_refused(bindir, home, fakes):
+def test_a_symlink_to_a_root_only_file_is_read_as_the_target_and_refused(bindir, home, fakes, capsys):
     """The config, and nginx's error log, are links to root's 0600 file: nothing of it is shown."""
     secret = home.parent / "root" / "secret.cfg"
     (home / "h.cfg").symlink_to(secret)
@@ -184,6 +186,13 @@ def test_a_symlink_to_a_root_only_file_is_read_as_the_target_and_refused(bindir,
     assert d["config_read"] is False and d["directives"] == {}, d
     assert f"as uid {NOBODY}" in d["config_unread"] and "Permission denied" in d["config_unread"]
     assert "123" not in json.dumps(d)
+    from proxytune.probes import render
+    capsys.readouterr()
+    render.doctor_report({"target": {"pids": [f.pid], "comm": "haproxy", "exited": {}}, "window_s": 1, "findings": [],
+                          "evidence": {"skipped_scripts": {}, "proxy": {**d, "stats_after": {}}, "scripts": [],
+                                       "perf": {}, "loop": LOOP, "audit": {"available": False}}})
+    said = [l for l in capsys.readouterr().out.splitlines() if l.startswith("proxy: haproxy")]
+    assert len(said) == 1 and f"(not read: cannot read it as uid {NOBODY}: Permission denied)" in said[0], said
     (home / "n.conf").write_text(f"error_log {home / 'err.log'};\nevents {{ worker_connections 64; }}\n")
     (home / "err.log").symlink_to(secret)
     f = fakes(bindir, "nginx", ["idle"], ["-c", str(home / "n.conf")], home)
@@ -322,10 +331,12 @@ def test_the_whole_doctor_run_ends_with_a_slow_stats_socket_and_leaves_no_tracer
     f = fakes(bindir, "haproxy", ["unix", str(sock)], ["-f", str(home / "h.cfg")], home)
     tmp = Path(tempfile.mkdtemp(prefix="ptdoc-run-"))
     try:
+        t0 = time.monotonic()
         p = subprocess.run([str(REPO / ".venv/bin/python"), str(REPO / "cli.py"), "doctor", "--pid", str(f.pid),
                             "-d", "1", "--no-perf", "--json"], capture_output=True, text=True, timeout=150,
                            env={**os.environ, "TMPDIR": str(tmp)})
         assert p.returncode in (0, 1), p.stderr[-2000:]
+        assert time.monotonic() - t0 < 100               # the socket would answer for an hour
         px = json.loads(p.stdout)["data"]["evidence"]["proxy"]
         assert "deadline" in px["stats_before"]["reason"] and "deadline" in px["stats_after"]["reason"]
         left = subprocess.run(["pgrep", "-f", str(tmp)], capture_output=True, text=True).stdout.split()
@@ -404,11 +415,9 @@ def test_a_non_utf8_status_page_and_a_markup_comm_do_not_crash(capsys):
         srv.close()
     from proxytune.probes import render
     capsys.readouterr()
-    loop = {"waits_per_s": 0, "events_per_s": 0, "events_per_wait": None, "accepts_per_s": 0, "cpu_cores": 0,
-            "cpu_us_per_event": None}
     render.doctor_report({"target": {"pids": [1], "comm": "[/]", "exited": {}}, "window_s": 1, "findings": [],
                           "evidence": {"skipped_scripts": {}, "proxy": None, "scripts": [], "perf": {"reason": "[/]"},
-                                       "loop": loop, "audit": {"available": False, "reason": "[/x]"}}})
+                                       "loop": LOOP, "audit": {"available": False, "reason": "[/x]"}}})
     out = capsys.readouterr().out
     assert out.count("[/]") == 2 and "[/x]" in out, out
 
