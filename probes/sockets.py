@@ -12,6 +12,7 @@ import ipaddress
 import os
 import re
 import socket
+import stat
 import struct
 import subprocess
 import time
@@ -19,8 +20,11 @@ import time
 from proxytune.core import procfs
 
 MAX_REPLY = 1 << 20
-LISTEN_UNIX = 0x10000         # __SO_ACCEPTCON in /proc/net/unix Flags
 TCP_LISTEN = "0A"
+# sock_diag (linux/netlink.h, linux/sock_diag.h, linux/unix_diag.h)
+NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY = 4, 20
+NLM_F_REQUEST, NLM_F_DUMP, NLMSG_ERROR, NLMSG_DONE = 0x1, 0x300, 2, 3
+UDIAG_SHOW_VFS, UNIX_DIAG_VFS = 0x2, 1
 
 
 class Deadline:
@@ -67,15 +71,40 @@ def _table(pid: int, name: str) -> list[str]:
         return []
 
 
-def holds_unix(pid: int, path: str) -> bool:
-    """The target listens on the unix socket bound as `path` (HAProxy binds PATH.PID.tmp and renames it)."""
-    mine = held([pid])
-    for line in _table(pid, "unix"):
-        f = line.split(None, 7)
-        if len(f) == 8 and int(f[3], 16) & LISTEN_UNIX and int(f[6]) in mine and \
-                re.fullmatch(re.escape(path) + r"(\.[0-9]+\.tmp)?", f[7], re.A):
-            return True
-    return False
+def _nl_messages(data: bytes):
+    """(type, payload) of each netlink message in one datagram."""
+    while len(data) >= 16:
+        length, kind = struct.unpack_from("IH", data)
+        yield kind, data[16:length]
+        data = data[(length + 3) & ~3:]
+
+
+def listening_unix_files(inodes: set[int]) -> set[tuple[int, int, int]]:
+    """(major, minor, inode) of the socket files the listening unix sockets among `inodes` are
+    bound to, from sock_diag (UNIX_DIAG_VFS): the file's identity, whatever name it has now."""
+    req = struct.pack("BBHIIIII", socket.AF_UNIX, 0, 0, 1 << 10, 0, UDIAG_SHOW_VFS, 0, 0)   # TCP_LISTEN
+    out = set()
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as nl:
+        nl.settimeout(5)
+        nl.send(struct.pack("IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + req)
+        while True:
+            for kind, body in _nl_messages(nl.recv(1 << 16)):
+                if kind in (NLMSG_DONE, NLMSG_ERROR):
+                    return out
+                ino, attrs = struct.unpack_from("I", body, 4)[0], body[16:]
+                while len(attrs) >= 4:
+                    alen, atype = struct.unpack_from("HH", attrs)
+                    if atype == UNIX_DIAG_VFS and ino in inodes and alen >= 12:
+                        vino, vdev = struct.unpack_from("II", attrs, 4)
+                        out.add((vdev >> 20, vdev & 0xFFFFF, vino))        # the kernel's dev_t: 12/20 bits
+                    attrs = attrs[(alen + 3) & ~3:] if alen >= 4 else b""
+
+
+def held_file(pid: int, fd: int) -> bool:
+    """The socket file open as fd is one a listening socket of the target's is bound to."""
+    st = os.fstat(fd)
+    return stat.S_ISSOCK(st.st_mode) and \
+        (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) in listening_unix_files(held([pid]))
 
 
 def _address(hexaddr: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
@@ -117,19 +146,17 @@ def _exchange(s: socket.socket, request: bytes, deadline: Deadline) -> bytes:
 
 
 def unix_query(pid: int, path: str, request: bytes, deadline: Deadline) -> bytes:
-    """Send `request` to the target's unix socket at `path`; its reply. The last component is
-    opened without following a symlink and connected through that descriptor, and the peer must
-    run as the target's uid: a path swapped for a link to someone else's socket is never reached."""
-    if not holds_unix(pid, path):
-        raise PermissionError(f"{path} is not held by pid {pid}: not contacted")
+    """Send `request` to the target's unix socket at `path`; its reply. The socket file is opened
+    (O_PATH, the last component not followed), must be one the target listens on (by its inode,
+    not its name), and is connected through that descriptor: a path swapped for a link, or a
+    directory swapped for one, to someone else's socket is never reached."""
     fd = os.open(path, os.O_PATH | os.O_NOFOLLOW)
     try:
+        if not held_file(pid, fd):
+            raise PermissionError(f"{path} is not held by pid {pid}: not contacted")
         with socket.socket(socket.AF_UNIX) as s:
             s.settimeout(deadline.left())
             s.connect(f"/proc/self/fd/{fd}")
-            _, peer_uid, _ = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-            if peer_uid != procfs.uid_of(pid):
-                raise PermissionError(f"{path} answers as uid {peer_uid}, not as pid {pid}: not contacted")
             return _exchange(s, request, deadline)
     finally:
         os.close(fd)

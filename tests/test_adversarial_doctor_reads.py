@@ -303,6 +303,24 @@ def test_a_stats_socket_the_target_does_not_hold_is_never_contacted(bindir, home
         server.close()
 
 
+def test_a_stats_socket_reached_through_a_swapped_directory_is_never_contacted(bindir, home, fakes):
+    """Second round: the target listens on DIR/admin.sock, then moves DIR away and links DIR to
+    root's directory holding a socket of that name (the name in /proc/net/unix still matches)."""
+    server = RootSocket(home.parent / "root" / "admin.sock")
+    try:
+        d = home / "run"
+        d.mkdir()
+        os.chown(d, NOBODY, NOBODY)
+        (home / "h.cfg").write_text(f"global\n    stats socket {d}/admin.sock\n")
+        f = fakes(bindir, "haproxy", ["swapdir", str(d), str(server.path.parent)], ["-f", str(home / "h.cfg")], home)
+        assert d.is_symlink()
+        st = identify(f.pid).stats()
+        assert st["available"] is False and "not held by" in st["reason"], st
+        assert server.accepted == 0
+    finally:
+        server.close()
+
+
 def test_a_status_port_the_target_does_not_hold_is_never_contacted(bindir, home, fakes):
     """http_port names a port root's process listens on; or the target listens on that port of
     127.0.0.2, where the cache manager is not asked (it is asked on 127.0.0.1: root's)."""

@@ -6,6 +6,7 @@ line and config name. What it holds is chosen by its first arguments:
     fakeproxy.py unix PATH   ...   listen on a unix socket, answer one byte a second
     fakeproxy.py tcp [IP:PORT] ... listen there (or on a free port of 127.0.0.1), answer one byte a second
     fakeproxy.py swap PATH   ...   listen on PATH, then replace PATH by a symlink to PATH.link
+    fakeproxy.py swapdir DIR TO ... listen on DIR/admin.sock, then move DIR away, link DIR to TO
     fakeproxy.py idle        ...   hold nothing
 
 It prints 'ready PID [PORT]' once set up; the proxy's own options (-f CONF …) follow and are ignored.
@@ -44,6 +45,12 @@ def main() -> None:
         if mode == "swap":
             os.unlink(sys.argv[2])
             os.symlink(sys.argv[2] + ".link", sys.argv[2])
+    elif mode == "swapdir":
+        srv = socket.socket(socket.AF_UNIX)
+        srv.bind(os.path.join(sys.argv[2], "admin.sock"))
+        srv.listen(8)
+        os.rename(sys.argv[2], sys.argv[2] + ".old")
+        os.symlink(sys.argv[3], sys.argv[2])
     elif mode == "tcp":
         host, _, port = (sys.argv[2] if sys.argv[2:3] and sys.argv[2][:1].isdigit() else "127.0.0.1:0").partition(":")
         srv = socket.socket()
