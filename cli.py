@@ -973,7 +973,6 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, as
       proxytune doctor --comm squid
       proxytune doctor --pid 1234 --duration 5 --json
     """
-    from proxytune.core import procfs
     from proxytune.probes import doctor as doctor_mod, proc, render as prender
     from proxytune.reports.schema import envelope
     pids = proc.resolve(pid, comm)
@@ -985,7 +984,7 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, as
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
         with Progress(TextColumn("watching {task.description}"), BarColumn(), TimeRemainingColumn(),
                       console=console.console(), transient=True) as bar:
-            task = bar.add_task(f"{procfs.comm_of(pids[0])} ({len(pids)} pid(s))", total=duration)
+            task = bar.add_task(prender.watching(pids), total=duration)
             r = doctor_mod.diagnose(pids, duration, host=host, profile_ref=profile_ref, cache_dirs=list(cache_dirs),
                                     deep=deep, use_perf=not no_perf,
                                     tick=lambda t: bar.update(task, completed=t))

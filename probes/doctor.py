@@ -17,7 +17,7 @@ from proxytune.core import procfs, procgroup
 from proxytune.core.capability import no
 from proxytune.tune import audit as audit_mod, observe, params
 
-from . import bpftrace, caps, findings, netstat, perf, proc, proxies, proxies_findings, target
+from . import bpftrace, caps, findings, netstat, perf, proc, proxies, proxies_findings, sockets, target
 
 DEFAULT_SCRIPTS = ["pollscan", "fd_errors", "connect_errors", "file_lifecycle", "loop_blocking"]
 DEEP_SCRIPTS = ["epoll_events", "biolatency", "runqlat"]
@@ -25,31 +25,24 @@ DEEP_SCRIPTS = ["epoll_events", "biolatency", "runqlat"]
 
 def port_range(pid: int) -> str | None:
     """The target's ip_local_port_range, read inside its network namespace."""
-    p = subprocess.run(["nsenter", "-t", str(pid), "-n", "cat", "/proc/sys/net/ipv4/ip_local_port_range"],
-                       capture_output=True, text=True)
-    if p.returncode == 0:
-        return " ".join(p.stdout.split())
+    try:
+        p = subprocess.run(["nsenter", "-t", str(pid), "-n", "cat", "/proc/sys/net/ipv4/ip_local_port_range"],
+                           capture_output=True, text=True, errors="replace", timeout=10)
+        if p.returncode == 0:
+            return " ".join(p.stdout.split())
+    except subprocess.TimeoutExpired:
+        pass
     try:
         return " ".join(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
     except OSError:
         return None
 
 
-def squid_cache_dirs(pid: int) -> list[str]:
-    """cache_dir paths from the config a running squid was started with (-f FILE)."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
+def squid_cache_dirs(watched) -> list[str]:
+    """cache_dir paths from the config a running squid was started with (read as squid would read it)."""
+    if watched is None or watched.kind != "squid":
         return []
-    argv = [a.decode(errors="replace") for a in argv if a]
-    conf = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-f"), None)
-    if not conf or Path(argv[0]).name != "squid":
-        return []
-    try:
-        text = Path(conf).read_text()
-    except OSError:
-        return []
-    return params.squid_cache_dirs(text)
+    return params.squid_cache_dirs(watched.config_text or "")
 
 
 def audit(host, profile_ref: str, service: str, cache_dirs: list[str]) -> dict:
@@ -81,7 +74,7 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
     watched = proxies.identify(pids[0])
     comm = procfs.comm_of(pids[0])
     profile_ref, service = proxies.audit_as(watched, profile_ref, comm)
-    dirs = list(cache_dirs or []) or squid_cache_dirs(pids[0])
+    dirs = list(cache_dirs or []) or squid_cache_dirs(watched)
     ev: dict = {"pids": pids, "comm": comm, "skipped_scripts": skipped,
                 "scripts": [s.name for s in scripts], "port_range": port_range(pids[0])}
     ev["audit"] = audit(host, profile_ref, service, dirs) if host is not None else {"available": False,
@@ -120,8 +113,8 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
             cpu += b["cpu_s"] - a["cpu_s"]
     ev["procs"] = {str(k): v for k, v in procs.items()}
     ev["cpu_cores"] = cpu / window if window > 0 else 0.0
-    ev["listeners"] = [l for l in observe.listeners() if set(l["pids"]) & set(pids)]
-    ev["connections"] = observe.connections({l["local"].rsplit(":", 1)[-1] for l in ev["listeners"]}, pids)
+    ev["listeners"] = sockets.listeners(pids)
+    ev["connections"] = sockets.connections({l["local"].rsplit(":", 1)[-1] for l in ev["listeners"]}, pids)
     ev["cache_dirs"] = observe.observe("", dirs, None)["cache_dirs"] if dirs else []
     ev["perf"] = prof
     ev["loop"] = loop_summary(ev)

@@ -9,6 +9,7 @@ nothing at all: the A/A control that shows the noise floor), so the cost
 can be attributed with the same statistic (pairstats)."""
 
 import contextlib
+import re
 import statistics
 import threading
 import time
@@ -206,7 +207,7 @@ def _per_request(load: Load) -> dict:
         s1 = _switches(load.pids)
         _, err = procgroup.stop(stat)
     calls = next((int(l.split(",")[0]) for l in err.splitlines() if "raw_syscalls:sys_enter" in l
-                  and l.split(",")[0].isdigit()), None)
+                  and re.fullmatch(r"[0-9]+", l.split(",")[0], re.A)), None)
     n = w["requests"] or None
     return {"requests": w["requests"], "syscall": calls / n if calls and n else None,
             "context_switch": (s1 - s0) / n if n else None}

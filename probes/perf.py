@@ -118,7 +118,7 @@ def hw_cache_misses(argv: list[str]) -> dict | None:
     vals = {}
     for line in p.stderr.splitlines():
         f = line.split(",")
-        if len(f) > 2 and f[0].strip().isdigit():
+        if len(f) > 2 and re.fullmatch(r"[0-9]+", f[0].strip(), re.A):
             vals[f[2]] = int(f[0])
     if "L1-dcache-load-misses" not in vals:
         return None
@@ -159,7 +159,7 @@ def parse_cachegrind_out(text: str) -> tuple[dict, dict]:
         elif line.startswith("fn="):
             fn = line[3:]
             funcs.setdefault(fn, {})
-        elif line and line[0].isdigit() and fn is not None:
+        elif fn is not None and re.fullmatch(r"[0-9]+(?:\s+[0-9]+)*\s*", line, re.A):
             nums = [int(x) for x in line.split()[1:]]
             acc = funcs[fn]
             for e, v in zip(events, nums):

@@ -8,25 +8,25 @@ stats_over_http). One small class per proxy behind one interface:
     target.describe()                 # kind, exe, argv, config file, directives
     target.stats()                    # {"available": bool, ...counters}
 
-Everything read here comes from a process we do not trust: paths from its
-argv are read (never written), size-capped and never followed into a
-shell; sockets get one fixed command; stats time out in seconds.
+Everything read here comes from a process we do not trust: every file its
+argv or config names is read as that process would read it (targetread:
+its credentials, its cwd, regular files only, size-capped), never written,
+never followed into a shell; a socket or port is contacted only when the
+target holds it, with one fixed request and one total deadline (sockets).
 """
 
 import datetime
 import json
-import os
 import re
-import socket
-import stat
 import subprocess
-import urllib.request
 from pathlib import Path
 
 from proxytune.core import procfs
 
-MAX_CONFIG_BYTES = 1 << 20
-STATS_TIMEOUT = 3.0
+from . import sockets, targetread
+
+STATS_SECONDS = 3.0             # the whole of one statistics call: connect, ask, every byte of the answer
+LOG_TAIL = 4 << 20              # a log's last bytes, for what it said since the proxy started
 
 
 def argv_of(pid: int) -> list[str]:
@@ -51,19 +51,20 @@ def option(argv: list[str], *names: str) -> list[str]:
     return out
 
 
-def read_config(pid: int, path: str | None) -> tuple[str | None, str | None]:
-    """(resolved path, text) of a file the target names; relative paths from its cwd."""
-    if not path or any(ord(c) < 32 for c in path):
-        return None, None
-    p = Path(path) if path.startswith("/") else Path(f"/proc/{pid}/cwd") / path
-    try:
-        st = p.stat()
-        if not stat.S_ISREG(st.st_mode):
-            return str(p), None
-        with open(p, "rb") as fh:
-            return str(p), fh.read(MAX_CONFIG_BYTES).decode(errors="replace")
-    except OSError:
-        return str(p), None
+def as_number(text: str | None) -> int | None:
+    """The leading ASCII digits of a value as an int (Unicode digits such as '³' are no number)."""
+    m = re.match(r"[0-9]+", text or "", re.A)
+    return int(m.group(0)) if m else None
+
+
+def as_numbers(d: dict, keep: tuple[str, ...]) -> dict:
+    """The `keep` keys of d whose values are whole ASCII numbers, as ints."""
+    return {k: int(d[k]) for k in keep if re.fullmatch(r"[0-9]+", str(d.get(k, "")).strip(), re.A)}
+
+
+def read_config(pid: int, path: str | None) -> targetread.Read:
+    """A file the target names, read as the target would (targetread)."""
+    return targetread.read(pid, path)
 
 
 def directives(text: str | None, names: tuple[str, ...], section: str | None = None) -> dict:
@@ -84,9 +85,8 @@ def directives(text: str | None, names: tuple[str, ...], section: str | None = N
 
 
 def as_int(d: dict, name: str, default: int | None = None) -> int | None:
-    v = (d.get(name) or {}).get("value", "")
-    m = re.match(r"^\d+", v or "")
-    return int(m.group(0)) if m else default
+    n = as_number((d.get(name) or {}).get("value", ""))
+    return default if n is None else n
 
 
 class Proxy:
@@ -95,7 +95,9 @@ class Proxy:
 
     def __init__(self, pid: int, exe: str, argv: list[str]):
         self.pid, self.exe, self.argv = pid, exe, argv
-        self.config_path, self.config_text = read_config(pid, self.config_arg())
+        self.logs: dict[str, int] = {}           # log path -> its size when first read (the window start)
+        got = read_config(pid, self.config_arg())
+        self.config_path, self.config_text, self.config_unread = got.path, got.text, got.why
         self.conf = self.parse()
 
     def config_arg(self) -> str | None:
@@ -109,7 +111,34 @@ class Proxy:
 
     def describe(self) -> dict:
         return {"kind": self.kind, "pid": self.pid, "exe": self.exe, "argv": self.argv[:40],
-                "config": self.config_path, "config_read": self.config_text is not None, "directives": self.conf}
+                "config": self.config_path, "config_read": self.config_text is not None,
+                "config_unread": self.config_unread, "directives": self.conf}
+
+    def appended(self, path: str) -> str:
+        """What the log at `path` gained in the window: the first call notes its size (the window
+        start) and returns nothing; later ones read from there, capped (from 0 if it was rotated)."""
+        start = self.logs.get(path)
+        if start is None:
+            got = targetread.read(self.pid, path, cap=0)
+            if got.size is not None:
+                self.logs[path] = got.size
+            return ""
+        return targetread.read(self.pid, path, start=start).text or ""
+
+    def status_page(self, host_port: str, path: str) -> str:
+        """The body of the target's own HTTP status page at host:port, within STATS_SECONDS;
+        OSError (with the reason) when the target does not hold that port or does not answer."""
+        host, _, port = host_port.rpartition(":")
+        host = host.strip("[]") or "127.0.0.1"
+        try:
+            if not sockets.holds_tcp(self.pid, host, int(port)):
+                raise PermissionError(f"{host_port} is not held by pid {self.pid}: not contacted")
+        except ValueError:
+            raise OSError(f"{host_port} is no IP address and port") from None
+        status, body = sockets.http_get(host, int(port), path, sockets.Deadline(STATS_SECONDS))
+        if status != 200:
+            raise ConnectionError(f"HTTP status {status}")
+        return body
 
 
 class HAProxy(Proxy):
@@ -130,26 +159,18 @@ class HAProxy(Proxy):
         if not path or not path.startswith("/"):
             return {"available": False, "reason": "no `stats socket` in the global section"}
         try:
-            if not stat.S_ISSOCK(os.stat(path).st_mode):
-                return {"available": False, "reason": f"{path} is not a socket"}
-            with socket.socket(socket.AF_UNIX) as s:
-                s.settimeout(STATS_TIMEOUT)
-                s.connect(path)
-                s.sendall(b"show info\n")
-                data = b""
-                while len(data) < 1 << 20 and (chunk := s.recv(65536)):
-                    data += chunk
+            data = sockets.unix_query(self.pid, path, b"show info\n", sockets.Deadline(STATS_SECONDS))
         except OSError as e:
             return {"available": False, "reason": f"stats socket {path}: {e.strerror or e}"}
         info = dict(l.split(": ", 1) for l in data.decode(errors="replace").splitlines() if ": " in l)
         keep = ("Maxconn", "Hard_maxconn", "CurrConns", "CumConns", "MaxSock", "Ulimit-n", "ConnRate", "Idle_pct")
-        return {"available": True, "source": f"show info on {path}",
-                **{k: int(info[k]) for k in keep if info.get(k, "").isdigit()}}
+        return {"available": True, "source": f"show info on {path}", **as_numbers(info, keep)}
 
 
 class Varnish(Proxy):
     kind, exe_names = "varnish", ("varnishd",)
     DEFAULTS = {"thread_pools": 2, "thread_pool_max": 5000, "thread_pool_min": 100, "thread_queue_limit": 20}
+    VARNISHSTAT = "/usr/bin/varnishstat"
 
     def config_arg(self):
         return (option(self.argv, "-f") or ["/etc/varnish/default.vcl"])[0]
@@ -158,7 +179,7 @@ class Varnish(Proxy):
         params = {}
         for p in option(self.argv, "-p"):
             k, _, v = p.partition("=")
-            if k in self.DEFAULTS and v.isdigit():
+            if k in self.DEFAULTS and re.fullmatch(r"[0-9]+", v, re.A):
                 params[k] = {"value": v, "line": None, "where": "varnishd command line (-p)"}
         for k, v in self.DEFAULTS.items():
             params.setdefault(k, {"value": str(v), "line": None, "where": "varnishd default"})
@@ -171,21 +192,26 @@ class Varnish(Proxy):
         return n[0] if n and n[0].startswith("/") and not any(ord(c) < 32 for c in n[0]) else None
 
     def stats(self):
-        exe = "/usr/bin/varnishstat"
-        if not Path(exe).exists():
-            return {"available": False, "reason": "varnishstat is not installed"}
+        """varnishstat on the target's shared memory, run with the target's credentials (its -n
+        workdir is the target's to name, not root's to open)."""
+        exe, creds = self.VARNISHSTAT, targetread.run_as(self.pid)
+        if not Path(exe).exists() or creds is None:
+            return {"available": False, "reason": "varnishstat is not installed" if creds is not None else "gone"}
         argv = [exe, "-1", "-j"] + (["-n", self.workdir()] if self.workdir() else [])
         try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=STATS_TIMEOUT * 3)
-            counters = json.loads(p.stdout).get("counters", {}) if p.returncode == 0 else None
-        except (subprocess.TimeoutExpired, ValueError):
+            p = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=STATS_SECONDS * 3,
+                               cwd="/", **creds)
+            doc = json.loads(p.stdout) if p.returncode == 0 else None
+            counters = doc.get("counters", doc) if isinstance(doc, dict) else None
+        except (subprocess.TimeoutExpired, OSError, ValueError):
             counters = None
-        if counters is None:
+        if not isinstance(counters, dict):
             return {"available": False, "reason": "varnishstat could not read the shared memory"}
         keep = ("MAIN.threads", "MAIN.threads_limited", "MAIN.threads_failed", "MAIN.thread_queue_len",
                 "MAIN.sess_queued", "MAIN.sess_dropped", "MAIN.sess_conn", "MAIN.sess_fail", "MAIN.client_req")
         return {"available": True, "source": "varnishstat -j",
-                **{k: counters[k]["value"] for k in keep if k in counters}}
+                **as_numbers({k: (counters.get(k) or {}).get("value") if isinstance(counters.get(k), dict) else None
+                              for k in keep}, keep)}
 
 
 class Squid(Proxy):
@@ -198,17 +224,16 @@ class Squid(Proxy):
         return directives(self.config_text, ("max_filedescriptors", "http_port", "workers", "cache_dir"))
 
     def stats(self):
-        port = re.search(r"(?:^|:)(\d+)$", (self.conf.get("http_port") or {}).get("value", "").split()[0]
-                         if self.conf.get("http_port") else "")
+        port = re.search(r"(?:^|:)([0-9]+)$", ((self.conf.get("http_port") or {}).get("value") or "-").split()[0],
+                         re.A)
         if not port:
             return {"available": False, "reason": "no http_port to reach the cache manager"}
         url = f"http://127.0.0.1:{port.group(1)}/squid-internal-mgr/info"
         try:
-            with urllib.request.urlopen(url, timeout=STATS_TIMEOUT) as r:
-                text = r.read(1 << 20).decode(errors="replace")
+            text = self.status_page(f"127.0.0.1:{port.group(1)}", "/squid-internal-mgr/info")
         except OSError as e:
             return {"available": False, "reason": f"cache manager {url}: {e}"}
-        num = lambda label: int(m.group(1)) if (m := re.search(label + r":\s*(\d+)", text)) else None
+        num = lambda label: int(m.group(1)) if (m := re.search(label + r":\s*([0-9]+)", text, re.A)) else None
         return {"available": True, "source": url,
                 "max_fds": num("Maximum number of file descriptors"),
                 "fds_in_use": num("Number of file desc currently in use"),
@@ -243,15 +268,14 @@ class Nginx(Proxy):
             addr, loc = self.conf["stub_status"]["value"].split()
             host_port = addr if ":" in addr else f"127.0.0.1:{addr}"
             try:
-                with urllib.request.urlopen(f"http://{host_port}{loc}", timeout=STATS_TIMEOUT) as r:
-                    text = r.read(4096).decode()
-                out = {"available": True, "source": f"stub_status http://{host_port}{loc}",
-                       "active": int(re.search(r"Active connections:\s*(\d+)", text).group(1))}
-            except (OSError, AttributeError) as e:
+                m = re.search(r"Active connections:\s*([0-9]+)", self.status_page(host_port, loc), re.A)
+                if not m:
+                    raise ConnectionError("no 'Active connections' in its answer")
+                out = {"available": True, "source": f"stub_status http://{host_port}{loc}", "active": int(m.group(1))}
+            except OSError as e:
                 out = {"available": False, "reason": f"stub_status: {e}"}
         if log:
-            _, text = read_config(self.pid, log)
-            out["not_enough_messages"] = (text or "").count("worker_connections are not enough")
+            out["not_enough_messages"] = self.appended(log).count("worker_connections are not enough")
         return out
 
 
@@ -262,7 +286,7 @@ class TrafficServer(Proxy):
         """A directory of the runroot the command line names (--run-root=FILE), else Debian's."""
         root = (option(self.argv, "--run-root") or [None])[0]
         if root:
-            _, text = read_config(self.pid, root)
+            text = read_config(self.pid, root).text
             m = re.search(rf"^{name}:\s*(/\S+)", text or "", re.M)
             if m:
                 return m.group(1)
@@ -275,11 +299,12 @@ class TrafficServer(Proxy):
         """'too many connections, throttling' lines in diags.log logged since this traffic_server started
         (older ones belong to an earlier run), with the connection count the last one gives. ATS logs it
         at most once every few minutes, so a short window may see none new while it still throttles."""
-        _, text = read_config(self.pid, str(Path(self.layout("logdir", "/var/log/trafficserver")) / "diags.log"))
+        text = targetread.read(self.pid, str(Path(self.layout("logdir", "/var/log/trafficserver")) / "diags.log"),
+                               start=-LOG_TAIL).text
         since = procfs.started_at(self.pid)
         lines = [ln for ln in (text or "").splitlines() if "too many connections, throttling" in ln
                  and (since is None or (logged_at(ln) or since) >= since - 1)]
-        last = re.search(r"current_connections=(\d+)", lines[-1]) if lines else None
+        last = re.search(r"current_connections=([0-9]+)", lines[-1], re.A) if lines else None
         return {"throttle_warnings": len(lines), "throttled_at_connections": int(last.group(1)) if last else None}
 
     def config_arg(self):
@@ -295,31 +320,32 @@ class TrafficServer(Proxy):
                 out[w[1]] = {"value": " ".join(w[3:]), "line": n}
         out.setdefault("proxy.config.net.connections_throttle", {"value": "30000", "line": None,
                                                                    "where": "Traffic Server default"})
-        _, plugins = read_config(self.pid, str(Path(self.config_dir()) / "plugin.config"))
+        plugins = read_config(self.pid, str(Path(self.config_dir()) / "plugin.config")).text
         out["stats_over_http"] = {"value": "on" if re.search(r"^\s*stats_over_http", plugins or "", re.M) else "off",
                                   "line": None}
         return out
 
     def stats(self):
         warned = self.throttle_warnings()
-        ports = re.findall(r"^\d+", (self.conf.get("proxy.config.http.server_ports") or {}).get("value", "8080"))
+        ports = re.findall(r"^[0-9]+", (self.conf.get("proxy.config.http.server_ports") or {}).get("value", "8080"),
+                           re.A)
         if self.conf["stats_over_http"]["value"] != "on" or not ports:
             return {"available": False, "reason": "the stats_over_http plugin is not in plugin.config", **warned}
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/_stats", timeout=STATS_TIMEOUT) as r:
-                g = json.loads(r.read(8 << 20)).get("global", {})
+            g = json.loads(self.status_page(f"127.0.0.1:{ports[0]}", "/_stats"))
+            g = g.get("global") if isinstance(g, dict) and isinstance(g.get("global"), dict) else {}
         except (OSError, ValueError) as e:
             return {"available": False, "reason": f"/_stats: {e}", **warned}
         keep = ("proxy.process.net.connections_currently_open", "proxy.process.net.connections_throttled_in",
                 "proxy.process.http.current_client_connections", "proxy.process.http.total_client_connections")
         return {"available": True, "source": f"stats_over_http 127.0.0.1:{ports[0]}/_stats", **warned,
-                **{k.rsplit(".", 1)[1]: int(float(g[k])) for k in keep if k in g}}
+                **{k.rsplit(".", 1)[1]: n for k in keep if (n := as_number(str(g.get(k)))) is not None}}
 
 
 def logged_at(line: str) -> float | None:
     """The time of a diags.log line ('[Nov 23 11:44:06.895] ...'), which has no year: this year's,
     or last year's when that would lie in the future."""
-    m = re.match(r"\[(\w{3} +\d+ \d\d:\d\d:\d\d)", line)
+    m = re.match(r"\[([A-Za-z]{3} +[0-9]+ [0-9]{2}:[0-9]{2}:[0-9]{2})", line)
     if not m:
         return None
     now = datetime.datetime.now()

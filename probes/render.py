@@ -6,6 +6,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from proxytune.core.console import console
+from proxytune.core.procfs import comm_of
 
 from .target import shown
 
@@ -37,6 +38,11 @@ def _short(v) -> str:
     return escape(s if len(s) <= 160 else s[:157] + "...")
 
 
+def watching(pids: list[int]) -> str:
+    """The progress bar's label (rich markup): the target's name escaped, as anyone can name a process `[/]`."""
+    return f"{escape(shown(comm_of(pids[0])))} ({len(pids)} pid(s))"
+
+
 def doctor_report(r: dict) -> None:
     out = console()
     ev = r["evidence"]
@@ -44,14 +50,15 @@ def doctor_report(r: dict) -> None:
     out.print(f"[bold]doctor[/]: {escape(shown(r['target']['comm']))} (pids {pids}), "
               f"{r['window_s']:.1f} s window; probes: {', '.join(ev['scripts'])}"
               + ("; perf: cpu-clock sampling" if ev["perf"].get("available") else
-                 f"; perf: {ev['perf'].get('reason')}"))
+                 f"; perf: {escape(str(ev['perf'].get('reason')))}"))
     if ev.get("proxy"):
         px = ev["proxy"]
         st = px.get("stats_after") or {}
-        out.print(f"proxy: {px['kind']} ({escape(px['exe'])}), config {escape(str(px['config']))}; statistics: "
+        conf = str(px["config"]) + (f" (not read: {px['config_unread']})" if px.get("config_unread") else "")
+        out.print(f"proxy: {px['kind']} ({escape(px['exe'])}), config {escape(conf)}; statistics: "
                   + escape(st.get("source") if st.get("available") else f"none ({st.get('reason')})"))
     for name, why in ev["skipped_scripts"].items():
-        out.print(f"[dim]skipped {name}: {why}[/]")
+        out.print(f"[dim]skipped {escape(name)}: {escape(why)}[/]")
     for pid, at in r["target"].get("exited", {}).items():
         out.print(f"[yellow]pid {pid} exited {at:g} s into the window[/]: its figures end there")
     if not r["findings"]:
@@ -72,9 +79,9 @@ def doctor_report(r: dict) -> None:
     a = ev["audit"]
     if a.get("available"):
         out.print(f"\n[bold]host audit[/] ({a['profile']}): {len(a['drift'])} setting(s) drift"
-                  + "".join(f"\n  {d['setting']}: {d['current']} -> {d['wanted']}" for d in a["drift"]))
+                  + "".join(escape(f"\n  {d['setting']}: {d['current']} -> {d['wanted']}") for d in a["drift"]))
     else:
-        out.print(f"\n[dim]host audit: {a.get('reason')}[/]")
+        out.print(f"\n[dim]host audit: {escape(str(a.get('reason')))}[/]")
 
 
 def probe_maps(name: str, maps: dict) -> None:

@@ -297,15 +297,16 @@ def test_diags_log_times_have_no_year_and_older_runs_do_not_count():
 
 
 def test_config_paths_from_a_hostile_argv_are_read_never_followed_into_non_files(tmp_path):
-    from proxytune.probes import proxies
+    from proxytune.probes import proxies, targetread
     fifo = tmp_path / "conf"
     os.mkfifo(fifo)                                          # a read would block forever
-    assert proxies.read_config(os.getpid(), str(fifo)) == (str(fifo), None)
-    assert proxies.read_config(os.getpid(), "/etc/x\nmaxconn 1") == (None, None)
+    got = proxies.read_config(os.getpid(), str(fifo))
+    assert (got.path, got.text) == (str(fifo), None) and "not a regular file" in got.why
+    assert proxies.read_config(os.getpid(), "/etc/x\nmaxconn 1").text is None
     big = tmp_path / "big.cfg"
-    big.write_text("global\n    maxconn 7\n" + "#" * (2 << 20))
-    path, text = proxies.read_config(os.getpid(), str(big))
-    assert len(text) == proxies.MAX_CONFIG_BYTES
+    big.write_text("global\n    maxconn 7\n" + "#" * (5 << 20))
+    text = proxies.read_config(os.getpid(), str(big)).text
+    assert len(text) == targetread.MAX_BYTES
     assert proxies.directives(text, ("maxconn",), section="global")["maxconn"] == {"value": "7", "line": 2}
 
 

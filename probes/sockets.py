@@ -1,0 +1,216 @@
+"""The sockets a watched process holds, found by inode, and the only calls
+the doctor makes to them. A socket counts as the target's only when one of
+its processes holds it (socket:[INODE] in /proc/PID/fd): a stats socket or
+status port the config names but the target does not hold (root's own
+service, another user's listener) is never contacted, and no process can
+lend its listener to another by its name (ss prints comm verbatim, so a
+process named `pid=1234` could). Every call has one total deadline, on the
+monotonic clock, across connect, send and every receive.
+"""
+
+import ipaddress
+import os
+import re
+import socket
+import stat
+import struct
+import subprocess
+import time
+
+from proxytune.core import procfs
+
+MAX_REPLY = 1 << 20
+TCP_LISTEN = "0A"
+# sock_diag (linux/netlink.h, linux/sock_diag.h, linux/unix_diag.h)
+NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY = 4, 20
+NLM_F_REQUEST, NLM_F_DUMP, NLMSG_ERROR, NLMSG_DONE = 0x1, 0x300, 2, 3
+UDIAG_SHOW_VFS, UNIX_DIAG_VFS = 0x2, 1
+
+
+class Deadline:
+    """One budget of seconds for a whole exchange; `left()` raises TimeoutError once spent."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.end = seconds, time.monotonic() + seconds
+        self.missed = f"no complete answer within its {seconds:g} s deadline"
+
+    def left(self) -> float:
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(self.missed)
+        return left
+
+
+def socket_inodes(pid: int) -> set[int]:
+    """Inodes of the sockets pid holds open (socket:[INODE] in /proc/PID/fd); empty when gone."""
+    out = set()
+    try:
+        names = os.listdir(f"/proc/{int(pid)}/fd")
+    except OSError:
+        return out
+    for fd in names:
+        try:
+            link = os.readlink(f"/proc/{int(pid)}/fd/{fd}")
+        except OSError:
+            continue
+        if m := re.fullmatch(r"socket:\[([0-9]+)\]", link, re.A):
+            out.add(int(m.group(1)))
+    return out
+
+
+def held(pids: list[int]) -> set[int]:
+    """Inodes of the sockets the pids and every process below them hold (a worker holds what its master named)."""
+    return set().union(*(socket_inodes(d) for p in pids for d in procfs.descendants(p)))
+
+
+def _table(pid: int, name: str) -> list[str]:
+    try:
+        with open(f"/proc/{int(pid)}/net/{name}", encoding="utf-8", errors="replace") as fh:
+            return fh.read().splitlines()[1:]
+    except OSError:
+        return []
+
+
+def _nl_messages(data: bytes):
+    """(type, payload) of each netlink message in one datagram."""
+    while len(data) >= 16:
+        length, kind = struct.unpack_from("IH", data)
+        yield kind, data[16:length]
+        data = data[(length + 3) & ~3:]
+
+
+def listening_unix_files(inodes: set[int]) -> set[tuple[int, int, int]]:
+    """(major, minor, inode) of the socket files the listening unix sockets among `inodes` are
+    bound to, from sock_diag (UNIX_DIAG_VFS): the file's identity, whatever name it has now."""
+    req = struct.pack("BBHIIIII", socket.AF_UNIX, 0, 0, 1 << 10, 0, UDIAG_SHOW_VFS, 0, 0)   # TCP_LISTEN
+    out = set()
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as nl:
+        nl.settimeout(5)
+        nl.send(struct.pack("IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + req)
+        while True:
+            for kind, body in _nl_messages(nl.recv(1 << 16)):
+                if kind in (NLMSG_DONE, NLMSG_ERROR):
+                    return out
+                ino, attrs = struct.unpack_from("I", body, 4)[0], body[16:]
+                while len(attrs) >= 4:
+                    alen, atype = struct.unpack_from("HH", attrs)
+                    if atype == UNIX_DIAG_VFS and ino in inodes and alen >= 12:
+                        vino, vdev = struct.unpack_from("II", attrs, 4)
+                        out.add((vdev >> 20, vdev & 0xFFFFF, vino))        # the kernel's dev_t: 12/20 bits
+                    attrs = attrs[(alen + 3) & ~3:] if alen >= 4 else b""
+
+
+def held_file(pid: int, fd: int) -> bool:
+    """The socket file open as fd is one a listening socket of the target's is bound to."""
+    st = os.fstat(fd)
+    return stat.S_ISSOCK(st.st_mode) and \
+        (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) in listening_unix_files(held([pid]))
+
+
+def _address(hexaddr: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An address of /proc/net/tcp{,6}: the kernel's words, each in host (little-endian) order."""
+    raw = bytes.fromhex(hexaddr)
+    return ipaddress.ip_address(b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4)))
+
+
+def holds_tcp(pid: int, host: str, port: int) -> bool:
+    """The target listens where a connection to host:port lands: on that address or on the
+    wildcard (no other user can listen on host:port beside a wildcard listener of the target's)."""
+    want = ipaddress.ip_address(host)
+    mine = held([pid])
+    for line in _table(pid, "tcp" if want.version == 4 else "tcp6"):
+        f = line.split()
+        if len(f) > 9 and f[3] == TCP_LISTEN and int(f[9]) in mine:
+            addr, _, hexport = f[1].partition(":")
+            if int(hexport, 16) == port and _address(addr) in (want, ipaddress.ip_address("::" if want.version == 6
+                                                                                          else "0.0.0.0")):
+                return True
+    return False
+
+
+def _exchange(s: socket.socket, request: bytes, deadline: Deadline) -> bytes:
+    """Send request, then read to EOF (or MAX_REPLY), every step within what is left of the deadline."""
+    data = b""
+    try:
+        s.settimeout(deadline.left())
+        s.sendall(request)
+        while len(data) < MAX_REPLY:
+            s.settimeout(deadline.left())
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except TimeoutError:
+        raise TimeoutError(deadline.missed) from None
+    return data[:MAX_REPLY]
+
+
+def unix_query(pid: int, path: str, request: bytes, deadline: Deadline) -> bytes:
+    """Send `request` to the target's unix socket at `path`; its reply. The socket file is opened
+    (O_PATH, the last component not followed), must be one the target listens on (by its inode,
+    not its name), and is connected through that descriptor: a path swapped for a link, or a
+    directory swapped for one, to someone else's socket is never reached."""
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW)
+    try:
+        if not held_file(pid, fd):
+            raise PermissionError(f"{path} is not held by pid {pid}: not contacted")
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(deadline.left())
+            s.connect(f"/proc/self/fd/{fd}")
+            return _exchange(s, request, deadline)
+    finally:
+        os.close(fd)
+
+
+def http_get(host: str, port: int, path: str, deadline: Deadline) -> tuple[int, str]:
+    """(status, body) of one HTTP/1.0 GET, within the deadline; the body decoded with replacement."""
+    with socket.create_connection((host, port), timeout=deadline.left()) as s:
+        raw = _exchange(s, f"GET {path} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode(), deadline)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    m = re.match(rb"HTTP/1\.[01] ([0-9]{3})", head, re.A)
+    if not m:
+        raise ConnectionError("the answer is not HTTP")
+    return int(m.group(1)), body.decode(errors="replace")
+
+
+def _ss(args: list[str]) -> list[list[str]]:
+    """Rows of `ss -tnHe ARGS` (no -p: no process names to misread), each ending at its ino: field."""
+    try:
+        out = subprocess.run(["ss", "-tnHe", *args], capture_output=True, text=True, timeout=10).stdout
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return []
+    return [line.split() for line in out.splitlines()]
+
+
+def _ino(f: list[str]) -> int | None:
+    m = next((re.fullmatch(r"ino:([0-9]+)", w, re.A) for w in f if w.startswith("ino:")), None)
+    return int(m.group(1)) if m else None
+
+
+def owners(pids: list[int]) -> dict[int, list[int]]:
+    """socket inode -> the pids (of `pids`) holding it."""
+    out: dict[int, list[int]] = {}
+    for pid in pids:
+        for ino in socket_inodes(pid):
+            out.setdefault(ino, []).append(pid)
+    return out
+
+
+def listeners(pids: list[int]) -> list[dict]:
+    """The pids' listening TCP sockets with their accept queue and backlog, attributed by inode."""
+    own, rows = owners(pids), []
+    for f in _ss(["-l"]):
+        ino = _ino(f)
+        if len(f) >= 5 and ino in own and re.fullmatch(r"[0-9]+", f[1], re.A) and re.fullmatch(r"[0-9]+", f[2], re.A):
+            rows.append({"local": f[3], "queued": int(f[1]), "backlog": int(f[2]), "pids": sorted(own[ino])})
+    return rows
+
+
+def connections(ports: set[str], pids: list[int]) -> dict:
+    """Established TCP connections the pids hold: `clients` on `ports` (their listening ports), `total`."""
+    own, n = owners(pids), {"clients": 0, "total": 0}
+    for f in _ss(["state", "established"]):
+        if len(f) >= 4 and _ino(f) in own:
+            n["total"] += 1
+            n["clients"] += f[2].rsplit(":", 1)[-1] in ports
+    return n

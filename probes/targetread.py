@@ -1,0 +1,167 @@
+"""Every file root reads on a watched process's behalf (its config, the
+files the config names, its logs), read the way that process would read
+it: by a short-lived reader running with the target's uid, gid and groups
+(so the kernel decides what it may see, and a symlink to a root-only file
+is refused, never shown), relative paths from the target's cwd, regular
+files only (opened O_NONBLOCK, so a FIFO never blocks), at most
+MAX_BYTES, within READ_SECONDS. The reader is a forked child that drops
+to the target's credentials for good and only opens, reads and writes a
+pipe; the doctor itself never changes its own.
+
+    got = read(pid, "squid.conf")              # Read(path, text, size, why)
+    got = read(pid, log, start=size_before)     # what was appended since
+"""
+
+import ctypes
+import os
+import re
+import select
+import signal
+import stat
+import time
+from dataclasses import dataclass
+
+MAX_BYTES = 4 << 20         # per file: more than any real proxy config, far less than memory
+READ_SECONDS = 5.0          # a reader that takes longer (a hung network filesystem) is killed
+HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+PR_SET_DUMPABLE = 4
+LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+@dataclass(frozen=True)
+class Read:
+    path: str | None            # as the target names it ("cwd of pid N/x" for a relative one)
+    text: str | None            # None: not read, `why` says why
+    size: int | None = None     # the file's size when read (a log's offset for the next read)
+    why: str | None = None
+
+
+@dataclass(frozen=True)
+class Creds:
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+
+
+def creds_of(pid: int) -> Creds | None:
+    """The filesystem uid/gid and groups the kernel checks the target's file access with."""
+    try:
+        with open(f"/proc/{int(pid)}/status", encoding="ascii", errors="replace") as fh:
+            text = fh.read(1 << 16)
+    except (OSError, ValueError):
+        return None
+    uid = re.search(r"^Uid:\s+[0-9]+\s+[0-9]+\s+[0-9]+\s+([0-9]+)", text, re.M | re.A)
+    gid = re.search(r"^Gid:\s+[0-9]+\s+[0-9]+\s+[0-9]+\s+([0-9]+)", text, re.M | re.A)
+    groups = re.search(r"^Groups:([0-9 \t]*)$", text, re.M | re.A)
+    if not (uid and gid and groups):
+        return None
+    return Creds(int(uid.group(1)), int(gid.group(1)), tuple(int(g) for g in groups.group(1).split()))
+
+
+def run_as(pid: int) -> dict | None:
+    """subprocess arguments that run a helper (varnishstat) with pid's credentials; None when pid is gone."""
+    creds = creds_of(pid)
+    if creds is None:
+        return None
+    if os.geteuid() != 0:
+        return {}
+    return {"user": creds.uid, "group": creds.gid, "extra_groups": list(creds.groups)}
+
+
+def _become(creds: Creds, keep: tuple[int, ...]) -> None:
+    """In the reader: shed what is root's and would be reachable through /proc/self (its open
+    fds, its cwd, its memory and environment, readable to a dumpable process), then take the
+    target's groups, gid and uid for good (we can only when root)."""
+    for lo, hi in zip((3, *(k + 1 for k in sorted(keep))), (*sorted(keep), os.sysconf("SC_OPEN_MAX"))):
+        os.closerange(lo, hi)
+    os.chdir("/")
+    if os.geteuid() == 0:
+        os.setgroups(list(creds.groups))
+        os.setresgid(creds.gid, creds.gid, creds.gid)
+        os.setresuid(creds.uid, creds.uid, creds.uid)
+    if LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:       # whatever fs.suid_dumpable says
+        raise OSError(ctypes.get_errno(), "cannot make the reader non-dumpable")
+
+
+def _reader(out: int, dirfd: int, path: str, start: int, cap: int, creds: Creds) -> None:
+    """The child: open as the target (O_NONBLOCK: a FIFO opens at once), regular files only,
+    write 'SIZE\\n' and at most `cap` bytes from `start` to `out`; 'ERR why' on failure."""
+    try:
+        _become(creds, (out, dirfd))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=dirfd)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(0, "it is not a regular file")
+        os.lseek(fd, max(st.st_size + start, 0) if start < 0 else (start if start <= st.st_size else 0), 0)
+        os.write(out, b"%d\n" % st.st_size)
+        while cap > 0 and (block := os.read(fd, min(cap, 1 << 16))):
+            os.write(out, block)
+            cap -= len(block)
+    except OSError as e:
+        os.write(out, b"ERR " + (e.strerror or str(e)).encode(errors="replace")[:200])
+
+
+def _collect(r: int, cap: int) -> bytes | None:
+    """Everything the reader writes (at most cap + a header), or None past READ_SECONDS."""
+    end, data = time.monotonic() + READ_SECONDS, bytearray()
+    while len(data) <= cap + 64:
+        left = end - time.monotonic()
+        if left <= 0 or not select.select([r], [], [], left)[0]:
+            return None
+        block = os.read(r, 1 << 16)
+        if not block:
+            break
+        data += block
+    return bytes(data)
+
+
+def _run_reader(dirfd: int, path: str, start: int, cap: int, creds: Creds) -> bytes | None:
+    r, w = os.pipe()
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)      # the child never runs the doctor's handlers
+    try:
+        pid = os.fork()
+        if pid == 0:                            # the child never returns into the doctor
+            try:
+                os.close(r)
+                _reader(w, dirfd, path, start, cap, creds)
+            finally:
+                os._exit(0)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    os.close(w)
+    try:
+        return _collect(r, cap)
+    finally:
+        os.close(r)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def shown_path(pid: int, path: str) -> str:
+    return path if path.startswith("/") else f"{path} (in the cwd of pid {pid})"
+
+
+def read(pid: int, path: str | None, start: int = 0, cap: int = MAX_BYTES) -> Read:
+    """The file `path` as pid would read it, from byte `start` (past the end: from 0, the file was
+    rotated; negative: the last -start bytes), at most `cap` bytes, decoded with replacement."""
+    if not path or "\0" in path or any(ord(c) < 32 for c in path):
+        return Read(None, None, why="no usable path")
+    shown = shown_path(pid, path)
+    creds = creds_of(pid)
+    if creds is None:
+        return Read(shown, None, why=f"pid {pid} has exited")
+    try:
+        cwd = os.open(f"/proc/{int(pid)}/cwd" if not path.startswith("/") else "/", os.O_PATH | os.O_DIRECTORY)
+    except OSError as e:
+        return Read(shown, None, why=f"the cwd of pid {pid}: {e.strerror}")
+    try:
+        raw = _run_reader(cwd, path, int(start), int(cap), creds)
+    finally:
+        os.close(cwd)
+    if raw is None:
+        return Read(shown, None, why=f"reading it took over {READ_SECONDS:g} s")
+    head, _, body = raw.partition(b"\n")
+    if not re.fullmatch(rb"[0-9]+", head, re.A):
+        why = raw.removeprefix(b"ERR ").decode(errors="replace") or "the reader died"
+        return Read(shown, None, why=f"cannot read it as uid {creds.uid}: {why}")
+    return Read(shown, body.decode(errors="replace"), int(head), None)
