@@ -67,9 +67,12 @@ class Main(click.Group):
 
 
 def say_error(message: str, hint: str | None = None, kind: str = "error") -> None:
-    click.echo(f"proxytune: {kind}: {message}", err=True)
-    if hint:
-        click.echo(f"hint: {hint}", err=True)
+    try:
+        click.echo(f"proxytune: {kind}: {message}", err=True)
+        if hint:
+            click.echo(f"hint: {hint}", err=True)
+    except OSError:
+        pass        # the terminal is gone (an ssh drop): the journal and syslog still say it
 
 
 def emit_json(doc) -> None:
@@ -223,8 +226,11 @@ def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist,
     Every old value is written to the journal before the first change, so
     `tune rollback` restores exactly, even after a crash half-way. A failure
     or Ctrl-C mid-apply undoes what was done (exit 2, or 130). Running it
-    twice changes nothing. One apply or rollback at a time (a lock in the
-    state dir); a second one is refused and says who holds it.
+    twice changes nothing. One apply or rollback at a time on this host,
+    whatever its --state-dir (a lock in /run/proxytune, PROXYTUNE_LOCK_DIR);
+    a second one is refused and says who holds it. SIGTERM and SIGHUP (an
+    ssh drop) undo like Ctrl-C. Each apply and rollback leaves one line in
+    the system journal (or syslog): who, profile, steps, result.
     """
     params = cli_params(service, user, cache_dirs)
     plan = plan_mod.build(profile_ref, host, params, only, skip)

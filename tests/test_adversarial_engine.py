@@ -130,7 +130,7 @@ def test_second_writer_is_refused_while_an_apply_is_live(sandbox, prof, tmp_path
         wait_stopped(first.pid)
         before = snap(sandbox)
         r = apply_files(prof) if second == "apply" else proxytune("tune", "rollback", "--yes")
-        one_error(r, 2, f"tune {second} refused: pid {first.pid} (tune apply", "holds the lock since")
+        one_error(r, 2, f"tune {second} refused: pid {first.pid} (tune apply", "holds the host lock since")
         assert diff(before, snap(sandbox), tmp_path) == []
         assert history(sandbox)[-1]["state"] == "in-progress"
     finally:
