@@ -26,7 +26,7 @@ import click
 from proxytune.tune import apply as apply_mod, audit as audit_mod, export as export_mod, journal, plan as plan_mod
 from proxytune.tune import profile as profile_mod, render
 from proxytune.core import console
-from proxytune.core.errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError, one_line
 from proxytune.tune.host import Host
 from proxytune.probes.target import MAX_SECONDS, duration_option
 
@@ -317,6 +317,37 @@ def history(host, as_json):
         return
     console.print_rows("apply journal", ["id", "state", "profile", "steps done"],
                       [[r["id"], r["state"], r["profile"], f"{r['done']}/{r['steps']}"] for r in rows])
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print what is applied as result JSON.")
+@click.pass_obj
+def status(host, as_json):
+    """What is applied on this host now, and what drifted since (like `tuned-adm active`).
+
+    For every apply still open in the journal: profile, when, by whom, its
+    steps, and each step the host no longer holds as apply wrote it. Changes
+    nothing. Exit 0 when nothing drifted, 1 on drift (or an interrupted
+    apply, or a rollback left incomplete), 2 on error.
+
+    \b
+    Example:
+      sudo proxytune status --json | jq '.data.applied[].drift'
+    """
+    from proxytune.tune import status as status_mod
+    entries = status_mod.applied(host)
+    if as_json:
+        from proxytune.reports.schema import envelope
+        emit_json(envelope("status", {"state_dir": str(host.state_dir), "applied": entries}))
+    elif not entries:
+        click.echo(f"nothing applied (journal {journal.directory(host.state_dir)})")
+    for e in [] if as_json else entries:
+        since = f"{len(e['drift'])} drifted since" if e["drift"] else "no drift since"
+        click.echo(one_line(f"{e['profile']}: {e['state']} {e['applied']} by {status_mod.who(e['by'])}, "
+                            f"{e['steps']} step(s), journal {e['journal']}: {since}"))
+        for d in e["drift"]:
+            click.echo(one_line(f"  drift: {d}"))
+    sys.exit(status_mod.exit_code(entries))
 
 
 @tune.command()

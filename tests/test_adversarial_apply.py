@@ -391,3 +391,83 @@ def test_with_journald_the_line_carries_searchable_fields(sandbox, prof, tmp_pat
     assert fields["PROXYTUNE_ACTION"] == "apply" and fields["PROXYTUNE_RESULT"] == "applied"
     assert fields["PROXYTUNE_SUDO_USER"] == "alice" and fields["PROXYTUNE_STEPS"] == "2"
     assert fields["MESSAGE"].startswith("proxytune: action=apply uid=")
+
+
+# ------------------------------------------------------------------ 5. status, and "needs root"
+
+def status(*extra):
+    return run([*PY, "status", *extra])
+
+
+def test_status_says_what_is_applied_by_whom_and_what_drifted(sandbox, prof):
+    r = status()
+    assert r.returncode == 0 and "nothing applied" in r.stdout, r.stdout + r.stderr
+    assert run(apply_argv(prof), env={"SUDO_USER": "alice"}).returncode == 0
+    r = status("--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == "status" and doc["schema"] == "proxytune.result/1"
+    (e,) = doc["data"]["applied"]
+    assert e["profile"] == str(prof) and e["state"] == "applied" and e["steps"] == 2 and e["drift"] == []
+    assert e["by"]["sudo_user"] == "alice" and e["by"]["uid"] == os.getuid()
+    assert e["journal"] == history(sandbox)[-1]["id"]
+    (sandbox.root / DROPIN).write_text("[Service]\nLimitNOFILE=1024\n")      # an admin edits our drop-in
+    (sandbox.root / LIMITS_FILE).unlink()                                     # and removes our limits file
+    r = status()
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "2 drifted since" in r.stdout and "(sudo alice)" in r.stdout
+    assert f"drift: {sandbox.root / DROPIN}: edited (sha256 " in r.stdout
+    assert f"drift: {sandbox.root / LIMITS_FILE}: removed" in r.stdout
+    assert rollback(None, "--force").returncode == 0
+    assert status().returncode == 0
+
+
+@needs_root
+def test_status_names_a_sysctl_changed_since_and_an_interrupted_apply(sandbox):
+    r = in_netns("""
+        echo 4096 > /proc/sys/net/core/somaxconn
+        $PT tune apply --only 'sysctl:net.core.somaxconn' --yes >/dev/null
+        $PT status >/dev/null && echo "clean=0" || echo "clean=$?"
+        sysctl -qw net.core.somaxconn=5000
+        $PT status && echo "exit=0" || echo "exit=$?"
+        PROXYTUNE_FAULT_AFTER_STEP=0 $PT tune apply --only 'sysctl:net.ipv4.tcp_fin_timeout' --yes >/dev/null 2>&1 || true
+        $PT status --json > $OUT/status.json || true
+    """, env={"OUT": str(sandbox.root.parent)})
+    assert r.returncode == 0, r.stderr
+    assert "clean=0" in r.stdout and "exit=1" in r.stdout, r.stdout
+    assert "drift: sysctl:net.core.somaxconn: now 5000, applied 8192" in r.stdout
+    doc = json.loads((sandbox.root.parent / "status.json").read_text())
+    first, killed = doc["data"]["applied"]
+    assert (first["state"], killed["state"]) == ("applied", "interrupted")
+    assert killed["steps"] == 0 and killed["drift"] == []      # killed before its first write: nothing of it holds
+
+
+@needs_root
+@pytest.mark.parametrize("where", ["root-only-parent", "root-owned-state-dir"])
+def test_a_user_reading_roots_journal_is_told_it_needs_root_not_to_chown_it(sandbox, prof, tmp_path, where):
+    """Not `it must be owned by uid 65534`: that invites chowning root's journal to the user."""
+    assert run(apply_argv(prof)).returncode == 0
+    state = sandbox.state_dir
+    if where == "root-owned-state-dir":          # a state dir the user can reach, but root's
+        import tempfile
+        public = Path(tempfile.mkdtemp(prefix="pt-public-"))
+        try:
+            public.chmod(0o755)
+            state = public / "state"
+            subprocess.run(["cp", "-a", str(sandbox.state_dir), str(state)], check=True)
+            results = _as_nobody(state)
+        finally:
+            subprocess.run(["rm", "-rf", str(public)], check=True)
+    else:
+        results = _as_nobody(state)
+    for r in results:
+        line = one_error(r, 2, "needs root")
+        assert "65534" not in line.split("(running as uid")[0] and "chown" not in r.stderr
+        assert "must be owned by" not in r.stderr and "run it as root" in r.stderr
+
+
+def _as_nobody(state: Path) -> list:
+    env = {**os.environ, "PROXYTUNE_STATE_DIR": str(state)}
+    return [subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *PY, *argv],
+                           capture_output=True, text=True, env=env, timeout=60, cwd="/")
+            for argv in (("tune", "history"), ("status",), ("tune", "rollback", "--yes"))]
