@@ -131,24 +131,39 @@ def _plan(sandbox, prof):
     return plan_mod.build(str(prof), sandbox, {"service": "squid", "user": None, "cache_dirs": []})
 
 
-def test_a_step_stopped_before_its_write_is_not_undone(sandbox, prof, monkeypatch):
-    """The admin writes the drop-in while apply is between its steps: apply stops before writing
-    it (the file changed), undoes step 1 only, and the admin's file is neither kept-and-reported
-    nor left for a later `rollback --force` to remove."""
+@pytest.mark.parametrize("how", ["file-changed", "journal-full"])
+def test_a_step_stopped_before_its_write_is_not_undone(sandbox, prof, monkeypatch, how):
+    """The admin writes the drop-in while apply is between its steps; then apply stops before
+    writing it: the file changed under it, or the journal cannot record that the write is about
+    to be issued (full). It undoes step 1 only: the admin's file is neither kept-and-reported nor
+    left for a later `rollback --force` to remove."""
     from proxytune.core.errors import ProxytuneError
-    from proxytune.tune import apply as apply_mod
+    from proxytune.tune import apply as apply_mod, journal
     dropin, theirs = sandbox.root / DROPIN, "[Service]\nLimitNOFILE=5000\n"
-    real_do = apply_mod._do
+
+    def admin_writes():
+        dropin.parent.mkdir(parents=True, exist_ok=True)
+        dropin.write_text(theirs)
+    real_do, real_save = apply_mod._do, journal.save
 
     def admin_first(step, *a, **kw):
         if step.get("path") == str(dropin):
-            dropin.parent.mkdir(parents=True, exist_ok=True)
-            dropin.write_text(theirs)
+            admin_writes()
         return real_do(step, *a, **kw)
-    monkeypatch.setattr(apply_mod, "_do", admin_first)
+
+    def full_at_step_2(state_dir, entry):
+        if entry.get("writing") == 2:
+            admin_writes()
+            raise ProxytuneError(f"cannot write {state_dir}/journal: No space left on device")
+        return real_save(state_dir, entry)
+    if how == "file-changed":
+        monkeypatch.setattr(apply_mod, "_do", admin_first)
+    else:
+        monkeypatch.setattr(journal, "save", full_at_step_2)
     with pytest.raises(ProxytuneError) as e:
         apply_mod.apply_plan(_plan(sandbox, prof), sandbox)
-    assert "changed while this apply ran" in e.value.message and "undid every step done" in e.value.message
+    why = "changed while this apply ran" if how == "file-changed" else "No space left on device"
+    assert why in e.value.message and "undid every step done" in e.value.message, e.value.message
     assert dropin.read_text() == theirs and not (sandbox.root / LIMITS_FILE).exists()
     assert history(sandbox)[-1]["state"] == "failed-undone"
     one_error(rollback(None, "--force"), 2, "nothing to roll back")
@@ -471,3 +486,31 @@ def _as_nobody(state: Path) -> list:
     return [subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *PY, *argv],
                            capture_output=True, text=True, env=env, timeout=60, cwd="/")
             for argv in (("tune", "history"), ("status",), ("tune", "rollback", "--yes"))]
+
+
+def test_an_ssh_drop_on_the_terminal_mid_apply_undoes_and_logs_it(sandbox, prof, logs):
+    """apply runs on a terminal (its controlling tty, as under ssh) and is held after step 1;
+    the terminal goes away: the kernel sends SIGHUP. It undoes step 1 although it can no
+    longer write a word to the terminal, exits 130, and the syslog line says what happened."""
+    import pty
+    master, slave = pty.openpty()
+    env = {**os.environ, "PROXYTUNE_FAULT_AFTER_STEP": "1:stop"}
+    p = subprocess.Popen(["setsid", "--ctty", *apply_argv(prof)], stdin=slave, stdout=slave, stderr=slave,
+                         env=env)
+    os.close(slave)
+    try:
+        wait_stopped(p.pid)
+        assert (sandbox.root / LIMITS_FILE).exists()
+        os.close(master)                      # the ssh session drops: hangup on the terminal
+        master = None
+        assert p.wait(timeout=60) == 130
+    finally:
+        if master is not None:
+            os.close(master)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert not (sandbox.root / LIMITS_FILE).exists() and not (sandbox.root / DROPIN).exists()
+    assert history(sandbox)[-1]["state"] == "failed-undone"
+    fields = syslog_fields(logs.messages()[-1])
+    assert fields["result"] == "interrupted" and "SIGHUP" in fields["reason"], fields

@@ -183,11 +183,16 @@ def _run(entry: dict, os_name: str, host: Host) -> list[str]:
 
 
 def _save(entry: dict, host: Host, writing: int | None) -> None:
-    """Record that step `writing` is about to write (None: no write in flight)."""
+    """Record that step `writing` is about to write (None: no write in flight). Until that is
+    saved the step does not count as issued, in the journal or here."""
     entry.pop("writing", None)
-    if writing is not None:
-        entry["writing"] = writing
-    journal.save(host.state_dir, entry)
+    try:
+        if writing is not None:
+            entry["writing"] = writing
+        journal.save(host.state_dir, entry)
+    except BaseException:
+        entry.pop("writing", None)
+        raise
 
 
 def _abandon(entry: dict, steps: list[dict], os_name: str, host: Host, cause: BaseException):
