@@ -60,9 +60,14 @@ def cli():
     return run
 
 
+# The CLI as tests run it: cli.py itself, with a fault seam the crash-safety tests use
+# (PROXYTUNE_FAULT_AFTER_STEP; tests/faulty_cli.py). The product has no fault switch.
+CLI = REPO / "tests" / "faulty_cli.py"
+
+
 def proxytune(*args, env=None, netns=False, check=False, timeout=120):
     """Run ./proxytune as a real process, optionally in a fresh network namespace."""
-    argv = [str(REPO / ".venv/bin/python"), str(REPO / "cli.py"), *args]
+    argv = [str(REPO / ".venv/bin/python"), str(CLI), *args]
     if netns:
         argv = ["unshare", "-n", *argv]
     return subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **(env or {})},
@@ -72,7 +77,7 @@ def proxytune(*args, env=None, netns=False, check=False, timeout=120):
 def in_netns(script: str, env=None) -> subprocess.CompletedProcess:
     """Run a bash script in a new network namespace (net.* sysctls are private there)."""
     return subprocess.run(["unshare", "-n", "bash", "-euo", "pipefail", "-c", script], capture_output=True,
-                          text=True, env={**os.environ, "PT": f"{REPO}/.venv/bin/python {REPO}/cli.py", **(env or {})},
+                          text=True, env={**os.environ, "PT": f"{REPO}/.venv/bin/python {CLI}", **(env or {})},
                           timeout=300)
 
 

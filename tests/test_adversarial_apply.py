@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IS_ROOT, REPO, in_netns, needs_root, proxytune
+from conftest import CLI, IS_ROOT, REPO, in_netns, needs_root
 from test_adversarial_engine import (DROPIN, LIMITS_FILE, NOBODY, diff, history, one_error, snap,  # noqa: F401
                                      prof, wait_stopped)
 
-PY = [sys.executable, str(REPO / "cli.py")]
+PY = [sys.executable, str(CLI)]
 
 
 def apply_argv(prof, *only):

@@ -9,11 +9,6 @@ dir's (tune/lock.py). The journal says a step's write is issued before it is,
 and that it returned after: only such steps are ever undone. SIGTERM and
 SIGHUP (an ssh drop) stop an apply like Ctrl-C: what was written is undone.
 Each apply and rollback leaves one line in the journal or syslog (eventlog).
-
-PROXYTUNE_FAULT_AFTER_STEP=N[:HOW] injects a fault after step N (0 = right
-after the journal is first written), for the crash-safety tests: HOW is
-kill (default, SIGKILL), stop (SIGSTOP, to hold the lock while a test acts),
-int / term (Ctrl-C / SIGTERM), or bug (an unexpected exception).
 """
 
 import json
@@ -33,7 +28,6 @@ from .model import Plan
 from .undo import after_files, check_entry, label, undo_steps
 from .values import as_json, parse, render
 
-FAULT_ENV = "PROXYTUNE_FAULT_AFTER_STEP"
 BACKUP_SUFFIX = ".proxytune.bak"
 
 
@@ -168,12 +162,12 @@ def _run(entry: dict, os_name: str, host: Host) -> list[str]:
     failure or interrupt undo what was written."""
     steps = entry["steps"]
     try:
-        _fault_point(0)
+        after_step(0)
         for i, step in enumerate(steps, 1):
             _do(step, os_name, host, issuing=lambda: _save(entry, host, writing=i))
             entry["done"] = i
             _save(entry, host, writing=None)
-            _fault_point(i)
+            after_step(i)
         notes = after_files(steps, os_name, host)
         entry["state"] = journal.APPLIED
         journal.save(host.state_dir, entry)
@@ -340,17 +334,6 @@ def _show_old(v) -> str:
     return render(tuple(v)) if isinstance(v, list) else str(v)
 
 
-class InjectedBug(RuntimeError):
-    """The fault `bug` injects: stands for any unexpected exception."""
-
-
-def _fault_point(n: int) -> None:
-    spec = os.environ.get(FAULT_ENV, "")
-    at, _, how = spec.partition(":")
-    if at != str(n):
-        return
-    if how == "bug":
-        raise InjectedBug(f"injected fault after step {n}")
-    sig = {"": signal.SIGKILL, "kill": signal.SIGKILL, "stop": signal.SIGSTOP,
-           "int": signal.SIGINT, "term": signal.SIGTERM}[how]
-    os.kill(os.getpid(), sig)
+def after_step(n: int) -> None:
+    """Called once step n is done and journaled (0: the journal first written). Nothing here:
+    the crash-safety tests put a kill, stop or exception in this seam (tests/faulty_cli.py)."""
