@@ -514,3 +514,12 @@ def test_an_ssh_drop_on_the_terminal_mid_apply_undoes_and_logs_it(sandbox, prof,
     assert history(sandbox)[-1]["state"] == "failed-undone"
     fields = syslog_fields(logs.messages()[-1])
     assert fields["result"] == "interrupted" and "SIGHUP" in fields["reason"], fields
+
+
+@pytest.mark.parametrize("fault", ["1", "0:bug"])
+def test_the_installed_cli_has_no_fault_switch(sandbox, prof, fault):
+    """PROXYTUNE_FAULT_AFTER_STEP only means something to tests/faulty_cli.py: cli.py ignores it."""
+    argv = [sys.executable, str(REPO / "cli.py"), *apply_argv(prof)[2:]]
+    r = run(argv, env={"PROXYTUNE_FAULT_AFTER_STEP": fault})
+    assert r.returncode == 0, r.stderr
+    assert history(sandbox)[-1]["state"] == "applied" and (sandbox.root / DROPIN).exists()
