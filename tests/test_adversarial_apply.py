@@ -523,3 +523,23 @@ def test_the_installed_cli_has_no_fault_switch(sandbox, prof, fault):
     r = run(argv, env={"PROXYTUNE_FAULT_AFTER_STEP": fault})
     assert r.returncode == 0, r.stderr
     assert history(sandbox)[-1]["state"] == "applied" and (sandbox.root / DROPIN).exists()
+
+
+@needs_root
+@pytest.mark.parametrize("fault", ["enospc", "erofs"])
+def test_apply_on_a_full_or_read_only_state_filesystem_changes_nothing(sandbox, prof, tmp_path, fault):
+    """Second attack round: the state fs is already full (or read-only) when apply starts: the
+    journal cannot be written (or the lock not even created), so nothing may change."""
+    spoil = ("dd if=/dev/zero of=$S/fill bs=4k 2>/dev/null || true" if fault == "enospc"
+             else "mount -o remount,ro $S")
+    before = snap(sandbox)
+    script = f"""S=$PROXYTUNE_STATE_DIR; mkdir -p $S; mount -t tmpfs -o size=64k,mode=0700 tmpfs $S; {spoil}
+set +e; {' '.join(apply_argv(prof))} 2>$OUT/err; echo $? > $OUT/rc"""
+    r = subprocess.run(["unshare", "-m", "bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True,
+                       env={**os.environ, "OUT": str(tmp_path)}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    res = subprocess.CompletedProcess([], int((tmp_path / "rc").read_text()), "", (tmp_path / "err").read_text())
+    one_error(res, 2, "No space left on device" if fault == "enospc" else "Read-only file system")
+    if fault == "erofs":
+        assert "hint: its filesystem is read-only or full; nothing was changed" in res.stderr
+    assert diff(before, snap(sandbox), tmp_path) == []

@@ -19,6 +19,7 @@ is rolled back, a run with another state dir is refused. Lock files are
 opened O_NOFOLLOW, 0600, and must be ours.
 """
 
+import errno
 import fcntl
 import json
 import os
@@ -80,8 +81,9 @@ def _open(path: Path) -> int:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
-            raise ProxytuneError(f"cannot open the lock {path}: {e.strerror}",
-                                 "it must be a plain file owned by root") from None
+            hint = ("its filesystem is read-only or full; nothing was changed" if e.errno in (errno.EROFS, errno.ENOSPC)
+                    else "it must be a plain file owned by root")
+            raise ProxytuneError(f"cannot open the lock {path}: {e.strerror}", hint) from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
         os.close(fd)
