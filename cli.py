@@ -75,9 +75,12 @@ class Main(click.Group):
 
 
 def say_error(message: str, hint: str | None = None, kind: str = "error") -> None:
-    click.echo(f"proxytune: {kind}: {message}", err=True)
-    if hint:
-        click.echo(f"hint: {hint}", err=True)
+    try:
+        click.echo(f"proxytune: {kind}: {message}", err=True)
+        if hint:
+            click.echo(f"hint: {hint}", err=True)
+    except OSError:
+        pass        # the terminal is gone (an ssh drop): the journal and syslog still say it
 
 
 def emit_json(doc) -> None:
@@ -255,8 +258,11 @@ def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist,
     Every old value is written to the journal before the first change, so
     `tune rollback` restores exactly, even after a crash half-way. A failure
     or Ctrl-C mid-apply undoes what was done (exit 2, or 130). Running it
-    twice changes nothing. One apply or rollback at a time (a lock in the
-    state dir); a second one is refused and says who holds it.
+    twice changes nothing. One apply or rollback at a time on this host,
+    whatever its --state-dir (a lock in /run/proxytune, PROXYTUNE_LOCK_DIR);
+    a second one is refused and says who holds it. SIGTERM and SIGHUP (an
+    ssh drop) undo like Ctrl-C. Each apply and rollback leaves one line in
+    the system journal (or syslog): who, profile, steps, result.
 
     \b
     Examples (as root):
@@ -362,6 +368,37 @@ def history(host, as_json):
         return
     console.print_rows("apply journal", ["id", "state", "profile", "steps done"],
                       [[r["id"], r["state"], r["profile"], f"{r['done']}/{r['steps']}"] for r in rows])
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print what is applied as result JSON.")
+@click.pass_obj
+def status(host, as_json):
+    """What is applied on this host now, and what drifted since (like `tuned-adm active`).
+
+    For every apply still open in the journal: profile, when, by whom, its
+    steps, and each step the host no longer holds as apply wrote it. Changes
+    nothing. Exit 0 when nothing drifted, 1 on drift (or an interrupted
+    apply, or a rollback left incomplete), 2 on error.
+
+    \b
+    Example:
+      sudo proxytune status --json | jq '.data.applied[].drift'
+    """
+    from proxytune.tune import status as status_mod
+    entries = status_mod.applied(host)
+    if as_json:
+        from proxytune.reports.schema import envelope
+        emit_json(envelope("status", {"state_dir": str(host.state_dir), "applied": entries}))
+    elif not entries:
+        click.echo(f"nothing applied (journal {journal.directory(host.state_dir)})")
+    for e in [] if as_json else entries:
+        since = f"{len(e['drift'])} drifted since" if e["drift"] else "no drift since"
+        click.echo(one_line(f"{e['profile']}: {e['state']} {e['applied']} by {status_mod.who(e['by'])}, "
+                            f"{e['steps']} step(s), journal {e['journal']}: {since}"))
+        for d in e["drift"]:
+            click.echo(one_line(f"  drift: {d}"))
+    sys.exit(status_mod.exit_code(entries))
 
 
 @tune.command()

@@ -20,6 +20,9 @@ EXTRA = {
     "ENVIRONMENT": [
         ("PROXYTUNE_ROOT, PROXYTUNE_STATE_DIR", "Defaults for --root and --state-dir."),
         ("PROXYTUNE_FORMAT", "Default for --format (table or tsv)."),
+        ("PROXYTUNE_LOCK_DIR", "Where apply and rollback take the host-wide lock [/run/proxytune]."),
+        ("PROXYTUNE_JOURNAL_SOCKET, PROXYTUNE_SYSLOG_SOCKET",
+         "Where apply and rollback send their log line [/run/systemd/journal/socket, else /dev/log]."),
         ("PROXYTUNE_CACHE_DIR", "Where the C harnesses are built [/var/cache/proxytune as root, "
                                 "else $XDG_CACHE_HOME/proxytune]."),
         ("XDG_CONFIG_HOME", "The user's profiles are in $XDG_CONFIG_HOME/proxytune/profiles [~/.config]."),
@@ -29,6 +32,7 @@ EXTRA = {
         ("~/.config/proxytune/profiles", "The user's profiles, searched next."),
         ("/usr/share/proxytune/profiles", "The shipped profiles; see `proxytune profiles list`."),
         ("/var/lib/proxytune", "The apply journal that rollback reads."),
+        ("/run/proxytune", "The host-wide lock of apply and rollback (root's, 0700)."),
         ("/var/cache/proxytune", "Built microbenchmark harnesses (root)."),
     ],
     "EXIT STATUS": [

@@ -11,7 +11,7 @@ import jsonschema
 from .fingerprint import fingerprint
 
 SCHEMA_ID = "proxytune.result/1"
-KINDS = ("audit", "plan", "apply", "rollback", "bench", "probe", "report", "fleet")
+KINDS = ("audit", "plan", "apply", "rollback", "status", "bench", "probe", "report", "fleet")
 
 FINGERPRINT = {
     "type": "object",

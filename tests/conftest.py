@@ -2,6 +2,7 @@
 and helpers for the sandboxes the tests make (network namespaces, loop mounts).
 Nothing here touches the real /etc or /var/lib/proxytune."""
 
+import atexit
 import importlib.machinery
 import importlib.util
 import os
@@ -24,6 +25,13 @@ if "proxytune" not in sys.modules:      # the checkout is the `proxytune` packag
 # cache rather than ~/.cache or /var/cache; subprocesses inherit both.
 os.environ.setdefault("PROXYTUNE_WERROR", "1")
 os.environ.setdefault("PROXYTUNE_CACHE_DIR", str(REPO / "microbench" / "build"))
+# The host-wide apply lock (/run/proxytune) and the journal/syslog lines of apply and rollback
+# stay in this session's temp dir, whatever a test forgets: nothing reaches the real /run or log.
+_SESSION_RUN = tempfile.mkdtemp(prefix="pt-test-run-")
+atexit.register(shutil.rmtree, _SESSION_RUN, True)
+for _var, _name in (("PROXYTUNE_LOCK_DIR", "lock"), ("PROXYTUNE_JOURNAL_SOCKET", "no-journal"),
+                    ("PROXYTUNE_SYSLOG_SOCKET", "no-syslog")):
+    os.environ.setdefault(_var, os.path.join(_SESSION_RUN, _name))
 
 from proxytune.tune.host import Host  # noqa: E402
 
@@ -33,13 +41,14 @@ needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (network namespa
 
 @pytest.fixture
 def sandbox(tmp_path, monkeypatch):
-    """A temp root for /etc files and a temp journal, also for subprocesses via env."""
+    """A temp root for /etc files, a temp journal and host lock, also for subprocesses via env."""
     root = tmp_path / "root"
     state = tmp_path / "state"
     (root / "etc").mkdir(parents=True)
     monkeypatch.setenv("PROXYTUNE_ROOT", str(root))
     monkeypatch.setenv("PROXYTUNE_STATE_DIR", str(state))
-    return Host(root=root, state_dir=state)
+    monkeypatch.setenv("PROXYTUNE_LOCK_DIR", str(tmp_path / "run"))
+    return Host(root=root, state_dir=state, lock_dir=tmp_path / "run")
 
 
 @pytest.fixture
@@ -51,9 +60,14 @@ def cli():
     return run
 
 
+# The CLI as tests run it: cli.py itself, with a fault seam the crash-safety tests use
+# (PROXYTUNE_FAULT_AFTER_STEP; tests/faulty_cli.py). The product has no fault switch.
+CLI = REPO / "tests" / "faulty_cli.py"
+
+
 def proxytune(*args, env=None, netns=False, check=False, timeout=120):
     """Run ./proxytune as a real process, optionally in a fresh network namespace."""
-    argv = [str(REPO / ".venv/bin/python"), str(REPO / "cli.py"), *args]
+    argv = [str(REPO / ".venv/bin/python"), str(CLI), *args]
     if netns:
         argv = ["unshare", "-n", *argv]
     return subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **(env or {})},
@@ -63,7 +77,7 @@ def proxytune(*args, env=None, netns=False, check=False, timeout=120):
 def in_netns(script: str, env=None) -> subprocess.CompletedProcess:
     """Run a bash script in a new network namespace (net.* sysctls are private there)."""
     return subprocess.run(["unshare", "-n", "bash", "-euo", "pipefail", "-c", script], capture_output=True,
-                          text=True, env={**os.environ, "PT": f"{REPO}/.venv/bin/python {REPO}/cli.py", **(env or {})},
+                          text=True, env={**os.environ, "PT": f"{REPO}/.venv/bin/python {CLI}", **(env or {})},
                           timeout=300)
 
 

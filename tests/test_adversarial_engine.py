@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IS_ROOT, in_netns, needs_root, proxytune
+from conftest import CLI, IS_ROOT, in_netns, needs_root, proxytune
 from snapshot import SandboxState
 from proxytune.core.procfs import identity
 
@@ -123,14 +123,14 @@ def dead_identity():
 @pytest.mark.parametrize("second", ["apply", "rollback"])
 def test_second_writer_is_refused_while_an_apply_is_live(sandbox, prof, tmp_path, second):
     env = {**os.environ, "PROXYTUNE_FAULT_AFTER_STEP": "1:stop"}
-    first = subprocess.Popen([sys.executable, "cli.py", "tune", "apply", "-p", str(prof), "--service", "squid",
+    first = subprocess.Popen([sys.executable, str(CLI), "tune", "apply", "-p", str(prof), "--service", "squid",
                               "--yes"], cwd=Path(__file__).parent.parent, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_stopped(first.pid)
         before = snap(sandbox)
         r = apply_files(prof) if second == "apply" else proxytune("tune", "rollback", "--yes")
-        one_error(r, 2, f"tune {second} refused: pid {first.pid} (tune apply", "holds the lock since")
+        one_error(r, 2, f"tune {second} refused: pid {first.pid} (tune apply", "holds the host lock since")
         assert diff(before, snap(sandbox), tmp_path) == []
         assert history(sandbox)[-1]["state"] == "in-progress"
     finally:
@@ -323,7 +323,7 @@ set +e; wait $pid; echo $? > {out}/rc; set -e
 cat /proc/sys/net/core/somaxconn /proc/sys/net/ipv4/tcp_fin_timeout > {out}/after
 """
     r = subprocess.run(["unshare", "-m", "-n", "bash", "-euo", "pipefail", "-c", script], capture_output=True,
-                       text=True, env={**os.environ, "PT": f"{sys.executable} {Path(__file__).parent.parent}/cli.py"},
+                       text=True, env={**os.environ, "PT": f"{sys.executable} {CLI}"},
                        timeout=300)
     assert r.returncode == 0, r.stderr
     res = subprocess.CompletedProcess([], int((out / "rc").read_text()), "", (out / "stderr").read_text())

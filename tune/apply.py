@@ -4,12 +4,11 @@ A step is either a runtime write through a backend or a whole-file write
 (through tune/files.py). Both record the old state in the journal before the
 first step runs, and what they wrote (a runtime value read back after
 writing, a file's sha256, mode and owner) so that rollback can tell ours
-from a later change. apply and rollback hold the state dir's lock.
-
-PROXYTUNE_FAULT_AFTER_STEP=N[:HOW] injects a fault after step N (0 = right
-after the journal is first written), for the crash-safety tests: HOW is
-kill (default, SIGKILL), stop (SIGSTOP, to hold the lock while a test acts),
-int / term (Ctrl-C / SIGTERM), or bug (an unexpected exception).
+from a later change. apply and rollback hold the host's lock and the state
+dir's (tune/lock.py). The journal says a step's write is issued before it is,
+and that it returned after: only such steps are ever undone. SIGTERM and
+SIGHUP (an ssh drop) stop an apply like Ctrl-C: what was written is undone.
+Each apply and rollback leaves one line in the journal or syslog (eventlog).
 """
 
 import json
@@ -21,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import backends, files, journal, lock
+from . import backends, eventlog, files, journal, lock
 from proxytune.core.errors import Interrupted, NotApplicable, ProxytuneError
 from proxytune.core.invocation import command, needs_root
 from .files import FileState
@@ -30,7 +29,6 @@ from .model import Plan
 from .undo import after_files, check_entry, label, undo_steps
 from .values import as_json, parse, render
 
-FAULT_ENV = "PROXYTUNE_FAULT_AFTER_STEP"
 BACKUP_SUFFIX = ".proxytune.bak"
 
 
@@ -116,7 +114,7 @@ def apply_plan(plan: Plan, host: Host, persist: bool = False, files_only: bool =
                confirmed: list[dict] | None = None) -> Outcome:
     """Run the plan's steps. `confirmed`: the steps the user was shown and agreed to; the steps are
     planned again under the lock and must be the same ones, from the same old state, or nothing runs."""
-    with lock.hold(host.state_dir, "tune apply"):
+    with eventlog.recorded("apply", host, plan.profile) as rec, lock.hold(host, "tune apply"):
         _refuse_open_apply(host)
         steps, notes = steps_for(plan, host, persist, files_only)
         refuse_unprivileged(steps)
@@ -124,7 +122,8 @@ def apply_plan(plan: Plan, host: Host, persist: bool = False, files_only: bool =
             refuse_unconfirmed(steps, confirmed)
         if not steps:
             return Outcome(entry=None, notes=notes + ["nothing to change: every selected setting is met"])
-        entry = journal.new_entry(host.state_dir, plan.profile, plan.os, host.root, steps)
+        rec["entry"] = entry = journal.new_entry(host.state_dir, plan.profile, plan.os, host.root, steps)
+        rec["steps"] = len(steps)
         with _interrupts_raise():
             journal.save(host.state_dir, entry)        # fails before any change: nothing to undo
             notes += _run(entry, plan.os, host)
@@ -181,25 +180,39 @@ def _refuse_open_apply(host: Host) -> None:
 
 
 def _run(entry: dict, os_name: str, host: Host) -> list[str]:
-    """Every step, the journal saved after each; on any failure or interrupt undo what was done."""
-    steps, done = entry["steps"], 0
+    """Every step, the journal saved before each write is issued and after it returned; on any
+    failure or interrupt undo what was written."""
+    steps = entry["steps"]
     try:
-        _fault_point(0)
+        after_step(0)
         for i, step in enumerate(steps, 1):
-            _do(step, os_name, host)
-            entry["done"] = done = i
-            journal.save(host.state_dir, entry)
-            _fault_point(i)
+            _do(step, os_name, host, issuing=lambda: _save(entry, host, writing=i))
+            entry["done"] = i
+            _save(entry, host, writing=None)
+            after_step(i)
         notes = after_files(steps, os_name, host)
         entry["state"] = journal.APPLIED
         journal.save(host.state_dir, entry)
         return notes
     except BaseException as e:
-        _abandon(entry, steps[:done + 1], os_name, host, e)
+        _abandon(entry, reached(entry), os_name, host, e)
+
+
+def _save(entry: dict, host: Host, writing: int | None) -> None:
+    """Record that step `writing` is about to write (None: no write in flight). Until that is
+    saved the step does not count as issued, in the journal or here."""
+    entry.pop("writing", None)
+    try:
+        if writing is not None:
+            entry["writing"] = writing
+        journal.save(host.state_dir, entry)
+    except BaseException:
+        entry.pop("writing", None)
+        raise
 
 
 def _abandon(entry: dict, steps: list[dict], os_name: str, host: Host, cause: BaseException):
-    """Undo the steps done (not itself interruptible), record it, raise one clear error."""
+    """Undo the steps written (not itself interruptible), record it, raise one clear error."""
     with _interrupts_ignored():
         result = undo_steps(steps, os_name, host)
         problems = result.failures + result.kept
@@ -212,9 +225,10 @@ def _abandon(entry: dict, steps: list[dict], os_name: str, host: Host, cause: Ba
             recorded = f"the journal could not record it ({e.message}); {entry['id']} still says applying"
     undone = "undid every step done" if not problems else f"undo incomplete: {'; '.join(problems)}"
     hint = "nothing stays changed" if not problems else f"fix the cause, then {command('tune rollback --force')}"
-    where = f" at {label(steps[-1])}" if steps and label(steps[-1]) not in reason else ""
+    at = label(entry["steps"][min(entry["done"], len(entry["steps"]) - 1)])
+    where = f" at {at}" if at not in reason else ""
     if isinstance(cause, KeyboardInterrupt):
-        raise Interrupted(f"interrupted{where}; {undone} ({recorded})", hint) from None
+        raise Interrupted(f"{reason}{where}; {undone} ({recorded})", hint) from None
     if isinstance(cause, (ProxytuneError, NotApplicable, OSError)):
         raise ProxytuneError(f"apply failed{where}: {reason}; {undone} ({recorded})", hint) from cause
     if isinstance(cause, Exception):
@@ -224,42 +238,57 @@ def _abandon(entry: dict, steps: list[dict], os_name: str, host: Host, cause: Ba
 
 def _reason(e: BaseException) -> str:
     if isinstance(e, KeyboardInterrupt):
-        return "interrupted"
+        return " ".join(["interrupted", *map(str, e.args[:1])])
     return getattr(e, "message", None) or getattr(e, "strerror", None) or str(e) or type(e).__name__
 
 
 def rollback(host: Host, entry_id: str | None = None, force: bool = False) -> Outcome:
     """Undo an entry's steps that are still ours (all with force); 'rolled-back' only when complete."""
     journal.check_id(entry_id)
-    with lock.hold(host.state_dir, "tune rollback"):
+    with eventlog.recorded("rollback", host) as rec, lock.hold(host, "tune rollback"):
         entry = journal.find(host.state_dir, entry_id)
+        rec.update(profile=entry["profile"], steps=len(reached(entry)))
         journal.refuse_live(entry, "rollback")
         if entry["state"] not in journal.OPEN_STATES:
             raise ProxytuneError(f"journal entry {entry['id']} is {entry['state']}: nothing left to undo")
         check_entry(entry, host)
         with _interrupts_ignored():
-            result = undo_steps(reached(entry), entry["os"], host, force, unsure=_in_progress(entry))
+            result = undo_steps(reached(entry), entry["os"], host, force)
             notes = result.notes + after_files(entry["steps"], entry["os"], host)
-            entry["state"] = journal.ROLLED_BACK if result.complete else journal.ROLLBACK_FAILED
-            journal.save(host.state_dir, entry)
+            was, entry["state"] = entry["state"], journal.ROLLED_BACK if result.complete else journal.ROLLBACK_FAILED
+            rec["entry"] = entry
+            try:
+                journal.save(host.state_dir, entry)
+            except ProxytuneError as e:      # undone all the same: say that first, then what is missing
+                _unsaved(entry, was, result, e)
     return Outcome(entry=entry, steps=reached(entry), notes=notes, failures=result.failures, kept=result.kept)
 
 
+def _unsaved(entry: dict, was: str, result, e: ProxytuneError):
+    """One line: what the rollback did, and that the journal still says what it said before."""
+    done = (f"rolled back {len(reached(entry))} step(s)" if result.complete else
+            f"rollback incomplete ({'; '.join(result.failures + result.kept)})")
+    raise ProxytuneError(f"{done}, but the journal could not be saved ({e.message}); "
+                         f"entry {entry['id']} still says {was}",
+                         "make room in the state directory's filesystem (or make it writable), then run "
+                         "`proxytune tune rollback` again to record it") from None
+
+
 def reached(entry: dict) -> list[dict]:
-    """The steps an apply started: those done and the one in progress when it stopped. The
-    rest never ran, so whatever they hold now is not ours to undo."""
-    return entry["steps"][:entry["done"] + 1]
+    """The steps an apply wrote: those whose write returned, and the one whose write was
+    issued when it stopped (it may have written). A step stopped before its write, and
+    the steps after it, never ran: whatever they hold now is not ours to undo."""
+    done = entry["done"]
+    return entry["steps"][:done + 1] if entry.get("writing") == done + 1 else entry["steps"][:done]
 
 
-def _in_progress(entry: dict) -> dict | None:
-    """The step an apply stopped in, if any: it may or may not have written."""
-    return entry["steps"][entry["done"]] if entry["done"] < len(entry["steps"]) else None
-
-
-def _do(step: dict, os_name: str, host: Host) -> None:
+def _do(step: dict, os_name: str, host: Host, issuing) -> None:
+    """One step's write; `issuing()` records it in the journal once nothing stands in its way."""
     if step["kind"] == "runtime":
         be = backends.get(os_name, step["backend"], host)
-        be.write(step["key"], parse(step["new"]))
+        value = parse(step["new"])
+        issuing()
+        be.write(step["key"], value)
         step["wrote"] = be.snapshot(step["key"])
         return
     path, old, wrote = Path(step["path"]), step["old"], step["wrote"]
@@ -267,29 +296,38 @@ def _do(step: dict, os_name: str, host: Host) -> None:
     if (now and now.sha256) != (old and old["sha256"]):
         raise ProxytuneError(f"{path} changed while this apply ran; left as it is")
     like = FileState("", wrote["mode"], wrote["uid"], wrote["gid"], wrote["sha256"])
+    issuing()
     step["created_dirs"] = files.write(path, step["new"], like=like, root=host.root)
+
+
+STOPS = (signal.SIGTERM, signal.SIGHUP)     # a kill, an ssh session or terminal gone: like Ctrl-C
+
+
+def _stop(signum, frame):
+    raise KeyboardInterrupt(f"by {signal.Signals(signum).name}")
 
 
 @contextmanager
 def _interrupts_raise():
-    """SIGTERM behaves like Ctrl-C while steps run, so that both undo what was done."""
+    """SIGTERM and SIGHUP behave like Ctrl-C while steps run, so that all undo what was done."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    saved = {s: signal.signal(s, _stop) for s in STOPS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in saved.items():
+            signal.signal(s, handler)
 
 
 @contextmanager
 def _interrupts_ignored():
-    """No Ctrl-C/SIGTERM in the middle of an undo: it must finish and be recorded."""
+    """No Ctrl-C, SIGTERM or SIGHUP in the middle of an undo: it must finish and be recorded."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    saved = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    saved = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, *STOPS)}
     try:
         yield
     finally:
@@ -318,17 +356,6 @@ def _show_old(v) -> str:
     return render(tuple(v)) if isinstance(v, list) else str(v)
 
 
-class InjectedBug(RuntimeError):
-    """The fault `bug` injects: stands for any unexpected exception."""
-
-
-def _fault_point(n: int) -> None:
-    spec = os.environ.get(FAULT_ENV, "")
-    at, _, how = spec.partition(":")
-    if at != str(n):
-        return
-    if how == "bug":
-        raise InjectedBug(f"injected fault after step {n}")
-    sig = {"": signal.SIGKILL, "kill": signal.SIGKILL, "stop": signal.SIGSTOP,
-           "int": signal.SIGINT, "term": signal.SIGTERM}[how]
-    os.kill(os.getpid(), sig)
+def after_step(n: int) -> None:
+    """Called once step n is done and journaled (0: the journal first written). Nothing here:
+    the crash-safety tests put a kill, stop or exception in this seam (tests/faulty_cli.py)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import jsonschema
 
-from . import files
+from . import eventlog, files
 from proxytune.core.errors import ProxytuneError
 from proxytune.core.invocation import command, needs_root
 from proxytune.core.procfs import identity, same_process
@@ -57,6 +57,9 @@ SCHEMA = {
         "state": {"enum": [APPLYING, APPLIED, UNDONE, ROLLED_BACK, ROLLBACK_FAILED]},
         "reason": {"type": "string"},
         "done": {"type": "integer", "minimum": 0},
+        "writing": {"type": "integer", "minimum": 1},
+        "by": {"type": "object", "properties": {"uid": {"type": "integer"}, "user": {"type": "string"},
+                                                "sudo_user": {"type": "string"}}},
         "owner": {"type": "object", "required": ["pid", "start", "comm"],
                   "properties": {"pid": {"type": "integer"}, "start": {"type": "integer"},
                                  "comm": {"type": "string"}}},
@@ -73,41 +76,66 @@ def ensure_dirs(state_dir: Path, journal_too: bool = True) -> Path:
     """Create (0700, whatever the umask) or vet the state dir (and the journal dir) before writing."""
     state_dir = Path(state_dir)
     for d in (state_dir, directory(state_dir))[:2 if journal_too else 1]:
-        try:
-            if d == state_dir:
-                d.parent.mkdir(parents=True, exist_ok=True)
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            pass
-        except OSError as e:
-            if isinstance(e, PermissionError) and os.geteuid() != 0:
-                raise needs_root(f"cannot create the journal directory {d} ({e.strerror})")
-            raise ProxytuneError(f"cannot create {d}: {e.strerror}", "give --state-dir a directory root may write")
-        vet_dir(d)
-        if stat.S_IMODE(os.lstat(d).st_mode) != 0o700:
-            try:
-                os.chmod(d, 0o700, follow_symlinks=False)
-            except OSError as e:
-                raise ProxytuneError(f"cannot make {d} private (0700): {e.strerror}")
+        ensure_private_dir(d, "the state directory", parents=d == state_dir)
     return state_dir
 
 
-def vet_dir(d: Path) -> bool:
+def ensure_private_dir(d: Path, what: str, parents: bool = False) -> Path:
+    """d as a directory of ours, 0700 (made so whatever the umask), never through a symlink."""
+    try:
+        if parents:
+            d.parent.mkdir(parents=True, exist_ok=True)
+        os.mkdir(d, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        vet_dir(d, what)            # root's own directory, seen by a user: "needs root"
+        if isinstance(e, PermissionError) and os.geteuid() != 0:
+            raise _needs_root(d, what) from None
+        raise ProxytuneError(f"cannot create {what} {d}: {e.strerror}",
+                             _needs_root_hint(what) if os.geteuid() else "check that filesystem (full? read-only?)")
+    vet_dir(d, what)
+    if stat.S_IMODE(os.lstat(d).st_mode) != 0o700:
+        try:
+            os.chmod(d, 0o700, follow_symlinks=False)
+        except OSError as e:
+            raise ProxytuneError(f"cannot make {d} private (0700): {e.strerror}")
+    return d
+
+
+def vet_dir(d: Path, what: str = "the state directory") -> bool:
     """True when d is a safe directory of ours; False when absent; refuse anything else."""
     try:
         st = os.lstat(d)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
+    except PermissionError:
+        raise _needs_root(d, what) from None
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise ProxytuneError(f"refusing the state directory {d}: it is a symlink or not a directory",
+        raise ProxytuneError(f"refusing {what} {d}: it is a symlink or not a directory",
                              "it must be a real directory owned by root, mode 0700")
-    if st.st_uid == 0 and os.geteuid() != 0:       # root's journal: never hint at handing it to this user
-        raise needs_root(f"the state directory {d} is root's")
+    if st.st_uid != os.geteuid() and st.st_uid == 0:
+        raise _needs_root(d, what)
     if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise ProxytuneError(f"refusing the state directory {d}: owned by uid {st.st_uid}, "
+        raise ProxytuneError(f"refusing {what} {d}: owned by uid {st.st_uid}, "
                              f"mode {stat.S_IMODE(st.st_mode):04o}",
                              f"it must be owned by uid {os.geteuid()} and not group/other writable")
     return True
+
+
+def _needs_root(d: Path, what: str) -> ProxytuneError:
+    """Root's own directory seen by another user: say root is the cause (never hint at a chown)."""
+    err = needs_root(f"{what} {d} is root's (running as uid {os.geteuid()})")
+    return ProxytuneError(err.message, f"{err.hint}; {_image_hint(what)}")
+
+
+def _needs_root_hint(what: str) -> str:
+    return f"run it as root: {command(root=True)}; {_image_hint(what)}"
+
+
+def _image_hint(what: str) -> str:
+    env = "PROXYTUNE_LOCK_DIR" if "lock" in what else "PROXYTUNE_STATE_DIR"
+    return f"a --root image build may use a directory of its own ({env})"
 
 
 def new_entry(state_dir: Path, profile: str, os_name: str, root: Path, steps: list[dict]) -> dict:
@@ -117,7 +145,8 @@ def new_entry(state_dir: Path, profile: str, os_name: str, root: Path, steps: li
     return {"id": f"{stamp}-{os.getpid()}-{seq}", "seq": seq,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "profile": profile, "os": os_name, "root": str(root), "state": APPLYING, "done": 0,
-            "owner": identity(os.getpid()) or {"pid": os.getpid(), "start": -1, "comm": ""}, "steps": steps}
+            "owner": identity(os.getpid()) or {"pid": os.getpid(), "start": -1, "comm": ""},
+            "by": eventlog.who(), "steps": steps}
 
 
 def save(state_dir: Path, entry: dict) -> None:

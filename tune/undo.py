@@ -17,7 +17,6 @@ from pathlib import Path, PurePosixPath
 
 from . import backends, files
 from proxytune.core.errors import BackendError, NotApplicable, ProxytuneError
-from .backends.base import show
 from .host import Host
 
 
@@ -32,22 +31,17 @@ class Undone:
         return not self.kept and not self.failures
 
 
-def undo_steps(steps: list[dict], os_name: str, host: Host, force: bool = False,
-               unsure: dict | None = None) -> Undone:
-    """Undo steps newest first; keep going past failures and name them. `unsure` is the step a
-    dead apply stopped in: it may not have written, so a value other than the old one there is
-    kept (someone else's, as far as we can tell) unless forced."""
+def undo_steps(steps: list[dict], os_name: str, host: Host, force: bool = False) -> Undone:
+    """Undo steps newest first; keep going past failures and name them. A step whose write was
+    issued but never returned has no `wrote`: its old state is put back where it differs."""
     result = Undone()
     for step in reversed(steps):
         if step.get("undone"):
             continue
         try:
-            if step is unsure and step["kind"] == "runtime" and step.get("wrote") is None and not force:
-                kept, notes = _undo_unsure(step, os_name, host)
-            else:
-                kept, notes = (_undo_file(step, host, force) if step["kind"] == "file"
-                               else backends.get(os_name, step["backend"], host).undo(
-                                   step["key"], step["old"], step.get("wrote"), force))
+            kept, notes = (_undo_file(step, host, force) if step["kind"] == "file"
+                           else backends.get(os_name, step["backend"], host).undo(
+                               step["key"], step["old"], step.get("wrote"), force))
         except (ProxytuneError, NotApplicable, OSError) as e:
             result.failures.append(f"{label(step)}: {getattr(e, 'message', None) or e}")
             continue
@@ -55,15 +49,6 @@ def undo_steps(steps: list[dict], os_name: str, host: Host, force: bool = False,
         result.notes += notes
         step["undone"] = not kept
     return result
-
-
-def _undo_unsure(step: dict, os_name: str, host: Host) -> tuple[list[str], list[str]]:
-    be = backends.get(os_name, step["backend"], host)
-    now = be.snapshot(step["key"])
-    if now == step["old"]:
-        return [], []
-    return [f"kept: {label(step)}: the apply died while setting it, so it is unknown whether it wrote "
-            f"(now {show(now)}, {show(step['old'])} before the apply); --force puts {show(step['old'])} back"], []
 
 
 def _undo_file(step: dict, host: Host, force: bool) -> tuple[list[str], list[str]]:
