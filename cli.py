@@ -24,7 +24,7 @@ if not __package__:
 import click
 
 from proxytune.tune import apply as apply_mod, audit as audit_mod, export as export_mod, journal, plan as plan_mod
-from proxytune.tune import profile as profile_mod, render
+from proxytune.tune import files as files_mod, profile as profile_mod, render
 from proxytune.core import console
 from proxytune.core.errors import ProxytuneError
 from proxytune.tune.host import Host
@@ -341,7 +341,7 @@ def export(host, profile_ref, only, skip, service, user, cache_dirs, fmt, output
     text = export_mod.export(fmt, plan_mod.select(settings, only, skip), profile_ref, prof.os,
                              export_mod.Target(host, tuned_include))
     if output:
-        output.write_text(text)
+        files_mod.write_output(output, text)
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=False)
@@ -466,8 +466,7 @@ def finish_bench(data: dict, name: str, output: Path | None, as_json: bool, show
     from proxytune.reports.tables import section_for
     doc = envelope("bench", data)
     path = output or Path("proxytune-results") / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1) + "\n")
+    files_mod.write_output(path, json.dumps(doc, indent=1) + "\n")
     if as_json:
         emit_json(doc)
     else:

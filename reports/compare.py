@@ -115,9 +115,6 @@ def render_html(c: dict) -> str:
 
 
 def write(docs: list[dict], paths: list[Path], out_dir: Path) -> list[Path]:
+    from .build import write_files
     c = compare(docs, [str(p) for p in paths])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md, html = out_dir / "compare.md", out_dir / "compare.html"
-    md.write_text(render_markdown(c))
-    html.write_text(render_html(c))
-    return [md, html]
+    return write_files(out_dir, {"compare.md": render_markdown(c), "compare.html": render_html(c)})

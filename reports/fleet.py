@@ -58,18 +58,17 @@ def summary_line(data: dict) -> str:
 
 
 def write(doc: dict, out_dir: Path) -> list[Path]:
+    from .build import write_files
     from .html import CSS, _e, table as html_table
     from .markdown import table as md_table
     data = doc["data"]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md, html = out_dir / "fleet.md", out_dir / "fleet.html"
-    md.write_text(f"# proxytune fleet {data['fleet']}\n\n{summary_line(data)}\n\n"
-                  + "\n".join(md_table(t, "##") for t in tables(data)))
-    html.write_text("<!doctype html><html lang=en><head><meta charset=utf-8><title>proxytune fleet</title>"
-                    f"<style>{CSS}</style></head><body>\n<h1>proxytune fleet {_e(data['fleet'])}</h1>"
-                    f"<p class=sub>{_e(summary_line(data))}</p>\n"
-                    + "\n".join(html_table(t, "h2") for t in tables(data)) + "\n</body></html>\n")
-    return [md, html]
+    md = (f"# proxytune fleet {data['fleet']}\n\n{summary_line(data)}\n\n"
+          + "\n".join(md_table(t, "##") for t in tables(data)))
+    html = ("<!doctype html><html lang=en><head><meta charset=utf-8><title>proxytune fleet</title>"
+            f"<style>{CSS}</style></head><body>\n<h1>proxytune fleet {_e(data['fleet'])}</h1>"
+            f"<p class=sub>{_e(summary_line(data))}</p>\n"
+            + "\n".join(html_table(t, "h2") for t in tables(data)) + "\n</body></html>\n")
+    return write_files(out_dir, {"fleet.md": md, "fleet.html": html})
 
 
 def print_terminal(data: dict) -> None:
