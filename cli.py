@@ -372,7 +372,7 @@ def run_fleet(action, opts: dict, body=None):
     from proxytune.tune import fleet as fleet_mod
     fl = fleet_mod.Fleet(opts["inventory"], opts["profile_ref"], tuple(opts["only"]), tuple(opts["skip"]),
                          opts["limit"], opts["forks"], opts.get("persist", False),
-                         progress=lambda line: click.echo(f"fleet: {line}", err=True))
+                         progress=lambda line: click.echo(f"fleet: {console.term_text(line, markup=False)}", err=True))
     try:
         data = (body or (lambda f: fleet_mod.run_simple(f, action)))(fl.prepare())
     finally:
@@ -726,7 +726,7 @@ def probe_hotspots(pid, comm, duration, as_json):
     click.echo(f"{r['samples']} samples of pids {pids} at {r['hz']} Hz; split: "
                + ", ".join(f"{k} {v:.0%}" for k, v in r["split"].items()))
     for t in r["top"]:
-        click.echo(f"  {t['share']:6.1%}  {t['function']}  ({t['dso']}, {t['where']})")
+        click.echo(f"  {t['share']:6.1%}  " + console.term_text(f"{t['function']}  ({t['dso']}, {t['where']})", markup=False))
 
 
 @probe.command("cachemiss", context_settings={"ignore_unknown_options": True})
@@ -937,9 +937,10 @@ def report(ctx, out_dir, profile_ref, no_bench, with_proxy, from_files):
     paths, doc = build.write_report(ctx.obj, profile_ref, out_dir, benches=not no_bench and not saved,
                                     with_proxy=with_proxy and not (saved and "proxy" in saved), saved=saved)
     for item in doc["data"]["summary"][:5]:
-        click.echo(f"{item['rank']}. {item['what']}\n   why: {item['why']}\n   do:  {item['command']}")
+        what, why, do = (console.term_text(item[k], markup=False) for k in ("what", "why", "command"))
+        click.echo(f"{item['rank']}. {what}\n   why: {why}\n   do:  {do}")
     for row in doc["data"]["sections"]["seeds"]["rows"]:
-        click.echo(f"seed: {row['seed']}: {row['verdict']} ({row['reason']})")
+        click.echo(console.term_text(f"seed: {row['seed']}: {row['verdict']} ({row['reason']})", markup=False))
     for p in paths:
         click.echo(f"wrote {p}")
 

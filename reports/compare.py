@@ -100,14 +100,14 @@ def compare(docs: list[dict], names: list[str]) -> dict:
 
 
 def render_markdown(c: dict) -> str:
-    from .markdown import table
-    lines = ["# proxytune compare\n"] + [f"- #{i + 1}: `{n}`" for i, n in enumerate(c["names"])] + [""]
+    from .markdown import md_text, table
+    lines = ["# proxytune compare\n"] + [f"- #{i + 1}: {md_text(n)}" for i, n in enumerate(c["names"])] + [""]
     return "\n".join(lines + [table(t, "##") for t in c["tables"]])
 
 
 def render_html(c: dict) -> str:
-    from .html import CSS, _e, table
-    body = ["<h1>proxytune compare</h1>", "<ul>" + "".join(f"<li>#{i + 1}: <code>{_e(n)}</code></li>"
+    from .html import CSS, html_text, table
+    body = ["<h1>proxytune compare</h1>", "<ul>" + "".join(f"<li>#{i + 1}: <code>{html_text(n)}</code></li>"
                                                               for i, n in enumerate(c["names"])) + "</ul>"]
     body += [table(t, "h2") for t in c["tables"]]
     return ("<!doctype html><html lang=en><head><meta charset=utf-8><title>proxytune compare</title>"
