@@ -24,6 +24,7 @@ import urllib.request
 from pathlib import Path
 
 from proxytune.core import procfs
+from proxytune.core.numbers import is_uint, uint
 
 MAX_CONFIG_BYTES = 1 << 20
 STATS_TIMEOUT = 3.0
@@ -144,7 +145,7 @@ class HAProxy(Proxy):
         info = dict(l.split(": ", 1) for l in data.decode(errors="replace").splitlines() if ": " in l)
         keep = ("Maxconn", "Hard_maxconn", "CurrConns", "CumConns", "MaxSock", "Ulimit-n", "ConnRate", "Idle_pct")
         return {"available": True, "source": f"show info on {path}",
-                **{k: int(info[k]) for k in keep if info.get(k, "").isdigit()}}
+                **{k: uint(info[k]) for k in keep if is_uint(info.get(k))}}
 
 
 class Varnish(Proxy):
@@ -158,7 +159,7 @@ class Varnish(Proxy):
         params = {}
         for p in option(self.argv, "-p"):
             k, _, v = p.partition("=")
-            if k in self.DEFAULTS and v.isdigit():
+            if k in self.DEFAULTS and is_uint(v):
                 params[k] = {"value": v, "line": None, "where": "varnishd command line (-p)"}
         for k, v in self.DEFAULTS.items():
             params.setdefault(k, {"value": str(v), "line": None, "where": "varnishd default"})

@@ -9,6 +9,8 @@ so it is testable on recorded evidence. An unknown proxy keeps the
 generic advice unchanged.
 """
 
+from proxytune.core.numbers import uint
+
 from .findings import Finding
 
 # the proxy's connection count within this share of its cap counts as "at the cap"
@@ -45,7 +47,7 @@ def haproxy_maxconn(ev: dict, generic: dict) -> Finding | None:
     d, conf = p["directives"], p.get("config")
     cur, cap = _peak(p, "CurrConns"), _peak(p, "Maxconn")
     if cap is None:                       # no stats socket: the configured maxconn against the fds it holds
-        cap = int(d["maxconn"]["value"]) if d.get("maxconn", {}).get("value", "").isdigit() else None
+        cap = uint(d.get("maxconn", {}).get("value"))
         cur = max((pr.get("fds_open") or 0 for pr in ev["procs"].values()), default=0) // 2 if cap else None
     if not cap or cur is None or cur < AT_CAP * cap:
         return None
@@ -88,7 +90,7 @@ def varnish_threads(ev: dict, generic: dict) -> Finding | None:
 def nginx_worker_connections(ev: dict, generic: dict) -> Finding | None:
     p = ev["proxy"]
     d, conf = p["directives"], p.get("config")
-    wc = int(d["worker_connections"]["value"]) if d.get("worker_connections", {}).get("value", "").isdigit() else 512
+    wc = uint(d.get("worker_connections", {}).get("value")) or 512
     said = _delta(p, "not_enough_messages") or 0
     workers = [pr for pr in ev["procs"].values() if pr.get("fds_open")]
     peak = max((pr["fds_open"] for pr in workers), default=0)
@@ -109,7 +111,7 @@ def ats_throttle(ev: dict, generic: dict) -> Finding | None:
     p = ev["proxy"]
     d, conf = p["directives"], p.get("config")
     name = "proxy.config.net.connections_throttle"
-    cap = int(d[name]["value"]) if d.get(name, {}).get("value", "").isdigit() else None
+    cap = uint(d.get(name, {}).get("value"))
     # the throttle counts client and origin connections; ATS's own gauge can read 0 under load
     counted = [v for v in (_peak(p, "connections_currently_open"), (ev.get("connections") or {}).get("total"))
                if v is not None]

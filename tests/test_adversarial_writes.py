@@ -394,6 +394,19 @@ def test_unicode_digits_in_proxy_config_are_not_numbers(value):
     assert uint("300") == 300 and uint(" 3") is None and uint("") is None and uint(None) is None
 
 
+@pytest.mark.parametrize("value", ["³", "١٠", "1²"])
+def test_proxy_caps_with_unicode_digits_are_not_read_as_numbers(value):
+    """A config value `maxconn ³` crashed the doctor (isdigit, then int); now it is not a cap at all,
+    and nginx's worker_connections falls back to its default 512."""
+    from proxytune.probes import proxies_findings as pf
+    ev = {"proxy": {"directives": {"maxconn": {"value": value}, "worker_connections": {"value": value},
+                                   "proxy.config.net.connections_throttle": {"value": value}}, "config": "/c"},
+          "procs": {"1": {"fds_open": 600}}, "listeners": []}
+    assert pf.haproxy_maxconn(ev, {}) is None
+    found = pf.nginx_worker_connections(ev, {})
+    assert found is not None and found.evidence["worker_connections"] == 512
+
+
 # ------------------------------------------------------------ Low: renderers on odd but schema-valid results
 
 def odd_fdscan(kind: str) -> dict:
@@ -404,8 +417,11 @@ def odd_fdscan(kind: str) -> dict:
     elif kind == "nan":
         for p in d["data"]["points"]:
             p["ns_per_call"]["median"] = math.nan
-    elif kind == "missing":
-        del d["data"]["variants"]
+    elif kind == "missing":         # fields the schema leaves optional
+        for k in ("variants", "miss_ratio_1_over_3", "fastest_at_largest_n", "cachegrind_geometry"):
+            d["data"].pop(k, None)
+        d["data"]["misses"] = [{}]
+    elif kind == "missing-required":
         for p in d["data"]["points"]:
             del p["ns_per_call"]["iqr_rel"]
     elif kind == "huge":
@@ -413,8 +429,10 @@ def odd_fdscan(kind: str) -> dict:
     return d
 
 
-@pytest.mark.parametrize("kind", ["zero", "nan", "missing", "huge"])
+@pytest.mark.parametrize("kind", ["zero", "nan", "missing", "missing-required", "huge"])
 def test_compare_and_report_survive_odd_results(kind, tmp_path):
+    """Schema-valid results with zero or NaN medians, no optional fields, or 20,000 points are rendered
+    (n/a where a part cannot be); one that is not schema-valid is one clear line."""
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(odd_fdscan(kind)))
     shutil.copy(RESULTS / "events-full.json", b)
@@ -424,6 +442,10 @@ def test_compare_and_report_survive_odd_results(kind, tmp_path):
         assert len(r.stderr.strip().splitlines()) <= 2
     r = proxytune("report", "--no-bench", "--from", str(a), "-o", str(tmp_path / "r"))
     assert r.returncode in (0, 1, 2) and "internal error" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    if kind == "missing-required":
+        assert r.returncode == 2 and "not a proxytune result: 'iqr_rel' is a required property" in r.stderr
+    else:
+        assert r.returncode in (0, 1) and (tmp_path / "r" / "report.md").exists(), r.stderr
 
 
 # ------------------------------------------------------------ helpers
