@@ -5,7 +5,7 @@ appears when at least one file has it, with '-' where a file has not."""
 
 from pathlib import Path
 
-from proxytune.core.sections import Table
+from proxytune.core.sections import RENDER_ERRORS, Table, unrenderable
 
 
 def sections_of(doc: dict) -> dict:
@@ -87,6 +87,14 @@ EXTRACT = {"audit": ("Host audit", _audit), "events": ("Event mechanisms: ns per
            "proxy": ("Proxies under load", _proxy), "doctor": ("doctor findings", _doctor)}
 
 
+def _extract(fn, part: dict) -> dict:
+    """One file's rows of a section; a result that fits the schema but not these rows is n/a, with why."""
+    try:
+        return fn(part)
+    except RENDER_ERRORS as e:
+        return {"n/a": unrenderable(e)}
+
+
 def compare(docs: list[dict], names: list[str]) -> dict:
     """A compare document: host columns, then one grid per section kind any file has."""
     per = [sections_of(d) for d in docs]
@@ -95,7 +103,7 @@ def compare(docs: list[dict], names: list[str]) -> dict:
     out = [_grid("Hosts and files", hosts, str)]
     for kind, (title, fn) in EXTRACT.items():
         if any(kind in p for p in per):
-            out.append(_grid(title, [fn(p[kind]) if kind in p else {} for p in per], str))
+            out.append(_grid(title, [_extract(fn, p[kind]) if kind in p else {} for p in per], str))
     return {"tables": [t for t in out if t], "names": names}
 
 
