@@ -448,6 +448,43 @@ def test_compare_and_report_survive_odd_results(kind, tmp_path):
         assert r.returncode in (0, 1) and (tmp_path / "r" / "report.md").exists(), r.stderr
 
 
+# ------------------------------------------------------------ Low: fdscan never records a failed harness's misses
+
+def failing_harness(tmp_path: Path) -> Path:
+    """A stand-in for the fdscan harness that fails at once (as a broken build or a refused --n would)."""
+    exe = tmp_path / "fdscan-broken"
+    exe.write_text("#!/bin/sh\necho 'fdscan: cannot allocate' >&2\nexit 3\n")
+    exe.chmod(0o755)
+    return exe
+
+
+@pytest.mark.skipif(not shutil.which("valgrind"), reason="needs valgrind")
+def test_cachegrind_over_a_failed_harness_is_an_error_not_zero_misses(tmp_path):
+    """cachegrind still prints D1 misses (the shell's) when the program fails: twice the same count,
+    so 0.0 misses per call. Variant 1: the counter itself; variant 2: a whole run records no miss."""
+    from proxytune.microbench import fdscan
+    from proxytune.microbench.runner import HarnessError
+    exe = failing_harness(tmp_path)
+    with pytest.raises(HarnessError, match="exit 3"):
+        fdscan.misses_per_call(exe, 1, 100, "cachegrind")
+
+
+@pytest.mark.parametrize("source", ["cachegrind", "perf"])
+def test_a_run_with_a_failed_harness_records_no_misses(source, tmp_path, monkeypatch):
+    from proxytune.core.capability import Capability
+    from proxytune.microbench import fdscan
+    if not shutil.which({"cachegrind": "valgrind", "perf": "perf"}[source]):
+        pytest.skip(f"needs {source}")
+    exe = failing_harness(tmp_path)
+    monkeypatch.setattr(fdscan, "build", lambda name: exe)
+    monkeypatch.setattr(fdscan, "perf_counts", lambda event: Capability(source == "perf", "test"))
+    monkeypatch.setitem(fdscan.QUICK, "ns", [100])
+    r = fdscan.run(quick=True, quiet=True)
+    assert r["misses"] == [] and r["points"] == []
+    assert {p["mode"] for p in r["unavailable_points"]} == {"time", "misses"}
+    assert all("exit 3" in p["reason"] or "failed" in p["reason"] for p in r["unavailable_points"]), r
+
+
 # ------------------------------------------------------------ helpers
 
 def host_entry(name: str) -> dict:
