@@ -485,6 +485,30 @@ def test_a_run_with_a_failed_harness_records_no_misses(source, tmp_path, monkeyp
     assert all("exit 3" in p["reason"] or "failed" in p["reason"] for p in r["unavailable_points"]), r
 
 
+# ------------------------------------------------------------ Low: root running a checkout another user owns
+
+from test_launcher import checkout  # noqa: E402,F401  (the launcher in a temp checkout, its fakes on PATH)
+
+
+def test_root_running_a_checkout_nobody_owns_is_warned(checkout, tmp_path):
+    """Variant 1: the checkout is nobody's; variant 2: a parent is root's but 0777 (not sticky);
+    and a root-owned checkout says nothing. The command still runs (the operator may mean it)."""
+    top = tmp_path / "checkout"
+    r, _, python = checkout("profiles", "list")
+    assert "warning: root is running" not in r.stderr and python
+    os.chown(top, pwd.getpwnam("nobody").pw_uid, -1)
+    r, _, python = checkout("profiles", "list")
+    warned = [line for line in r.stderr.splitlines() if "warning: root is running a checkout" in line]
+    assert len(warned) == 1 and f"uid {pwd.getpwnam('nobody').pw_uid}" in warned[0] and python
+    os.chown(top, 0, -1)
+    tmp_path.chmod(0o777)
+    r, _, python = checkout("profiles", "list")
+    assert f"{tmp_path} is writable by others" in r.stderr and python
+    tmp_path.chmod(0o1777)
+    r, _, _ = checkout("profiles", "list")
+    assert "warning: root is running" not in r.stderr
+
+
 # ------------------------------------------------------------ helpers
 
 def host_entry(name: str) -> dict:
