@@ -509,6 +509,24 @@ def test_root_running_a_checkout_nobody_owns_is_warned(checkout, tmp_path):
     assert "warning: root is running" not in r.stderr
 
 
+# ------------------------------------------------------------ Low: fault injection is the test suite's only
+
+@pytest.mark.parametrize("how", ["bug", "int"])
+def test_fault_injection_is_ignored_outside_a_checkout_with_its_tests(how, monkeypatch, tmp_path):
+    """PROXYTUNE_FAULT_AFTER_STEP in root's environment must not stop an installed apply half-way:
+    with the code where no test suite is (the .deb and the wheel ship none) it is ignored; in this
+    checkout the crash-safety tests still get their fault."""
+    from proxytune.tune import apply as apply_mod
+    monkeypatch.setenv(apply_mod.FAULT_ENV, f"3:{how}")
+    monkeypatch.setattr(apply_mod, "PACKAGE_ROOT", tmp_path)        # an installed layout: no tests/
+    apply_mod._fault_point(3)                                          # nothing happens
+    monkeypatch.setattr(apply_mod, "PACKAGE_ROOT", REPO)
+    if how == "bug":
+        with pytest.raises(apply_mod.InjectedBug):
+            apply_mod._fault_point(3)
+    apply_mod._fault_point(2)                                          # another step: nothing
+
+
 # ------------------------------------------------------------ helpers
 
 def host_entry(name: str) -> dict:

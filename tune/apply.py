@@ -9,7 +9,9 @@ from a later change. apply and rollback hold the state dir's lock.
 PROXYTUNE_FAULT_AFTER_STEP=N[:HOW] injects a fault after step N (0 = right
 after the journal is first written), for the crash-safety tests: HOW is
 kill (default, SIGKILL), stop (SIGSTOP, to hold the lock while a test acts),
-int / term (Ctrl-C / SIGTERM), or bug (an unexpected exception).
+int / term (Ctrl-C / SIGTERM), or bug (an unexpected exception). It is
+honoured only in a checkout that carries its test suite: the .deb and the
+wheel ship no tests/, so no environment stops an installed apply half-way.
 """
 
 import json
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from . import backends, files, journal, lock
 from proxytune.core.errors import Interrupted, NotApplicable, ProxytuneError
+from .datafiles import PACKAGE_ROOT
 from .files import FileState
 from .host import Host
 from .model import Plan
@@ -301,6 +304,8 @@ class InjectedBug(RuntimeError):
 
 
 def _fault_point(n: int) -> None:
+    if not (PACKAGE_ROOT / "tests" / "conftest.py").is_file():
+        return          # not the test suite's checkout: an installed proxytune has no faults to inject
     spec = os.environ.get(FAULT_ENV, "")
     at, _, how = spec.partition(":")
     if at != str(n):
