@@ -238,6 +238,21 @@ def test_build_cache_in_a_sticky_dir_is_ours_and_private(arena, monkeypatch):
 
 
 @needs_root
+def test_build_cache_through_a_link_is_vetted_where_it_points(arena, monkeypatch):
+    """A link root made (like a symlinked ~/.cache) is taken where it points, which is vetted; a link
+    nobody planted to their own directory is refused for what it points to."""
+    from proxytune.tune.datafiles import cache_dir
+    (arena / "mine").mkdir(mode=0o700)
+    (arena / "link").symlink_to(arena / "mine")
+    monkeypatch.setenv("PROXYTUNE_CACHE_DIR", str(arena / "link" / "cache"))
+    assert cache_dir() == arena / "mine" / "cache"
+    as_nobody("mkdir theirs && ln -s theirs planted", arena / "home")
+    monkeypatch.setenv("PROXYTUNE_CACHE_DIR", str(arena / "home" / "planted"))
+    with pytest.raises(ProxytuneError, match="owned by"):
+        cache_dir()
+
+
+@needs_root
 def test_a_harness_binary_someone_else_owns_is_never_run(tmp_path, monkeypatch):
     """A cached binary that is not ours (planted when the cache was open) is rebuilt, not returned."""
     from proxytune.microbench import build

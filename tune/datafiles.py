@@ -52,7 +52,8 @@ def cache_dir() -> Path:
     if not path.is_absolute():
         raise ProxytuneError(f"cache directory must be an absolute path, not {str(path)!r}")
     try:
-        return files.private_dir(path)      # root runs what is built there: no one else may swap it
+        # a link is taken where it points now (~/.cache may be one): every component of that is vetted
+        return files.private_dir(Path(os.path.realpath(path)))     # root runs what is built there
     except ProxytuneError as e:
         raise ProxytuneError(f"build cache: {e.message}",
                              "remove it, or set PROXYTUNE_CACHE_DIR to a private directory") from None
