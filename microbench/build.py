@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from proxytune.core.errors import ProxytuneError
 from proxytune.tune.datafiles import cache_dir, shipped
 
 from .runner import HarnessError
@@ -68,7 +69,10 @@ def build(name: str) -> Path:
     flags = cflags()
     key.update(" ".join([cc] + flags + extra + libs).encode())
     key.update(subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.encode())
-    build_dir = cache_dir()
+    try:
+        build_dir = cache_dir()
+    except ProxytuneError as e:        # a refused cache: the bench is unavailable, its JSON still written
+        raise HarnessError(e.message, e.hint) from None
     out = build_dir / f"{name}-{key.hexdigest()[:12]}"
     if _ours(out):
         return out

@@ -117,7 +117,8 @@ def private_dir(path: Path) -> Path:
                 raise ProxytuneError(f"refusing directory {path}: owned by uid {st.st_uid}, not by us",
                                      "remove it, or choose a directory of ours")
             _refuse_foreign_dir(dfd, path, sticky_ok=False)
-            os.fchmod(dfd, PRIVATE_DIR_MODE)
+            if stat.S_IMODE(st.st_mode) != PRIVATE_DIR_MODE:     # (a read-only one that is 0700 stays usable)
+                os.fchmod(dfd, PRIVATE_DIR_MODE)
     except ProxytuneError:
         raise
     except OSError as e:
