@@ -116,6 +116,8 @@ def write_doc(doc: dict, out_dir: Path) -> list[Path]:
 def write_files(out_dir: Path, texts: dict[str, str | bytes]) -> list[Path]:
     """name -> content, written into out_dir with files.write_output (no link followed, atomic)."""
     from proxytune.tune import files
+    for name in texts:
+        files.check_output(out_dir / name)
     for name, data in texts.items():
         files.write_output(out_dir / name, data)
     return [out_dir / name for name in texts]

@@ -116,6 +116,10 @@ def test_report_fleet_refuses_planted_links(arena):
     (out / "fleet.md").symlink_to(arena / "vault" / "fleet.md")
     line = refused(proxytune("report", "fleet", str(fleet), "-o", str(out)))
     assert "symlink" in line and "fleet.md" in line and (out / "fleet.md").is_symlink()
+    (out / "fleet.md").unlink()
+    (out / "fleet.html").symlink_to(arena / "vault" / "secret")      # the second file: the first is not written
+    line = refused(proxytune("report", "fleet", str(fleet), "-o", str(out)))
+    assert "fleet.html" in line and not (out / "fleet.md").exists()
     as_nobody("ln -s ../vault fleetdir", arena / "home")
     line = refused(proxytune("report", "fleet", str(fleet), "-o", str(arena / "home" / "fleetdir")))
     assert "symlink" in line

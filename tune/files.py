@@ -100,6 +100,22 @@ def write_output(path: Path, data: str | bytes, mode: int = NEW_FILE_MODE) -> Pa
     return path
 
 
+def check_output(path: Path) -> None:
+    """write_output's refusals without writing: checked for every file of a report before the first
+    is written, so a refusal leaves nothing half-done. A missing directory is fine (it will be ours)."""
+    path = Path(os.path.abspath(path))
+    try:
+        with _parent(path, Path("/"), create=False) as (dfd, name, _):
+            _refuse_foreign_dir(dfd, path.parent, sticky_ok=True)
+            _refuse_non_file(dfd, name, path)
+    except FileNotFoundError:
+        return
+    except ProxytuneError:
+        raise
+    except OSError as e:
+        raise _refusal(path, e)
+
+
 def private_dir(path: Path) -> Path:
     """A directory only we can change (a build cache, a state or work directory), made
     PRIVATE_DIR_MODE with its missing parents: every component is walked without following a
