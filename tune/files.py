@@ -273,11 +273,12 @@ def _refuse_foreign_dir(dfd: int, where: Path, sticky_ok: bool) -> None:
     st = os.fstat(dfd)
     if st.st_uid not in (0, os.geteuid()):
         raise ProxytuneError(f"refusing to use {where}: it is owned by uid {st.st_uid}, not by root or us",
-                             "choose a directory of ours (-o DIR); nothing was written")
+                             "use a directory of ours (for a report or result: -o DIR); nothing was written")
     open_to_others = st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getegid())
     if open_to_others and not (sticky_ok and st.st_mode & stat.S_ISVTX):
         raise ProxytuneError(f"refusing to use {where}: it is writable by others",
-                             "choose a directory only we can write (-o DIR); nothing was written")
+                             "use a directory only we can write (for a report or result: -o DIR); "
+                             "nothing was written")
 
 
 def _replace_in(dfd: int, name: str, path: Path, data: str | bytes, like: FileState | None, mode: int) -> None:
