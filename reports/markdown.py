@@ -14,10 +14,11 @@ MD_PUNCTUATION = re.compile(r"([\\`*\[\]!|])")
 
 
 def md_text(v) -> str:
-    """THE way text reaches Markdown: one line; no raw HTML, entity or autolink (& < > as entities);
+    """THE way text reaches Markdown: one line; no raw HTML, entity or autolink (& and < as entities;
+    a '>' alone opens nothing, and '>= 8192' stays readable);
     no link, image, code span or table cell break (their punctuation backslash-escaped).
     Hostnames, file names and saved results are input; a viewer must show them as written."""
-    text = one_line(v).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = one_line(v).replace("&", "&amp;").replace("<", "&lt;")
     return MD_PUNCTUATION.sub(r"\\\1", text)
 
 
