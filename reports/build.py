@@ -125,6 +125,9 @@ def write_files(out_dir: Path, texts: dict[str, str | bytes]) -> list[Path]:
 
 def write_report(host: Host, profile_ref: str, out_dir: Path, benches: bool = True, quiet: bool = False,
                  with_proxy: bool = False, saved: dict | None = None) -> tuple[list[Path], dict]:
+    from proxytune.tune import files
+    for name in ("report.json", "report.md", "report.html"):     # refused now, not after the benches ran
+        files.check_output(out_dir / name)
     done, skipped = collect(host, profile_ref, benches, quiet, with_proxy, saved)
     if "audit" not in done:
         raise ProxytuneError(f"the host audit failed: {skipped['audit']}")

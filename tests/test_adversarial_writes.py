@@ -145,6 +145,23 @@ def test_report_written_into_a_planted_dir_or_through_a_planted_link_is_refused(
 
 
 @needs_root
+def test_report_is_refused_before_it_runs_anything(arena, monkeypatch, sandbox):
+    """`report` in nobody's directory with their proxytune-report/ planted: refused before the audit
+    and the benches start (not after minutes of benches); the CLI says it in one line."""
+    from proxytune.reports import build
+    home = arena / "home"
+    as_nobody("mkdir proxytune-report", home)
+    monkeypatch.chdir(home)
+    ran = []
+    monkeypatch.setattr(build, "collect", lambda *a, **k: ran.append(a) or ({}, {}))
+    with pytest.raises(ProxytuneError, match="proxytune-report: it is owned by uid"):
+        build.write_report(sandbox, "linux/proxy", Path("proxytune-report"))
+    assert ran == []
+    line = refused(proxytune("report", "--no-bench", cwd=home))
+    assert "proxytune-report: it is owned by uid" in line
+
+
+@needs_root
 def test_bench_result_and_export_refuse_planted_links(arena, monkeypatch, sandbox):
     """finish_bench's default proxytune-results/ and `tune export -o`: variant 1 the results dir is a
     link nobody planted; variant 2 -o is a link nobody planted in their own directory."""
