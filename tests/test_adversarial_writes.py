@@ -242,8 +242,8 @@ def test_build_cache_under_a_dir_others_own_or_can_write_is_refused(arena, monke
 
 @needs_root
 def test_build_cache_in_a_sticky_dir_is_ours_and_private(arena, monkeypatch):
-    """In a sticky world-writable parent the cache dir must be ours and 0700: a 0755 one of ours is
-    tightened, a 0777 one of ours is refused."""
+    """In a sticky world-writable parent the cache dir must be ours and 0700 (made so when we make it):
+    a 0755 one of ours there is refused, as is a 0777 one."""
     from proxytune.tune.datafiles import cache_dir
     (arena / "open").mkdir()
     (arena / "open").chmod(0o1777)
@@ -251,11 +251,26 @@ def test_build_cache_in_a_sticky_dir_is_ours_and_private(arena, monkeypatch):
     assert cache_dir() == arena / "open" / "cache"
     assert stat.S_IMODE((arena / "open" / "cache").stat().st_mode) == 0o700
     (arena / "open" / "cache").chmod(0o755)
-    cache_dir()
-    assert stat.S_IMODE((arena / "open" / "cache").stat().st_mode) == 0o700
+    with pytest.raises(ProxytuneError, match="must be 0700, not 0755"):
+        cache_dir()
     (arena / "open" / "cache").chmod(0o777)
     with pytest.raises(ProxytuneError, match="writable by others"):
         cache_dir()
+
+
+@needs_root
+@pytest.mark.skipif(any(p.stat().st_mode & stat.S_ISVTX for p in REPO.parents), reason="the checkout is in a sticky dir")
+def test_an_existing_cache_dir_is_never_chmodded(monkeypatch):
+    """Outside a sticky directory an existing 0755 cache dir of ours is used as it is: a cache_dir()
+    that tightened it would make / 0700 with PROXYTUNE_CACHE_DIR=/."""
+    from proxytune.tune.datafiles import cache_dir
+    shared = Path(tempfile.mkdtemp(prefix=".test-cache-", dir=REPO))     # no sticky dir above it
+    try:
+        shared.chmod(0o755)
+        monkeypatch.setenv("PROXYTUNE_CACHE_DIR", str(shared))
+        assert cache_dir() == shared and stat.S_IMODE(shared.stat().st_mode) == 0o755
+    finally:
+        shared.rmdir()
 
 
 @needs_root

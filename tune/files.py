@@ -120,21 +120,27 @@ def private_dir(path: Path) -> Path:
     """A directory only we can change (a build cache, a state or work directory), made
     PRIVATE_DIR_MODE with its missing parents: every component is walked without following a
     symlink and must be owned by root or us and not writable by others (a sticky one like /tmp
-    allowed); the directory itself must be ours and is kept 0700. One clear refusal otherwise."""
+    allowed, and then the directory itself must be 0700). The directory must be ours; an existing
+    one keeps its mode (never a chmod of a directory we did not make). One clear refusal otherwise."""
     path = Path(path)
     if not path.is_absolute():
         raise ProxytuneError(f"refusing directory {path}: not an absolute path")
+    sticky = []
+
+    def vet(fd: int, where: Path) -> None:
+        _refuse_foreign_dir(fd, where, sticky_ok=True)
+        sticky.append(where != path and bool(os.fstat(fd).st_mode & 0o002))
     try:
         # the walk ends at path's own fd: "_" stands for a name inside it, never made
-        with _parent(path / "_", Path("/"), create=True, dir_mode=PRIVATE_DIR_MODE,
-                     vet=lambda fd, where: _refuse_foreign_dir(fd, where, sticky_ok=True)) as (dfd, _, _):
+        with _parent(path / "_", Path("/"), create=True, dir_mode=PRIVATE_DIR_MODE, vet=vet) as (dfd, _, _):
             st = os.fstat(dfd)
             if st.st_uid != os.geteuid():
                 raise ProxytuneError(f"refusing directory {path}: owned by uid {st.st_uid}, not by us",
                                      "remove it, or choose a directory of ours")
             _refuse_foreign_dir(dfd, path, sticky_ok=False)
-            if stat.S_IMODE(st.st_mode) != PRIVATE_DIR_MODE:     # (a read-only one that is 0700 stays usable)
-                os.fchmod(dfd, PRIVATE_DIR_MODE)
+            if any(sticky) and stat.S_IMODE(st.st_mode) & 0o077:
+                raise ProxytuneError(f"refusing directory {path}: in a directory anyone can write, it must be "
+                                     f"0700, not {stat.S_IMODE(st.st_mode):04o}", f"chmod 700 {path}")
     except ProxytuneError:
         raise
     except OSError as e:
