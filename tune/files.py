@@ -88,7 +88,7 @@ def write_output(path: Path, data: str | bytes, mode: int = NEW_FILE_MODE) -> Pa
     which another user may own): no symlink followed on the way, written atomically, into a
     directory that is ours (made PRIVATE_DIR_MODE when we make it) and that no one else can write
     (a sticky one like /tmp aside: no one can rename our file there). Returns the path written."""
-    path = Path(os.path.abspath(path))       # getcwd() has no symlinks; '..' is then taken as written
+    path = _absolute(path)
     try:
         with _parent(path, Path("/"), create=True, dir_mode=PRIVATE_DIR_MODE) as (dfd, name, _):
             _refuse_foreign_dir(dfd, path.parent, sticky_ok=True)
@@ -103,7 +103,7 @@ def write_output(path: Path, data: str | bytes, mode: int = NEW_FILE_MODE) -> Pa
 def check_output(path: Path) -> None:
     """write_output's refusals without writing: checked for every file of a report before the first
     is written, so a refusal leaves nothing half-done. A missing directory is fine (it will be ours)."""
-    path = Path(os.path.abspath(path))
+    path = _absolute(path)
     try:
         with _parent(path, Path("/"), create=False) as (dfd, name, _):
             _refuse_foreign_dir(dfd, path.parent, sticky_ok=True)
@@ -202,6 +202,15 @@ def atomic_write(path: Path, text: str, mode: int = NEW_FILE_MODE) -> list[str]:
 
 
 # -- internals -----------------------------------------------------------------------------
+
+def _absolute(path: Path) -> Path:
+    """A path the user named, made absolute: getcwd() has no symlinks, and '..' is taken as written."""
+    try:
+        return Path(os.path.abspath(path))
+    except FileNotFoundError:
+        raise ProxytuneError(f"cannot write {path}: the working directory is gone", "cd to a directory, or give -o "
+                             "an absolute path") from None
+
 
 @contextmanager
 def _parent(path: Path, root: Path, create: bool, dir_mode: int = NEW_DIR_MODE, vet=None):
