@@ -726,7 +726,8 @@ def probe_hotspots(pid, comm, duration, as_json):
     click.echo(f"{r['samples']} samples of pids {pids} at {r['hz']} Hz; split: "
                + ", ".join(f"{k} {v:.0%}" for k, v in r["split"].items()))
     for t in r["top"]:
-        click.echo(f"  {t['share']:6.1%}  " + console.term_text(f"{t['function']}  ({t['dso']}, {t['where']})", markup=False))
+        where = console.term_text(f"{t['function']}  ({t['dso']}, {t['where']})", markup=False)
+        click.echo(f"  {t['share']:6.1%}  {where}")
 
 
 @probe.command("cachemiss", context_settings={"ignore_unknown_options": True})

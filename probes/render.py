@@ -44,7 +44,8 @@ def doctor_report(r: dict) -> None:
     if ev.get("proxy"):
         px = ev["proxy"]
         st = px.get("stats_after") or {}
-        out.print(f"proxy: {term_text(px['kind'])} ({term_text(px['exe'])}), config {term_text(str(px['config']))}; statistics: "
+        out.print(f"proxy: {term_text(px['kind'])} ({term_text(px['exe'])}), config {term_text(str(px['config']))}; "
+                  "statistics: "
                   + term_text(st.get("source") if st.get("available") else f"none ({st.get('reason')})"))
     for name, why in ev["skipped_scripts"].items():
         out.print(f"[dim]skipped {term_text(name)}: {term_text(why)}[/]")
@@ -53,7 +54,8 @@ def doctor_report(r: dict) -> None:
     if not r["findings"]:
         out.print("[green]no findings[/]: nothing in this window crossed a rule's threshold")
     for i, f in enumerate(r["findings"], 1):
-        out.print(f"\n{i}. [{SEV_STYLE[f['severity']]}]{f['severity']}[/] [bold]{term_text(f['id'])}[/]: {term_text(f['title'])}")
+        out.print(f"\n{i}. [{SEV_STYLE[f['severity']]}]{f['severity']}[/] [bold]{term_text(f['id'])}[/]: "
+                  + term_text(f["title"]))
         for k, v in f["evidence"].items():
             if v not in (None, {}, []):
                 out.print(f"     {term_text(k)}: {_short(v)}")

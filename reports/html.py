@@ -41,7 +41,8 @@ def table(t: Table, level: str = "h3") -> str:
         for i, c in enumerate(r):
             cls = {"n/a": "na", "not measurable here": "na"}.get(c, c) if i == t.status_col else ""
             label = f' data-label="{html_text(t.headers[i])}"' if cards and i < len(t.headers) else ""
-            cells.append(f'<td{label} class="{html_text(cls)}">{html_text(c)}</td>' if cls else f"<td{label}>{html_text(c)}</td>")
+            klass = f' class="{html_text(cls)}"' if cls else ""
+            cells.append(f"<td{label}{klass}>{html_text(c)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     return "\n".join(out) + "</table>"
 

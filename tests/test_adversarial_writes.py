@@ -259,7 +259,8 @@ def test_build_cache_in_a_sticky_dir_is_ours_and_private(arena, monkeypatch):
 
 
 @needs_root
-@pytest.mark.skipif(any(p.stat().st_mode & stat.S_ISVTX for p in REPO.parents), reason="the checkout is in a sticky dir")
+@pytest.mark.skipif(any(p.stat().st_mode & stat.S_ISVTX for p in REPO.parents),
+                    reason="the checkout is in a sticky directory")
 def test_an_existing_cache_dir_is_never_chmodded(monkeypatch):
     """Outside a sticky directory an existing 0755 cache dir of ours is used as it is: a cache_dir()
     that tightened it would make / 0700 with PROXYTUNE_CACHE_DIR=/."""
