@@ -25,7 +25,7 @@ if not __package__:
 import click
 
 from proxytune.tune import apply as apply_mod, audit as audit_mod, export as export_mod, journal, plan as plan_mod
-from proxytune.tune import profile as profile_mod, render
+from proxytune.tune import files as files_mod, profile as profile_mod, render
 from proxytune.core import console
 from proxytune.core.errors import ProxytuneError, one_line
 from proxytune.core.invocation import command, needs_root, require_root
@@ -431,7 +431,7 @@ def export(host, profile_ref, only, skip, service, user, cache_dirs, fmt, output
     text = export_mod.export(fmt, plan_mod.select(settings, only, skip), profile_ref, prof.os,
                              export_mod.Target(host, tuned_include))
     if output:
-        output.write_text(text)
+        files_mod.write_output(output, text)
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=False)
@@ -462,7 +462,7 @@ def run_fleet(action, opts: dict, body=None):
     from proxytune.tune import fleet as fleet_mod
     fl = fleet_mod.Fleet(opts["inventory"], opts["profile_ref"], tuple(opts["only"]), tuple(opts["skip"]),
                          opts["limit"], opts["forks"], opts.get("persist", False),
-                         progress=lambda line: click.echo(f"fleet: {line}", err=True))
+                         progress=lambda line: click.echo(f"fleet: {console.term_text(line, markup=False)}", err=True))
     try:
         data = (body or (lambda f: fleet_mod.run_simple(f, action)))(fl.prepare())
     finally:
@@ -585,8 +585,7 @@ def finish_bench(data: dict, name: str, output: Path | None, as_json: bool, show
     from proxytune.reports.tables import section_for
     doc = envelope("bench", data)
     path = output or Path("proxytune-results") / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1) + "\n")
+    files_mod.write_output(path, json.dumps(doc, indent=1) + "\n")
     if as_json:
         emit_json(doc)
     else:
@@ -898,7 +897,8 @@ def probe_hotspots(pid, comm, duration, as_json):
     click.echo(f"{r['samples']} samples of pids {pids} at {r['hz']} Hz; split: "
                + ", ".join(f"{k} {v:.0%}" for k, v in r["split"].items()))
     for t in r["top"]:
-        click.echo(f"  {t['share']:6.1%}  {t['function']}  ({t['dso']}, {t['where']})")
+        where = console.term_text(f"{t['function']}  ({t['dso']}, {t['where']})", markup=False)
+        click.echo(f"  {t['share']:6.1%}  {where}")
 
 
 @probe.command("cachemiss", context_settings={"ignore_unknown_options": True})
@@ -1131,9 +1131,10 @@ def report(ctx, out_dir, profile_ref, no_bench, with_proxy, from_files):
     paths, doc = build.write_report(ctx.obj, profile_ref, out_dir, benches=not no_bench and not saved,
                                     with_proxy=with_proxy and not (saved and "proxy" in saved), saved=saved)
     for item in doc["data"]["summary"][:5]:
-        click.echo(f"{item['rank']}. {item['what']}\n   why: {item['why']}\n   do:  {item['command']}")
+        what, why, do = (console.term_text(item[k], markup=False) for k in ("what", "why", "command"))
+        click.echo(f"{item['rank']}. {what}\n   why: {why}\n   do:  {do}")
     for row in doc["data"]["sections"]["seeds"]["rows"]:
-        click.echo(f"seed: {row['seed']}: {row['verdict']} ({row['reason']})")
+        click.echo(console.term_text(f"seed: {row['seed']}: {row['verdict']} ({row['reason']})", markup=False))
     for p in paths:
         click.echo(f"wrote {p}")
 

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .errors import CONTROL
+from .errors import CONTROL, one_line
 from .sections import Section
 from .sections import Table as SectionTable
 
@@ -23,6 +23,15 @@ FORMATS = ("table", "tsv")
 _format: str | None = None          # None: tsv when stdout is not a terminal
 # a run of what one_line() escapes (C0/C1 controls, line separators, bidi overrides) becomes one space
 CONTROL_RUN = re.compile(f"(?:{CONTROL.pattern})+")
+
+
+def term_text(text, markup: bool = True) -> str:
+    """THE way untrusted text (a comm, an exe path, a proxy's config value, a fleet host's answer,
+    a result file's string) reaches the terminal: control characters and so escape sequences
+    written as escapes (one_line), then, for rich (markup=True), markup escaped so `[/]` is shown
+    as written, never parsed. markup=False for click.echo."""
+    text = one_line(text)
+    return escape(text) if markup else text
 
 
 def set_format(fmt: str | None) -> None:
@@ -81,7 +90,7 @@ def print_rows(title: str, headers: list[str], rows: list[list]) -> None:
     for h in headers:
         t.add_column(h)
     for r in rows:
-        t.add_row(*(escape(str(c)) for c in r))
+        t.add_row(*(term_text(c) for c in r))
     console().print(t)
 
 
@@ -92,11 +101,11 @@ STATUS_STYLE = {"met": "green", "drift": "yellow", "n/a": "dim", "waived": "dim"
 def rich_table(table: SectionTable, cell=None) -> Table:
     """A Section's table as a rich Table: cells shown as written (or as `cell(text)` marks them up),
     its status column coloured."""
-    t = Table(title=escape(table.title), title_justify="left")
+    t = Table(title=term_text(table.title), title_justify="left")
     for h in table.headers:
-        t.add_column(escape(str(h)), overflow="fold")
+        t.add_column(term_text(h), overflow="fold")
     for r in table.rows:
-        cells = [(cell or escape)("-" if c is None else str(c)) for c in r]
+        cells = [(cell or term_text)("-" if c is None else str(c)) for c in r]
         if table.status_col is not None and r[table.status_col] in STATUS_STYLE:
             st = r[table.status_col]
             cells[table.status_col] = f"[{STATUS_STYLE[st]}]{st}[/]"
@@ -107,10 +116,10 @@ def rich_table(table: SectionTable, cell=None) -> Table:
 def print_section(section: Section, out: Console | None = None) -> None:
     """Title, intro, tables and notes; figures are named (they are in the report)."""
     out = out or console()
-    out.print(f"[bold]{escape(section.title)}[/]")
+    out.print(f"[bold]{term_text(section.title)}[/]")
     if section.intro:
-        out.print(f"[dim]{escape(section.intro)}[/]")
+        out.print(f"[dim]{term_text(section.intro)}[/]")
     for table in section.tables:
         out.print(rich_table(table))
     for note in section.notes:
-        out.print(f"note: {escape(note)}")
+        out.print(f"note: {term_text(note)}")

@@ -12,6 +12,8 @@ import resource
 from dataclasses import dataclass
 from pathlib import Path
 
+from .numbers import is_uint
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CAP_SYS_RESOURCE = 24
 RLIMITS = {
@@ -51,7 +53,7 @@ def read_stat(pid: int) -> ProcStat | None:
 
 
 def all_pids() -> list[int]:
-    return sorted(int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit())
+    return sorted(int(e.name) for e in Path("/proc").iterdir() if is_uint(e.name))
 
 
 def identity(pid: int) -> dict | None:

@@ -5,6 +5,15 @@ or written as Markdown and HTML (reports/)."""
 from dataclasses import dataclass, field
 from typing import Callable
 
+# what a renderer raises on a result that fits the schema but not what it reads (a missing optional
+# field, a zero or NaN median, a variant measured at some N only): the part is shown as n/a instead
+RENDER_ERRORS = (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError, AttributeError, OverflowError)
+
+
+def unrenderable(e: Exception) -> str:
+    """Why a part of a result could not be shown, in one line."""
+    return f"missing field {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+
 
 @dataclass
 class Table:
@@ -27,7 +36,11 @@ class Figure:
     def png(self) -> bytes | None:
         """The PNG, or None when there was nothing to plot."""
         if not self._drawn:
-            self._png, self._drawn = self.draw(), True
+            try:
+                self._png = self.draw()
+            except RENDER_ERRORS:      # a saved result's odd values (all zero: nothing to log-scale)
+                self._png = None
+            self._drawn = True
         return self._png
 
 

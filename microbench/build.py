@@ -1,6 +1,7 @@
 """Build the C harnesses with cc, cached: rebuilt only when a source, the
 flags or the compiler change. Binaries live in the user's cache directory
-(tune.datafiles.cache_dir), never next to installed code.
+(tune.datafiles.cache_dir: private, every parent vetted), never next to
+installed code; a cached binary that is not ours is rebuilt, never run.
 
 Warnings are errors only when PROXYTUNE_WERROR=1 (the tests set it): a
 newer compiler on a user's host must not break the benchmarks."""
@@ -8,11 +9,13 @@ newer compiler on a user's host must not break the benchmarks."""
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from proxytune.core.errors import ProxytuneError
 from proxytune.tune.datafiles import cache_dir, shipped
 
 from .runner import HarnessError
@@ -66,9 +69,12 @@ def build(name: str) -> Path:
     flags = cflags()
     key.update(" ".join([cc] + flags + extra + libs).encode())
     key.update(subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.encode())
-    build_dir = cache_dir()
+    try:
+        build_dir = cache_dir()
+    except ProxytuneError as e:        # a refused cache: the bench is unavailable, its JSON still written
+        raise HarnessError(e.message, e.hint) from None
     out = build_dir / f"{name}-{key.hexdigest()[:12]}"
-    if out.exists():
+    if _ours(out):
         return out
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=build_dir)
@@ -91,6 +97,19 @@ def build(name: str) -> Path:
             os.unlink(tmp)
     _remove_stale(build_dir, name, out)
     return out
+
+
+def _ours(binary: Path) -> bool:
+    """A cached build we made and no one else can change; anything else there is removed (and rebuilt):
+    root runs it."""
+    try:
+        st = os.lstat(binary)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022:
+        return True
+    binary.unlink()
+    return False
 
 
 def _remove_stale(build_dir: Path, name: str, keep: Path) -> None:

@@ -44,10 +44,17 @@ def _cachegrind_misses(exe, variant, n, calls) -> int:
 
 
 def _counter_run(cmd: list[str]) -> subprocess.CompletedProcess:
+    """valgrind or perf stat over the harness. Both still print counts when the harness fails (its
+    exit status is theirs): a failed run is an error, never a measurement (it gave 0.0 misses/call)."""
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
         raise HarnessError(f"{cmd[0]} over the fdscan harness did not finish in 600 s", " ".join(cmd)) from None
+    if p.returncode != 0:
+        said = [ln for ln in p.stderr.splitlines() if ln.strip() and not ln.startswith("==")]
+        raise HarnessError(f"the fdscan harness failed under {cmd[0]} (exit {p.returncode})"
+                           + (f": {said[0].strip()}" if said else ""), " ".join(cmd))
+    return p
 
 
 def _perf_misses(exe, variant, n, calls) -> int:

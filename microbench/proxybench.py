@@ -27,6 +27,7 @@ from pathlib import Path
 from proxytune.tune.datafiles import shipped
 from proxytune.core import procfs
 from proxytune.core.errors import ProxytuneError
+from proxytune.core.numbers import uint
 
 from . import polymix, proxycost, proxyruns, servers
 
@@ -176,7 +177,7 @@ def access_log(text: str) -> dict:
         n += 1
         code = f[3]
         codes[code] = codes.get(code, 0) + 1
-        size = int(f[4]) if f[4].isdigit() else 0
+        size = uint(f[4]) or 0
         bytes_all += size
         if any(h in code.split("/")[0] for h in HIT_CODES):
             hits += 1
@@ -338,7 +339,8 @@ def compare_profile(host, profile_ref: str, store: str | None = "ufs", quick: bo
     def service_limit(p) -> int:
         c = next((c for c in p.changes if c.setting.address == f"service:{service}:LimitNOFILE"), None)
         cur = c.current if c else None
-        return int(cur) if isinstance(cur, (int, str)) and str(cur).isdigit() else 1024
+        n = uint(str(cur)) if isinstance(cur, (int, str)) else None
+        return 1024 if n is None else n
 
     limit_before = service_limit(plan)
     load = (concurrency or (400 if quick else 600), idle if idle is not None else 1000)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from proxytune.core.errors import ProxytuneError
+from proxytune.core.numbers import is_uint
 
 MIB = 1 << 20
 SAMPLE_BLOCKS = 65          # 1 MiB each, evenly spaced between the first and last MiB; odd, so the midpoint is one
@@ -93,7 +94,7 @@ def openers(rdev: int) -> list[str]:
     """'PID (comm)' of every process with the device open (which of them holds O_EXCL is not visible)."""
     out = []
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+        if not is_uint(proc.name) or int(proc.name) == os.getpid():
             continue
         with contextlib.suppress(OSError):
             for fd in (proc / "fd").iterdir():

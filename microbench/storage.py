@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from proxytune.core.capability import perf_counts
+from proxytune.core.numbers import uint
 
 from . import devices, fio, rawdev, stats
 from .build import build
@@ -60,7 +61,7 @@ def _run_phase(exe, store, engine, phase, path, state, cap, requests, count: boo
     doc["command"] = " ".join(argv[1:])
     if count and doc.get("available"):
         line = next((l for l in p.stderr.splitlines() if "raw_syscalls:sys_enter" in l), "")
-        doc["syscalls"] = int(line.split(",")[0]) if line and line.split(",")[0].isdigit() else None
+        doc["syscalls"] = uint(line.split(",")[0])
         doc["syscalls_per_object"] = doc["syscalls"] / doc["requests"] if doc["syscalls"] else None
     return doc
 

@@ -20,6 +20,7 @@ from proxytune.microbench import servers, stats
 from proxytune.core.errors import ProxytuneError
 
 from proxytune.core import procfs, procgroup, rundir
+from proxytune.core.numbers import is_uint
 
 from . import bpftrace, doctor, hostnoise, pairstats, perf, proc, syscost, target
 
@@ -207,7 +208,7 @@ def _per_request(load: Load) -> dict:
         s1 = _switches(load.pids)
         _, err = procgroup.stop(stat)
     calls = next((int(l.split(",")[0]) for l in err.splitlines() if "raw_syscalls:sys_enter" in l
-                  and re.fullmatch(r"[0-9]+", l.split(",")[0], re.A)), None)
+                  and is_uint(l.split(",")[0])), None)
     n = w["requests"] or None
     return {"requests": w["requests"], "syscall": calls / n if calls and n else None,
             "context_switch": (s1 - s0) / n if n else None}

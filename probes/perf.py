@@ -13,6 +13,7 @@ from pathlib import Path
 from proxytune.core.errors import ProxytuneError
 
 from proxytune.core import procfs, procgroup, rundir
+from proxytune.core.numbers import DIGITS, is_uint, uint
 
 SAMPLE_HZ = 199
 STACK_BYTES = 8192      # user stack copied per sample for DWARF unwinding (Debian's squid/nginx have no frame pointers)
@@ -118,8 +119,8 @@ def hw_cache_misses(argv: list[str]) -> dict | None:
     vals = {}
     for line in p.stderr.splitlines():
         f = line.split(",")
-        if len(f) > 2 and re.fullmatch(r"[0-9]+", f[0].strip(), re.A):
-            vals[f[2]] = int(f[0])
+        if len(f) > 2 and is_uint(f[0].strip()):
+            vals[f[2]] = uint(f[0].strip())
     if "L1-dcache-load-misses" not in vals:
         return None
     return {"source": "hardware counters (perf stat)", "instructions": vals.get("instructions"),
@@ -159,7 +160,7 @@ def parse_cachegrind_out(text: str) -> tuple[dict, dict]:
         elif line.startswith("fn="):
             fn = line[3:]
             funcs.setdefault(fn, {})
-        elif fn is not None and re.fullmatch(r"[0-9]+(?:\s+[0-9]+)*\s*", line, re.A):
+        elif DIGITS.match(line) and fn is not None:
             nums = [int(x) for x in line.split()[1:]]
             acc = funcs[fn]
             for e, v in zip(events, nums):

@@ -22,6 +22,7 @@ import subprocess
 from pathlib import Path
 
 from proxytune.core import procfs
+from proxytune.core.numbers import is_uint, leading_uint as as_number, uint
 
 from . import sockets, targetread
 
@@ -51,15 +52,9 @@ def option(argv: list[str], *names: str) -> list[str]:
     return out
 
 
-def as_number(text: str | None) -> int | None:
-    """The leading ASCII digits of a value as an int (Unicode digits such as '³' are no number)."""
-    m = re.match(r"[0-9]+", text or "", re.A)
-    return int(m.group(0)) if m else None
-
-
 def as_numbers(d: dict, keep: tuple[str, ...]) -> dict:
     """The `keep` keys of d whose values are whole ASCII numbers, as ints."""
-    return {k: int(d[k]) for k in keep if re.fullmatch(r"[0-9]+", str(d.get(k, "")).strip(), re.A)}
+    return {k: n for k in keep if (n := uint(str(d.get(k, "")).strip())) is not None}
 
 
 def read_config(pid: int, path: str | None) -> targetread.Read:
@@ -164,7 +159,8 @@ class HAProxy(Proxy):
             return {"available": False, "reason": f"stats socket {path}: {e.strerror or e}"}
         info = dict(l.split(": ", 1) for l in data.decode(errors="replace").splitlines() if ": " in l)
         keep = ("Maxconn", "Hard_maxconn", "CurrConns", "CumConns", "MaxSock", "Ulimit-n", "ConnRate", "Idle_pct")
-        return {"available": True, "source": f"show info on {path}", **as_numbers(info, keep)}
+        return {"available": True, "source": f"show info on {path}",
+                **{k: uint(info[k]) for k in keep if is_uint(info.get(k))}}
 
 
 class Varnish(Proxy):
@@ -179,7 +175,7 @@ class Varnish(Proxy):
         params = {}
         for p in option(self.argv, "-p"):
             k, _, v = p.partition("=")
-            if k in self.DEFAULTS and re.fullmatch(r"[0-9]+", v, re.A):
+            if k in self.DEFAULTS and is_uint(v):
                 params[k] = {"value": v, "line": None, "where": "varnishd command line (-p)"}
         for k, v in self.DEFAULTS.items():
             params.setdefault(k, {"value": str(v), "line": None, "where": "varnishd default"})

@@ -9,8 +9,9 @@ so it is testable on recorded evidence. An unknown proxy keeps the
 generic advice unchanged.
 """
 
+from proxytune.core.numbers import leading_uint as as_number
+
 from .findings import Finding
-from .proxies import as_number
 
 # the proxy's connection count within this share of its cap counts as "at the cap"
 AT_CAP = 0.95

@@ -105,20 +105,29 @@ def saved_benches(paths: list[Path]) -> dict:
 
 
 def write_doc(doc: dict, out_dir: Path) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / "report.json", out_dir / "report.md", out_dir / "report.html"]
-    paths[0].write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    paths[1].write_text(markdown.render(doc))
-    paths[2].write_text(html.render(doc))
-    for s in sections(doc):
-        for f in s.drawn_figures():
-            (out_dir / f.name).write_bytes(f.png)
-            paths.append(out_dir / f.name)
-    return paths
+    """report.{json,md,html} and the figures, each written atomically through the safe file layer
+    (out_dir may be a relative default in a directory another user owns)."""
+    texts = {"report.json": json.dumps(doc, indent=1, default=str) + "\n", "report.md": markdown.render(doc),
+             "report.html": html.render(doc)}
+    texts.update({f.name: f.png for s in sections(doc) for f in s.drawn_figures()})
+    return write_files(out_dir, texts)
+
+
+def write_files(out_dir: Path, texts: dict[str, str | bytes]) -> list[Path]:
+    """name -> content, written into out_dir with files.write_output (no link followed, atomic)."""
+    from proxytune.tune import files
+    for name in texts:
+        files.check_output(out_dir / name)
+    for name, data in texts.items():
+        files.write_output(out_dir / name, data)
+    return [out_dir / name for name in texts]
 
 
 def write_report(host: Host, profile_ref: str, out_dir: Path, benches: bool = True, quiet: bool = False,
                  with_proxy: bool = False, saved: dict | None = None) -> tuple[list[Path], dict]:
+    from proxytune.tune import files
+    for name in ("report.json", "report.md", "report.html"):     # refused now, not after the benches ran
+        files.check_output(out_dir / name)
     done, skipped = collect(host, profile_ref, benches, quiet, with_proxy, saved)
     if "audit" not in done:
         raise ProxytuneError(f"the host audit failed: {skipped['audit']}")

@@ -5,7 +5,7 @@ appears when at least one file has it, with '-' where a file has not."""
 
 from pathlib import Path
 
-from proxytune.core.sections import Table
+from proxytune.core.sections import RENDER_ERRORS, Table, unrenderable
 
 
 def sections_of(doc: dict) -> dict:
@@ -87,6 +87,14 @@ EXTRACT = {"audit": ("Host audit", _audit), "events": ("Event mechanisms: ns per
            "proxy": ("Proxies under load", _proxy), "doctor": ("doctor findings", _doctor)}
 
 
+def _extract(fn, part: dict) -> dict:
+    """One file's rows of a section; a result that fits the schema but not these rows is n/a, with why."""
+    try:
+        return fn(part)
+    except RENDER_ERRORS as e:
+        return {"n/a": unrenderable(e)}
+
+
 def compare(docs: list[dict], names: list[str]) -> dict:
     """A compare document: host columns, then one grid per section kind any file has."""
     per = [sections_of(d) for d in docs]
@@ -95,19 +103,19 @@ def compare(docs: list[dict], names: list[str]) -> dict:
     out = [_grid("Hosts and files", hosts, str)]
     for kind, (title, fn) in EXTRACT.items():
         if any(kind in p for p in per):
-            out.append(_grid(title, [fn(p[kind]) if kind in p else {} for p in per], str))
+            out.append(_grid(title, [_extract(fn, p[kind]) if kind in p else {} for p in per], str))
     return {"tables": [t for t in out if t], "names": names}
 
 
 def render_markdown(c: dict) -> str:
-    from .markdown import table
-    lines = ["# proxytune compare\n"] + [f"- #{i + 1}: `{n}`" for i, n in enumerate(c["names"])] + [""]
+    from .markdown import md_text, table
+    lines = ["# proxytune compare\n"] + [f"- #{i + 1}: {md_text(n)}" for i, n in enumerate(c["names"])] + [""]
     return "\n".join(lines + [table(t, "##") for t in c["tables"]])
 
 
 def render_html(c: dict) -> str:
-    from .html import CSS, _e, table
-    body = ["<h1>proxytune compare</h1>", "<ul>" + "".join(f"<li>#{i + 1}: <code>{_e(n)}</code></li>"
+    from .html import CSS, html_text, table
+    body = ["<h1>proxytune compare</h1>", "<ul>" + "".join(f"<li>#{i + 1}: <code>{html_text(n)}</code></li>"
                                                               for i, n in enumerate(c["names"])) + "</ul>"]
     body += [table(t, "h2") for t in c["tables"]]
     return ("<!doctype html><html lang=en><head><meta charset=utf-8><title>proxytune compare</title>"
@@ -115,9 +123,6 @@ def render_html(c: dict) -> str:
 
 
 def write(docs: list[dict], paths: list[Path], out_dir: Path) -> list[Path]:
+    from .build import write_files
     c = compare(docs, [str(p) for p in paths])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md, html = out_dir / "compare.md", out_dir / "compare.html"
-    md.write_text(render_markdown(c))
-    html.write_text(render_html(c))
-    return [md, html]
+    return write_files(out_dir, {"compare.md": render_markdown(c), "compare.html": render_html(c)})

@@ -58,33 +58,31 @@ def summary_line(data: dict) -> str:
 
 
 def write(doc: dict, out_dir: Path) -> list[Path]:
-    from .html import CSS, _e, table as html_table
-    from .markdown import table as md_table
+    from .build import write_files
+    from .html import CSS, html_text, table as html_table
+    from .markdown import md_text, table as md_table
     data = doc["data"]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md, html = out_dir / "fleet.md", out_dir / "fleet.html"
-    md.write_text(f"# proxytune fleet {data['fleet']}\n\n{summary_line(data)}\n\n"
-                  + "\n".join(md_table(t, "##") for t in tables(data)))
-    html.write_text("<!doctype html><html lang=en><head><meta charset=utf-8><title>proxytune fleet</title>"
-                    f"<style>{CSS}</style></head><body>\n<h1>proxytune fleet {_e(data['fleet'])}</h1>"
-                    f"<p class=sub>{_e(summary_line(data))}</p>\n"
-                    + "\n".join(html_table(t, "h2") for t in tables(data)) + "\n</body></html>\n")
-    return [md, html]
+    md = (f"# proxytune fleet {md_text(data['fleet'])}\n\n{md_text(summary_line(data))}\n\n"
+          + "\n".join(md_table(t, "##") for t in tables(data)))
+    html = ("<!doctype html><html lang=en><head><meta charset=utf-8><title>proxytune fleet</title>"
+            f"<style>{CSS}</style></head><body>\n<h1>proxytune fleet {html_text(data['fleet'])}</h1>"
+            f"<p class=sub>{html_text(summary_line(data))}</p>\n"
+            + "\n".join(html_table(t, "h2") for t in tables(data)) + "\n</body></html>\n")
+    return write_files(out_dir, {"fleet.md": md, "fleet.html": html})
 
 
 def print_terminal(data: dict) -> None:
     """The matrix and the problem hosts as rich tables, then one summary line."""
-    from rich.markup import escape
-    from proxytune.core.console import console, rich_table
+    from proxytune.core.console import console, rich_table, term_text
     out = console()
     for t in tables(data):
         out.print(rich_table(t, _styled))
-    out.print(escape(summary_line(data)))
+    out.print(term_text(summary_line(data)))
 
 
 def _styled(cell: str) -> str:
-    from rich.markup import escape
+    from proxytune.core.console import term_text
     for word, style in (("(DRIFT)", "yellow"), ("(ERROR)", "red"), ("unreachable", "red"), ("failed", "red")):
         if word in cell:
-            return f"[{style}]{escape(cell)}[/]"
-    return escape(cell)
+            return f"[{style}]{term_text(cell)}[/]"
+    return term_text(cell)

@@ -4,6 +4,7 @@ as data: URIs, no scripts, nothing fetched from a network."""
 import base64
 import html as h
 
+from proxytune.core.errors import one_line
 from proxytune.core.sections import Section, Table
 
 from .tables import host_table, sections
@@ -22,43 +23,46 @@ figure{margin:1em 0}figure img{max-width:100%;border:1px solid #ddd}figcaption{c
 """
 
 
-def _e(v) -> str:
+def html_text(v) -> str:
+    """THE way text reaches HTML: one line (control characters as escapes: the page may be read
+    with cat), then escaped (quotes too: it also fills attributes)."""
     if isinstance(v, list):
         v = " ".join(str(x) for x in v)
-    return h.escape(str("-" if v is None else v))
+    return h.escape(one_line("-" if v is None else v))
 
 
 def table(t: Table, level: str = "h3") -> str:
     """Wide tables scroll inside their box; on a phone every row becomes a card of label: value lines."""
     cards = " class=cards" if len(t.headers) > 2 else ""
-    out = [f"<{level}>{_e(t.title)}</{level}>",
-           f"<table{cards}><tr>" + "".join(f"<th>{_e(x)}</th>" for x in t.headers) + "</tr>"]
+    out = [f"<{level}>{html_text(t.title)}</{level}>",
+           f"<table{cards}><tr>" + "".join(f"<th>{html_text(x)}</th>" for x in t.headers) + "</tr>"]
     for r in t.rows:
         cells = []
         for i, c in enumerate(r):
             cls = {"n/a": "na", "not measurable here": "na"}.get(c, c) if i == t.status_col else ""
-            label = f' data-label="{_e(t.headers[i])}"' if cards and i < len(t.headers) else ""
-            cells.append(f'<td{label} class="{_e(cls)}">{_e(c)}</td>' if cls else f"<td{label}>{_e(c)}</td>")
+            label = f' data-label="{html_text(t.headers[i])}"' if cards and i < len(t.headers) else ""
+            klass = f' class="{html_text(cls)}"' if cls else ""
+            cells.append(f"<td{label}{klass}>{html_text(c)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     return "\n".join(out) + "</table>"
 
 
 def section(s: Section) -> str:
-    out = [f"<section><h2>{_e(s.title)}</h2>"]
+    out = [f"<section><h2>{html_text(s.title)}</h2>"]
     if s.intro:
-        out.append(f"<p>{_e(s.intro)}</p>")
+        out.append(f"<p>{html_text(s.intro)}</p>")
     out += [table(t) for t in s.tables]
     for f in s.drawn_figures():
         data = base64.b64encode(f.png).decode()
-        out.append(f'<figure><img alt="{_e(f.caption)}" src="data:image/png;base64,{data}">'
-                   f"<figcaption>{_e(f.caption)}</figcaption></figure>")
-    out += [f"<p class=sub>{_e(n)}</p>" for n in s.notes]
+        out.append(f'<figure><img alt="{html_text(f.caption)}" src="data:image/png;base64,{data}">'
+                   f"<figcaption>{html_text(f.caption)}</figcaption></figure>")
+    out += [f"<p class=sub>{html_text(n)}</p>" for n in s.notes]
     return "\n".join(out) + "</section>"
 
 
 def render(doc: dict) -> str:
     d = doc["data"]
-    body = [f"<h1>{_e(d['title'])}</h1>", f"<p class=sub>created {_e(doc['created'])}</p>",
+    body = [f"<h1>{html_text(d['title'])}</h1>", f"<p class=sub>created {html_text(doc['created'])}</p>",
             table(host_table(doc["host"]), "h2")] + [section(s) for s in sections(doc)]
     return ("<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content='width=device-width,initial-scale=1'><title>proxytune report</title>"
             f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -16,6 +16,8 @@ ratio), so that x1.2 against x2 (a 20% gain against 100%) and x209 against x79
 
 import math
 
+from proxytune.core.sections import RENDER_ERRORS, unrenderable
+
 NOISE = 0.10          # relative spread assumed for a median when the data carries none
 # 30% of CPU before, 0.54% after, the rest (70 units) unchanged: 30 / (0.0054 * 70 / 0.9946)
 MOGUL_COST_RATIO = 30 / (0.0054 * 70 / (1 - 0.0054))
@@ -179,5 +181,15 @@ def cpu_split(doc: dict | None) -> dict:
 def rows(sections: dict) -> list[dict]:
     """One row per headline, from the report's own sections."""
     ev, st = sections.get("events"), sections.get("storage")
-    return [select_poll(ev), mogul(sections.get("fdscan")), kqueue(ev), largefile(st), noatime(st),
-            cooper(sections.get("proxy")), cpu_split(sections.get("doctor") or sections.get("cpu_split"))]
+    seeds = [(select_poll, ev), (mogul, sections.get("fdscan")), (kqueue, ev), (largefile, st), (noatime, st),
+             (cooper, sections.get("proxy")), (cpu_split, sections.get("doctor") or sections.get("cpu_split"))]
+    return [_guarded(fn, part) for fn, part in seeds]
+
+
+def _guarded(seed, part: dict | None) -> dict:
+    """A seed's row; one whose result fits the schema but not this seed (a zero median, a missing
+    field) is not measurable here, with why, instead of stopping the report."""
+    try:
+        return seed(part)
+    except RENDER_ERRORS as e:
+        return _not_here(seed.__name__, "-", "-", f"the result could not be used: {unrenderable(e)}")

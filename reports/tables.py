@@ -1,7 +1,7 @@
 """The report's content, once, as sections of tables, figures and notes;
 markdown.py and html.py only format them."""
 
-from proxytune.core.sections import Figure, Section, Table
+from proxytune.core.sections import RENDER_ERRORS, Figure, Section, Table, unrenderable
 from proxytune.microbench import fio
 from proxytune.tune import audit
 
@@ -85,7 +85,7 @@ def fdscan_section(r: dict) -> Section:
     rows = []
     for v, name in r["variants"].items():
         by_n = {p["n"]: p for p in r["points"] if p["variant"] == int(v)}
-        rows.append([f"{v}: {name}"] + [f"{by_n[n]['ns_per_call']['median']:,.0f}" for n in ns]
+        rows.append([f"{v}: {name}"] + [f"{by_n[n]['ns_per_call']['median']:,.0f}" if n in by_n else "" for n in ns]
                     + [f"{misses[int(v)]:,.0f}" if int(v) in misses else "-",
                        spread(p["ns_per_call"] for p in by_n.values())])
     sec.tables.append(Table("ns per call", ["variant"] + [f"N={n}" for n in ns] + ["D1 misses / call", SPREAD], rows))
@@ -230,7 +230,10 @@ def section_for(name: str, data: dict) -> Section:
     """The section of one result part; a bench whose harness could not run says so and why."""
     if data.get("available") is False:
         return Section(f"bench {name}: unavailable", data["reason"])
-    sec = SECTIONS[name](data)
+    try:
+        sec = SECTIONS[name](data)
+    except RENDER_ERRORS as e:      # a saved result that fits the schema but not this section
+        return Section(f"{name}: n/a", f"this result could not be shown: {unrenderable(e)}")
     sec.notes += [f"not measured: {' '.join(str(v) for k, v in p.items() if k not in ('available', 'reason'))}: "
                   f"{p['reason']}" for p in data.get("unavailable_points", [])]
     return sec

@@ -7,10 +7,11 @@ user, never next to installed code.
 """
 
 import os
-import stat
 from pathlib import Path
 
 from proxytune.core.errors import ProxytuneError
+
+from . import files
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,7 +40,8 @@ def shipped(*parts: str) -> Path:
 def cache_dir() -> Path:
     """PROXYTUNE_CACHE_DIR, else /var/cache/proxytune as root, else
     $XDG_CACHE_HOME/proxytune (~/.cache/proxytune); created 0700 and refused
-    unless it is a real directory of ours that nobody else can write."""
+    unless it and every parent is a real directory that nobody else can write
+    (files.private_dir)."""
     if os.environ.get("PROXYTUNE_CACHE_DIR"):
         path = Path(os.environ["PROXYTUNE_CACHE_DIR"])
     elif os.geteuid() == 0:
@@ -50,11 +52,8 @@ def cache_dir() -> Path:
     if not path.is_absolute():
         raise ProxytuneError(f"cache directory must be an absolute path, not {str(path)!r}")
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.lstat(path)
-    except OSError as e:
-        raise ProxytuneError(f"cannot create the cache directory {path}: {e.strerror}")
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise ProxytuneError(f"refusing cache directory {path}: not a directory of ours, or writable by others",
-                             "remove it, or set PROXYTUNE_CACHE_DIR to a private directory")
-    return path
+        # a link is taken where it points now (~/.cache may be one): every component of that is vetted
+        return files.private_dir(Path(os.path.realpath(path)))     # root runs what is built there
+    except ProxytuneError as e:
+        raise ProxytuneError(f"build cache: {e.message}",
+                             "remove it, or set PROXYTUNE_CACHE_DIR to a private directory") from None

@@ -26,6 +26,7 @@ from proxytune.core.errors import ProxytuneError
 
 NEW_FILE_MODE = 0o644
 NEW_DIR_MODE = 0o755
+PRIVATE_DIR_MODE = 0o700
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -74,22 +75,77 @@ def write(path: Path, text: str, like: FileState | None = None, root: Path = Pat
     (else `mode`, owned by us). Returns the directories it had to create, outermost first."""
     try:
         with _parent(path, root, create=True) as (dfd, name, created):
-            _refuse_non_file(dfd, name, path)
-            tmp = f".{name}.{secrets.token_hex(6)}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                         dir_fd=dfd)
-            try:
-                _fill(fd, text, like, mode)
-                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-            except BaseException:
-                _unlink_quietly(tmp, dfd)
-                raise
-            os.fsync(dfd)
+            _replace_in(dfd, name, path, text, like, mode)
             return created
     except ProxytuneError:
         raise
     except OSError as e:
         raise _refusal(path, e)
+
+
+def write_output(path: Path, data: str | bytes, mode: int = NEW_FILE_MODE) -> Path:
+    """A report, result or export at a path the user named (relative to the working directory,
+    which another user may own): no symlink followed on the way, written atomically, into a
+    directory that is ours (made PRIVATE_DIR_MODE when we make it) and that no one else can write
+    (a sticky one like /tmp aside: no one can rename our file there). Returns the path written."""
+    path = _absolute(path)
+    try:
+        with _parent(path, Path("/"), create=True, dir_mode=PRIVATE_DIR_MODE) as (dfd, name, _):
+            _refuse_foreign_dir(dfd, path.parent, sticky_ok=True)
+            _replace_in(dfd, name, path, data, None, mode)
+    except ProxytuneError:
+        raise
+    except OSError as e:
+        raise _refusal(path, e)
+    return path
+
+
+def check_output(path: Path) -> None:
+    """write_output's refusals without writing: checked for every file of a report before the first
+    is written, so a refusal leaves nothing half-done. A missing directory is fine (it will be ours)."""
+    path = _absolute(path)
+    try:
+        with _parent(path, Path("/"), create=False) as (dfd, name, _):
+            _refuse_foreign_dir(dfd, path.parent, sticky_ok=True)
+            _refuse_non_file(dfd, name, path)
+    except FileNotFoundError:
+        return
+    except ProxytuneError:
+        raise
+    except OSError as e:
+        raise _refusal(path, e)
+
+
+def private_dir(path: Path) -> Path:
+    """A directory only we can change (a build cache, a state or work directory), made
+    PRIVATE_DIR_MODE with its missing parents: every component is walked without following a
+    symlink and must be owned by root or us and not writable by others (a sticky one like /tmp
+    allowed, and then the directory itself must be 0700). The directory must be ours; an existing
+    one keeps its mode (never a chmod of a directory we did not make). One clear refusal otherwise."""
+    path = Path(path)
+    if not path.is_absolute():
+        raise ProxytuneError(f"refusing directory {path}: not an absolute path")
+    sticky = []
+
+    def vet(fd: int, where: Path) -> None:
+        _refuse_foreign_dir(fd, where, sticky_ok=True)
+        sticky.append(where != path and bool(os.fstat(fd).st_mode & 0o002))
+    try:
+        # the walk ends at path's own fd: "_" stands for a name inside it, never made
+        with _parent(path / "_", Path("/"), create=True, dir_mode=PRIVATE_DIR_MODE, vet=vet) as (dfd, _, _):
+            st = os.fstat(dfd)
+            if st.st_uid != os.geteuid():
+                raise ProxytuneError(f"refusing directory {path}: owned by uid {st.st_uid}, not by us",
+                                     "remove it, or choose a directory of ours")
+            _refuse_foreign_dir(dfd, path, sticky_ok=False)
+            if any(sticky) and stat.S_IMODE(st.st_mode) & 0o077:
+                raise ProxytuneError(f"refusing directory {path}: in a directory anyone can write, it must be "
+                                     f"0700, not {stat.S_IMODE(st.st_mode):04o}", f"chmod 700 {path}")
+    except ProxytuneError:
+        raise
+    except OSError as e:
+        raise _refusal(path, e, "create")
+    return path
 
 
 def restore(path: Path, old: FileState | None, created_dirs: list[str] = (), root: Path = Path("/")) -> None:
@@ -147,9 +203,19 @@ def atomic_write(path: Path, text: str, mode: int = NEW_FILE_MODE) -> list[str]:
 
 # -- internals -----------------------------------------------------------------------------
 
+def _absolute(path: Path) -> Path:
+    """A path the user named, made absolute: getcwd() has no symlinks, and '..' is taken as written."""
+    try:
+        return Path(os.path.abspath(path))
+    except FileNotFoundError:
+        raise ProxytuneError(f"cannot write {path}: the working directory is gone", "cd to a directory, or give -o "
+                             "an absolute path") from None
+
+
 @contextmanager
-def _parent(path: Path, root: Path, create: bool):
-    """(fd of path's directory, final name, created dirs), walked from root with O_NOFOLLOW."""
+def _parent(path: Path, root: Path, create: bool, dir_mode: int = NEW_DIR_MODE, vet=None):
+    """(fd of path's directory, final name, created dirs), walked from root with O_NOFOLLOW;
+    `vet(fd, path)` is called on every directory on the way, root and path's own included."""
     path, root = Path(path), Path(root)
     try:
         rel = path.relative_to(root)
@@ -161,6 +227,8 @@ def _parent(path: Path, root: Path, create: bool):
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     created, where = [], root
     try:
+        if vet:
+            vet(fd, where)
         for part in parts[:-1]:
             where = where / part
             try:
@@ -168,10 +236,10 @@ def _parent(path: Path, root: Path, create: bool):
             except FileNotFoundError:
                 if not create:
                     raise
-                os.mkdir(part, NEW_DIR_MODE, dir_fd=fd)
+                os.mkdir(part, dir_mode, dir_fd=fd)
                 created.append(str(where))
                 nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                os.fchmod(nxt, NEW_DIR_MODE)        # whatever the umask
+                os.fchmod(nxt, dir_mode)        # whatever the umask
             except OSError as e:
                 if e.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(part, fd):
                     raise ProxytuneError(f"refusing to follow the symlink {where} (on the way to {path})",
@@ -179,6 +247,8 @@ def _parent(path: Path, root: Path, create: bool):
                 raise
             os.close(fd)
             fd = nxt
+            if vet:
+                vet(fd, where)
         yield fd, parts[-1], created
     finally:
         os.close(fd)
@@ -207,15 +277,43 @@ def _refuse_non_file(dfd: int, name: str, path: Path) -> None:
         return
     if stat.S_ISLNK(st.st_mode):
         raise ProxytuneError(f"refusing to write through the symlink {path}",
-                             "remove the link (or point --root elsewhere); nothing was changed")
+                             "remove the link, or write elsewhere (--root, -o); nothing was changed")
     if not stat.S_ISREG(st.st_mode):
         raise ProxytuneError(f"refusing to write {path}: not a regular file", "nothing was changed")
 
 
-def _fill(fd: int, text: str, like: FileState | None, mode: int) -> None:
+def _refuse_foreign_dir(dfd: int, where: Path, sticky_ok: bool) -> None:
+    """A directory another user owns, or that others can write (group other than ours, or
+    anyone) without the sticky bit, lets them swap what we put there: refused."""
+    st = os.fstat(dfd)
+    if st.st_uid not in (0, os.geteuid()):
+        raise ProxytuneError(f"refusing to use {where}: it is owned by uid {st.st_uid}, not by root or us",
+                             "use a directory of ours (for a report or result: -o DIR); nothing was written")
+    open_to_others = st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getegid())
+    if open_to_others and not (sticky_ok and st.st_mode & stat.S_ISVTX):
+        raise ProxytuneError(f"refusing to use {where}: it is writable by others",
+                             "use a directory only we can write (for a report or result: -o DIR); "
+                             "nothing was written")
+
+
+def _replace_in(dfd: int, name: str, path: Path, data: str | bytes, like: FileState | None, mode: int) -> None:
+    """Atomically put `data` at `name` in the open directory: temp file, fill, rename, fsync."""
+    _refuse_non_file(dfd, name, path)
+    tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+    try:
+        _fill(fd, data, like, mode)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException:
+        _unlink_quietly(tmp, dfd)
+        raise
+    os.fsync(dfd)
+
+
+def _fill(fd: int, data: str | bytes, like: FileState | None, mode: int) -> None:
     """Write, fsync, then give the temp file its final mode and owner before it is renamed."""
     with os.fdopen(fd, "wb", closefd=True) as fh:
-        fh.write(text.encode())
+        fh.write(data.encode() if isinstance(data, str) else data)
         fh.flush()
         os.fsync(fh.fileno())
         os.fchmod(fh.fileno(), like.mode if like else mode)

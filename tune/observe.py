@@ -11,6 +11,7 @@ import subprocess
 from .backends.mount import atime_mode, mount_of
 from proxytune.core.errors import NotApplicable
 from proxytune.core.procfs import fd_count, nofile_limits, pids_of
+from proxytune.core.numbers import is_uint
 
 FD_USE_WARN = 0.8          # fds open / soft limit above this: fd-exhaustion is near
 LOW_NOFILE = 4096          # a busy proxy needs more than Debian's soft default of 1024
@@ -25,7 +26,7 @@ def listeners() -> list[dict]:
     rows = []
     for line in out.splitlines():
         f = line.split()
-        if len(f) < 5 or not (f[1].isdigit() and f[2].isdigit()):
+        if len(f) < 5 or not (is_uint(f[1]) and is_uint(f[2])):
             continue        # not a socket row we understand: skip it rather than fail the audit
         pids = [int(p) for p in re.findall(r"pid=([0-9]+)", line)]
         rows.append({"local": f[3], "queued": int(f[1]), "backlog": int(f[2]), "pids": pids})

@@ -9,6 +9,7 @@ replace the runner.
 import re
 
 from proxytune.core.errors import BackendError, NotApplicable
+from proxytune.core.numbers import is_uint
 from ..hostfiles import HostFileError, read as read_text
 from ..names import freebsd_sysctl
 from ..values import parse, render
@@ -105,7 +106,7 @@ class FreeBSDLoaderBackend(Backend):
         configured = find_key(read_text(path) or "", key)
         if configured is not None:
             value, number = configured
-            if not (value.isascii() and value.isdigit()):
+            if not is_uint(value):
                 raise HostFileError(path, number, f"{key}={value!r} is not a number")
             return int(value)
         return FreeBSDSysctlBackend(self.host).read(key)

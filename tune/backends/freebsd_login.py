@@ -8,6 +8,8 @@ database with cap_mkdb, as login.conf(5) requires.
 
 import re
 
+from proxytune.core.numbers import is_uint
+
 from ..hostfiles import HostFileError, read as read_text
 from ..names import limit_value, login_class
 from .base import Backend, split_pair
@@ -86,7 +88,7 @@ class FreeBSDLoginBackend(Backend):
         value, number = found
         if value in ("unlimited", "infinity"):
             return value
-        if not (value.isascii() and value.isdigit()):
+        if not is_uint(value):
             raise HostFileError(path, number, f"{klass}: {cap}={value!r} is not a number, unlimited or infinity")
         return int(value)
 

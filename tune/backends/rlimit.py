@@ -15,6 +15,7 @@ import resource
 
 from proxytune.core.errors import BackendError, NotApplicable
 from proxytune.core.procfs import CAP_SYS_RESOURCE, RLIMITS, has_capability, identity, pids_of, same_process
+from proxytune.core.numbers import is_uint
 from .base import Backend, split_pair
 
 UNLIMITED = resource.RLIM_INFINITY
@@ -122,7 +123,7 @@ def _records(snap) -> list[tuple[int, dict]]:
     """(pid, {start, comm, limits}) pairs of a snapshot, shape-checked (it comes from the journal)."""
     out = []
     for pid, rec in (snap.items() if isinstance(snap, dict) else ()):
-        ok = (str(pid).isdigit() and isinstance(rec, dict) and isinstance(rec.get("start"), int)
+        ok = (is_uint(str(pid)) and isinstance(rec, dict) and isinstance(rec.get("start"), int)
               and isinstance(rec.get("comm"), str) and isinstance(rec.get("limits"), list)
               and len(rec["limits"]) == 2 and all(isinstance(x, int) for x in rec["limits"]))
         if not ok:
