@@ -108,7 +108,8 @@ def play(fleet: Fleet, hosts: list[str], tasks: list[dict], serial: int | None =
     """Run one playbook over `hosts`; every host's events, in order.
     `on_event(ev)` sees each as it arrives (so a run can be recorded before Ctrl-C)."""
     book = fleet.workdir / "play.json"
-    head = fp.ship_tasks(fleet.tarball, fleet.sha, fleet.bundle_id) + fp.dependency_tasks(fleet.bundle_id, fleet.install)
+    head = (fp.ship_tasks(fleet.tarball, fleet.sha, fleet.bundle_id, fleet.timeout)
+            + fp.dependency_tasks(fleet.bundle_id, fleet.install, fleet.timeout))
     book.write_text(fp.playbook(head + tasks, fleet.bundle_id, fleet.timeout, serial, stop_on_failure))
     limit = fleet.workdir / "limit.txt"
     limit.write_text("".join(inv.check_host_name(h) + "\n" for h in hosts))

@@ -114,7 +114,13 @@ PYTHON = "{{ proxytune_python | default('/usr/bin/python3') }}"
 UPLOAD = "{{ proxytune_upload.path }}"
 
 
-def ship_tasks(tarball: Path, sha: str, bundle_id: str) -> list[dict]:
+def bounded(argv: list[str], timeout: int) -> list[str]:
+    """argv stopped on the host after `timeout` seconds (SIGTERM, SIGKILL 15 s later; exit 124),
+    so a hung command does not outlive the run that gave up on it."""
+    return ["timeout", "-k", "15", str(timeout), *argv]
+
+
+def ship_tasks(tarball: Path, sha: str, bundle_id: str, timeout: int) -> list[dict]:
     """A private temp dir (mkdtemp on the host), the tarball and the unpacker into it; the
     unpacker vets the state dir, verifies, unpacks fresh and removes the temp dir."""
     return [
@@ -126,29 +132,28 @@ def ship_tasks(tarball: Path, sha: str, bundle_id: str) -> list[dict]:
                                                                    "dest": UPLOAD + "/fleet_unpack.py", "mode": "0600"}},
         {"name": UNPACK_TASK, "register": "proxytune_unpack", "changed_when": False,
          "failed_when": "proxytune_unpack.rc not in [0, 3]",
-         "ansible.builtin.command": {"argv": [PYTHON, UPLOAD + "/fleet_unpack.py", STATE_DIR, bundle_id, sha, UPLOAD]}},
+         "ansible.builtin.command": {"argv": bounded([PYTHON, UPLOAD + "/fleet_unpack.py", STATE_DIR, bundle_id, sha,
+                                                      UPLOAD], timeout)}},
     ]
 
 
-def dependency_tasks(bundle_id: str, install: bool) -> list[dict]:
+def dependency_tasks(bundle_id: str, install: bool, timeout: int) -> list[dict]:
     """When the unpacker found modules missing (rc 3): apt installs their Debian packages (unless
     --no-install), then the bundle's own unpacker says in one line which are still missing."""
     missing = "proxytune_unpack.rc == 3"
     tasks = [{"name": "proxytune dependencies", "when": missing,
               "ansible.builtin.apt": {"name": "{{ proxytune_unpack.stdout.split() }}", "state": "present"}}]
     check = {"name": "proxytune dependency check", "when": missing, "changed_when": False,
-             "ansible.builtin.command": {"argv": [PYTHON, remote_dir(bundle_id) + "/tune/fleet_unpack.py",
-                                                  "--missing"] + ([] if install else ["--no-install"])}}
+             "ansible.builtin.command": {"argv": bounded([PYTHON, remote_dir(bundle_id) + "/tune/fleet_unpack.py",
+                                                          "--missing"] + ([] if install else ["--no-install"]), timeout)}}
     return (tasks if install else []) + [check]
 
 
 def run_task(argv: list[str], bundle_id: str, ok_codes: tuple[int, ...], timeout: int,
              name: str = RUN_TASK) -> dict:
-    """Run cli.py on the host, stopped (SIGTERM, then SIGKILL) after `timeout` seconds;
-    rc outside ok_codes fails the host."""
-    stop = ["timeout", "-k", "15", str(timeout)]
+    """Run cli.py on the host, stopped after `timeout` seconds; rc outside ok_codes fails the host."""
     return {"name": name,
-            "ansible.builtin.command": {"argv": [*stop, PYTHON, remote_dir(bundle_id) + "/cli.py", *argv]},
+            "ansible.builtin.command": {"argv": bounded([PYTHON, remote_dir(bundle_id) + "/cli.py", *argv], timeout)},
             "environment": ENV, "register": "proxytune_out", "changed_when": False,
             "failed_when": f"proxytune_out.rc not in {list(ok_codes)}"}
 

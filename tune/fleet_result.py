@@ -46,6 +46,15 @@ def first_line(text) -> str:
     return one_line(lines[-1][:200]) if lines else ""
 
 
+def failure(ev: dict) -> str:
+    """Why a task failed, in one line: its stderr or Ansible's message; a timeout (exit 124 from
+    `timeout` on the host, or Ansible's task timeout) says so."""
+    why = first_line(ev.get("stderr") or ev.get("msg"))
+    if ev.get("rc") == 124 or "expected time frame" in why:
+        return "no answer within --timeout; stopped there"
+    return why
+
+
 def empty() -> dict:
     return {"status": SKIPPED, "fingerprint": None, "settings": [], "summary": {}, "exit": None, "error": "",
             "doc": None}
@@ -59,8 +68,7 @@ def host_result(events: list[dict], task: str, kind: str) -> dict:
         if ev.get("event") == UNREACHABLE:
             return {**out, "status": UNREACHABLE, "error": first_line(ev.get("msg"))}
         if ev.get("event") == FAILED and ev.get("task") != task:
-            return {**out, "status": FAILED,
-                    "error": f"{ev.get('task')}: {first_line(ev.get('stderr') or ev.get('msg'))}"}
+            return {**out, "status": FAILED, "error": f"{ev.get('task')}: {failure(ev)}"}
         if ev.get("task") == task and ev.get("event") in (OK, FAILED):
             out.update(parse_run(ev, kind))
     return out
@@ -72,9 +80,7 @@ def parse_run(ev: dict, kind: str) -> dict:
     doc, why = checked_document(ev.get("stdout"), kind)
     rc = ev.get("rc") if isinstance(ev.get("rc"), int) else None
     if ev.get("event") == FAILED:
-        error = first_line(ev.get("stderr") or ev.get("msg")) or (f"exit {rc}" if doc else why)
-        if rc == 124:
-            error = "no answer within --timeout; stopped there"
+        error = failure(ev) or (f"exit {rc}" if doc else why)
         return {"status": FAILED, "exit": rc, "error": error, "doc": doc, **_rows(doc, kind)}
     if doc is None:
         return {"status": FAILED, "exit": rc, "error": why, "doc": None}
