@@ -432,3 +432,59 @@ def test_a_controller_killed_mid_run_leaves_no_temp_dir(hosts, tmp_path, sig):
         time.sleep(0.5)
     assert subprocess.run(["pgrep", "-f", "sleep 619"]).returncode == 1
 
+
+
+# ---------------------------------------------------------------- class 7: the fleet from the .deb and the wheel
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """make dist's .deb unpacked into a temp root, and its wheel in a fresh venv (Debian's python3-* inside)."""
+    if subprocess.run(["/usr/bin/python3", "-c", "import click, rich, jsonschema, matplotlib"]).returncode:
+        pytest.skip("needs python3-click python3-rich python3-jsonschema python3-matplotlib (make deps)")
+    out = tmp_path_factory.mktemp("dist")
+    r = subprocess.run([str(REPO / "packaging/dist.sh"), str(out)], cwd=REPO, capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "PYTHON": str(REPO / ".venv/bin/python")})
+    assert r.returncode == 0, r.stderr
+    deb, = out.glob("proxytune_*_all.deb")
+    wheel, = out.glob("proxytune-*-py3-none-any.whl")
+    root = tmp_path_factory.mktemp("debroot")
+    assert subprocess.run(["dpkg-deb", "-x", str(deb), str(root)]).returncode == 0
+    venv = tmp_path_factory.mktemp("venv") / "v"
+    assert subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", str(venv)]).returncode == 0
+    r = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-index",
+                        "--disable-pip-version-check", str(wheel)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return {"deb": root, "venv": venv}
+
+
+def installed_argv(installed, how):
+    if how == "deb":
+        return ["/usr/bin/python3", str(installed["deb"] / "usr/bin/proxytune")], \
+            {"PYTHONPATH": str(installed["deb"] / "usr/lib/python3/dist-packages")}
+    return [str(installed["venv"] / "bin/proxytune")], {"PYTHONPATH": ""}
+
+
+@needs_root
+@needs_ansible
+@pytest.mark.parametrize("how", ["deb", "wheel"])
+def test_the_installed_fleet_bundles_its_profiles_and_scripts_and_checks_a_host(hosts, installed, how, tmp_path):
+    argv, env = installed_argv(installed, how)
+    env = {**os.environ, **env, "PYTHONDONTWRITEBYTECODE": "1"}
+    code = ("import sys, tarfile; from proxytune.tune import fleet_play as fp; "
+            "print('\\n'.join(tarfile.open(fp.bundle(__import__('pathlib').Path(sys.argv[1]))[0]).getnames()))")
+    py = argv[0] if how == "deb" else str(installed["venv"] / "bin/python")
+    r = subprocess.run([py, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    names = set(r.stdout.split())
+    assert {"cli.py", "profiles/linux/proxy.toml", "probes/pollscan.bt", "tune/fleet_unpack.py"} <= names
+    d = hosts["dir"]
+    r = subprocess.run([*argv, "fleet", "check", "-i", str(d / "hosts.ini"), "-p", "linux/proxy",
+                        "--only", "sysctl:net.core.somaxconn", "--limit", "pvb", "--json"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env={**env, "PROXYTUNE_STATE_DIR": str(tmp_path / "state"),
+                            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(d / "cp"), "ANSIBLE_TIMEOUT": "60"})
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    host = json.loads(r.stdout)["data"]["hosts"]["pvb"]
+    assert host["status"] == "ok"
+    assert [(s["setting"], s["current_text"]) for s in host["settings"]] == [("sysctl:net.core.somaxconn",
+                                                                             somaxconn(hosts, "pvb"))]
