@@ -488,3 +488,50 @@ def test_the_installed_fleet_bundles_its_profiles_and_scripts_and_checks_a_host(
     assert host["status"] == "ok"
     assert [(s["setting"], s["current_text"]) for s in host["settings"]] == [("sysctl:net.core.somaxconn",
                                                                              somaxconn(hosts, "pvb"))]
+
+
+# ---------------------------------------------------------------- issue 19 item 10: a host without proxytune's modules
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory):
+    """A python3 without click, rich and jsonschema: what a fresh Debian host has (the namespace
+    hosts share this machine's files, so nothing is uninstalled: the host's python points here)."""
+    venv = tmp_path_factory.mktemp("bare") / "v"
+    r = subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert subprocess.run([str(venv / "bin/python3"), "-c", "import click"], capture_output=True).returncode == 1
+    return venv / "bin/python3"
+
+
+@needs_root
+@needs_ansible
+@pytest.mark.parametrize("install", [False, True])
+def test_a_host_without_the_debian_dependencies_is_one_line_naming_them(hosts, bare_python, install):
+    inv = host_inventory(hosts, "pva", proxytune_python=bare_python)
+    r = fleet(hosts, "check", "-i", str(inv), "-p", str(hosts["dir"] / "one.toml"), "--json",
+              *([] if install else ["--no-install"]))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    data = json.loads(r.stdout)["data"]
+    error = data["hosts"]["pva"]["error"]
+    assert data["hosts"]["pva"]["status"] == "failed"
+    assert "python3-click python3-rich python3-jsonschema" in error and "ModuleNotFoundError" not in error, error
+    assert ("still missing after apt" if install else "--no-install") in error
+    assert data["hosts"]["pvb"]["status"] == "ok"
+    assert r.stderr.count("python3-click") == 1, r.stderr        # one line for the host
+
+
+# ---------------------------------------------------------------- host values in reports
+
+def test_host_values_reach_no_report_as_controls_or_markup(tmp_path):
+    from proxytune.reports import fleet as fleet_report
+    evil = "6.1\x1b]8;;http://x\x07click\x1b]8;;\x07 <img src=x onerror=alert(1)> | \x1b[2J"
+    host = {"status": "failed", "fingerprint": {"kernel": evil}, "settings": [dict(SETTING, current_text=evil)],
+            "summary": {}, "error": evil}
+    data = {"fleet": "check", "profile": "p\x1b[31m", "hosts": {"pva": host}, "summary": {
+        "ok": 0, "unreachable": 0, "failed": 1, "skipped": 0}, "exit": 2}
+    for t in fleet_report.tables(data):
+        cells = [t.title, *t.headers, *(str(c) for row in t.rows for c in row)]
+        assert not any("\x1b" in c or "\x07" in c for c in cells), cells
+    md, html = fleet_report.write({"data": data}, tmp_path / "out")
+    assert "\x1b" not in md.read_text() and "<img" not in md.read_text()
+    assert "\x1b" not in html.read_text() and "<img" not in html.read_text()
