@@ -535,3 +535,15 @@ def test_host_values_reach_no_report_as_controls_or_markup(tmp_path):
     md, html = fleet_report.write({"data": data}, tmp_path / "out")
     assert "\x1b" not in md.read_text() and "<img" not in md.read_text()
     assert "\x1b" not in html.read_text() and "<img" not in html.read_text()
+
+
+@pytest.mark.parametrize("host", [{"summary": [1]}, {"settings": [{"setting": "s", "status": "met"}]},
+                                  {"capabilities": ["root"]}, {"error": {"x": 1}}])
+def test_a_fleet_result_file_that_would_crash_the_report_is_refused(tmp_path, host):
+    doc = schema.envelope("fleet", {"fleet": "check", "profile": "p", "summary": {}, "exit": 0,
+                                    "hosts": {"pva": {"status": "ok", "fingerprint": None, "settings": []}}})
+    doc["data"]["hosts"]["pva"].update(host)
+    (tmp_path / "f.json").write_text(json.dumps(doc))
+    r = subprocess.run([str(REPO / ".venv/bin/python"), str(REPO / "cli.py"), "report", "fleet", str(tmp_path / "f.json"),
+                        "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("proxytune: error:") and "internal error" not in r.stderr, r.stderr

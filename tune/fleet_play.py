@@ -1,6 +1,7 @@
 """The playbook `proxytune fleet` hands to ansible-playbook, and the bundle
-it ships: this project as a tarball, unpacked once per version under a
-root-only directory on each host, then run there with become.
+it ships: the packaged files of this checkout or installation as a tarball,
+unpacked by fleet_unpack.py on each host into a fresh directory of this run
+under the root-only state dir, run there with become, removed afterwards.
 
 The playbook is written as JSON (valid YAML), so no host name, profile name
 or path is ever spliced into YAML or a shell: commands are argv lists.

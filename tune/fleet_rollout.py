@@ -4,13 +4,15 @@ apply: the canary first (apply, proxytune's own verify, then the operator's
 --verify-cmd); if that fails, the canary is rolled back and nobody else is
 touched. Then the rest in --serial batches; the first host whose apply or
 verify fails stops the rollout, and the hosts that failed are rolled back.
-Every host's journal entry id is recorded in a fleet run file before the
-next batch starts, so `fleet rollback` can undo what a run reached.
+Every host is recorded in a fleet run file when its apply starts (with its
+journal's high-water mark) and again with its journal entry id when its answer
+arrives, so `fleet rollback` can undo what a run reached, even on a host whose
+answer never came or was garbage.
 """
 
 from . import fleet_inventory as inv, fleet_play as fp, fleet_state
 from proxytune.core.errors import ProxytuneError
-from .fleet import FAILED, OK, SKIPPED, Fleet, play, result, verify_locally
+from .fleet import FAILED, OK, Fleet, play, result, verify_locally
 from .fleet_result import empty, host_result, journal_of, parse_run
 
 
@@ -28,7 +30,7 @@ def _apply_hosts(fleet: Fleet, run: dict, state_dir, hosts: list[str], serial: i
             run["hosts"][host] = {"journal": None, "status": "started", "mark": fleet_state.high_mark(ev.get("stdout"))}
         elif task == fp.RUN_TASK and ev.get("event") in (OK, FAILED):
             r = parse_run(ev, "apply")
-            run["hosts"].setdefault(host, {"journal": None, "mark": None})
+            run["hosts"].setdefault(host, {"journal": None})
             run["hosts"][host].update(journal=journal_of(r["doc"]), status=r["status"], answered=r["doc"] is not None)
         else:
             return
@@ -64,7 +66,8 @@ def find_unanswered(fleet: Fleet, run: dict, only: list[str]) -> tuple[dict[str,
     found, unknown = {}, {}
     for h, mark in marks.items():
         answers = [ev.get("stdout") for ev in events[h] if ev.get("task") == fp.MARK_TASK and ev.get("event") == OK]
-        ids = fleet_state.open_after(answers[-1] if answers else None, mark, run.get("host_profile"))
+        ids = None if mark is None else fleet_state.open_after(answers[-1] if answers else None, mark,
+                                                               run.get("host_profile"))
         if ids is None:
             unknown[h] = {**empty(), "status": FAILED, "error": "gave no usable answer and its journal cannot be "
                           "read: see `proxytune tune history` there, then `tune rollback --id ID`"}
@@ -105,7 +108,7 @@ def apply(fleet: Fleet, state_dir, canary: str | None, serial: int | None, verif
         hosts[h]["rolled_back"] = r["status"] == OK
         run["hosts"][h]["rolled_back"] = r["status"] == OK
     run["state"] = "stopped" if stopped else "applied"
-    if not fleet_state.pending(run):
+    if not fleet_state.pending(run) and not fleet_state.unanswered(run):
         run["state"] = "rolled-back" if rolled else run["state"]
     fleet_state.save(state_dir, run)
     return result(fleet, "apply", hosts, run=run["id"], canary=canary, serial=serial, stopped=stopped)

@@ -94,12 +94,12 @@ def pending(run: dict) -> dict[str, str]:
             if isinstance(r, dict) and isinstance(r.get("journal"), str) and not r.get("rolled_back")}
 
 
-def unanswered(run: dict) -> dict[str, int]:
-    """host -> journal mark of every host whose apply started but gave no usable answer."""
+def unanswered(run: dict) -> dict[str, int | None]:
+    """host -> journal mark (None: unreadable) of every host whose apply started but gave no usable answer."""
     hosts = run.get("hosts") if isinstance(run.get("hosts"), dict) else {}
     return {h: r["mark"] for h, r in hosts.items()
-            if isinstance(r, dict) and type(r.get("mark")) is int and r.get("journal") is None
-            and not r.get("answered") and not r.get("rolled_back")}
+            if isinstance(r, dict) and "mark" in r and (r["mark"] is None or type(r["mark"]) is int)
+            and r.get("journal") is None and not r.get("answered") and not r.get("rolled_back")}
 
 
 def _entries(history_stdout) -> list[dict] | None:
