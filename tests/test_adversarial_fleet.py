@@ -79,6 +79,7 @@ def run_event(stdout, event="ok", rc=0, task=fp.RUN_TASK):
     ("apply", envelope("audit", AUDIT), "its audit result where its apply result was due"),
     ("apply", envelope("apply", {"journal": 7, "steps": []}), "data/journal"),
     ("apply", envelope("apply", {"journal": "../../x y", "steps": []}), "data/journal"),
+    ("apply", envelope("apply", {"journal": "-oProxyCommand=x", "steps": []}), "data/journal"),
     ("apply", envelope("apply", {"journal": None, "steps": [], "verify": {"settings": ["x"], "summary": {}}}),
      "data/verify"),
     ("audit", envelope("audit", {**AUDIT, "summary": {"met": "many", "drift": 0, "n/a": 0, "error": 0}}),
@@ -135,6 +136,9 @@ def test_a_started_host_without_an_answer_stays_on_record(tmp_path):
                           {"id": "other", "seq": 5, "state": "applied", "profile": "linux/proxy"}])
     assert fleet_state.open_after(history, 3, "/b/fleet-profile.toml") == ["ours"]
     assert fleet_state.open_after('{"data": 1}', 3, "x") is None
+    for hostile in ("-oProxyCommand=x", "{{ lookup('pipe', 'id') }}", "a b"):        # would reach `--id ID`
+        row = [{"id": hostile, "seq": 9, "state": "applied", "profile": "/b/fleet-profile.toml"}]
+        assert fleet_state.open_after(json.dumps(row), 3, "/b/fleet-profile.toml") is None
 
 
 # ---------------------------------------------------------------- --limit and names that are options
@@ -195,7 +199,8 @@ def test_the_bundle_from_a_debian_tree_takes_its_data_from_the_share_dir(tmp_pat
 def upload(tmp_path):
     """A state dir, an upload dir with a real bundle in it, and the unpacker's argv."""
     state, up = tmp_path / "state", tmp_path / "upload"
-    state.mkdir(mode=0o700)
+    state.mkdir()
+    state.chmod(0o755)                   # read-only for others is mended to 0700, writable is refused
     up.mkdir(mode=0o700)
     tarball, sha = fp.bundle(tmp_path)
     shutil.copy(tarball, up / fleet_unpack.TARBALL)
@@ -209,6 +214,7 @@ def test_the_unpacker_unpacks_fresh_and_removes_the_upload(upload):
     assert (bundle / "cli.py").is_file() and not upload["upload"].exists()
     assert stat.S_IMODE(bundle.stat().st_mode) == 0o700
     assert stat.S_IMODE((upload["state"] / "fleet").stat().st_mode) == 0o700
+    assert stat.S_IMODE(upload["state"].stat().st_mode) == 0o700
 
 
 @needs_root

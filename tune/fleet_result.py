@@ -25,7 +25,8 @@ AUDIT = {"type": "object", "required": ["settings", "summary"],
          "properties": {"settings": SETTINGS, "summary": {
              "type": "object", "required": ["met", "drift", "n/a", "error"],
              "properties": {k: COUNT for k in ("met", "drift", "n/a", "error")}}}}
-JOURNAL_ID = {"type": ["string", "null"], "pattern": r"^[0-9A-Za-z_.:-]{1,100}$"}
+JOURNAL_ID_RE = r"^[0-9A-Za-z][0-9A-Za-z_.:-]{0,99}$"      # passed on as `--id ID`: never an option or a template
+JOURNAL_ID = {"type": ["string", "null"], "pattern": JOURNAL_ID_RE}
 # what the fleet reads of each kind's data, on top of the result schema
 DATA = {
     "audit": AUDIT,

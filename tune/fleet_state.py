@@ -20,6 +20,7 @@ from pathlib import Path
 from proxytune.core.errors import ProxytuneError
 from . import journal
 from .files import atomic_write
+from .fleet_result import JOURNAL_ID_RE
 
 RUN_ID = re.compile(r"(\d{1,12})-\d{8}T\d{6}")
 OPEN = ("applied", "interrupted", "rollback-incomplete")
@@ -113,7 +114,8 @@ def _entries(history_stdout) -> list[dict] | None:
         doc = doc.get("entries") if isinstance(doc, dict) else doc
     if not isinstance(doc, list):
         return None
-    rows = [r for r in doc if isinstance(r, dict) and type(r.get("seq")) is int and isinstance(r.get("id"), str)]
+    rows = [r for r in doc if isinstance(r, dict) and type(r.get("seq")) is int and isinstance(r.get("id"), str)
+            and re.match(JOURNAL_ID_RE, r["id"])]
     return rows if len(rows) == len(doc) else None
 
 

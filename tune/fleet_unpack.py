@@ -147,6 +147,7 @@ def main(argv: list[str]) -> int:
         if not os.path.lexists(state_dir):
             os.mkdir(state_dir, 0o700)
         vet_path(state_dir)
+        os.chmod(state_dir, 0o700, follow_symlinks=False)      # as proxytune's journal keeps it
         fleet = os.path.join(state_dir, "fleet")
         private_dir(fleet)
         final = unpack(fleet, bundle_id, os.path.join(upload, TARBALL))
