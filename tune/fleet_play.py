@@ -164,7 +164,8 @@ def cleanup_tasks(bundle_id: str) -> list[dict]:
     cleanup does not fail a host whose run succeeded)."""
     return [{"name": "proxytune cleanup", "ignore_errors": True,
              "ansible.builtin.file": {"path": remote_dir(bundle_id), "state": "absent"}},
-            {"name": "proxytune cleanup upload", "ignore_errors": True, "when": "proxytune_upload.path is defined",
+            {"name": "proxytune cleanup upload", "ignore_errors": True,          # the unpacker removes it itself
+             "when": "proxytune_upload.path is defined and (proxytune_unpack.rc | default(124)) == 124",
              "ansible.builtin.file": {"path": UPLOAD, "state": "absent"}}]
 
 
