@@ -220,7 +220,7 @@ def test_the_unpacker_unpacks_fresh_and_removes_the_upload(upload):
 @needs_root
 @pytest.mark.parametrize("attack", ["fleet dir 0777", "fleet dir owned by nobody", "state dir 0777",
                                     "parent 0777", "state dir is a symlink", "digest mismatch",
-                                    "bundle name taken"])
+                                    "bundle name taken", "fleet dir is a symlink"])
 def test_the_unpacker_refuses_what_others_could_have_touched(upload, attack, capsys):
     state, nobody = upload["state"], pwd.getpwnam("nobody").pw_uid
     fleet = state / "fleet"
@@ -238,6 +238,9 @@ def test_the_unpacker_refuses_what_others_could_have_touched(upload, attack, cap
     elif attack == "digest mismatch":
         with open(upload["upload"] / fleet_unpack.TARBALL, "ab") as fh:
             fh.write(b"\0")
+    elif attack == "fleet dir is a symlink":
+        (state.parent / "elsewhere").mkdir(mode=0o700)
+        fleet.symlink_to(state.parent / "elsewhere")
     elif attack == "bundle name taken":
         planted = fleet / f"bundle-{upload['argv'][1]}"
         planted.mkdir(parents=True, mode=0o700)
@@ -253,7 +256,7 @@ def test_the_unpacker_refuses_what_others_could_have_touched(upload, attack, cap
 
 
 @needs_root
-@pytest.mark.parametrize("member", ["../escape.py", "link"])
+@pytest.mark.parametrize("member", ["../escape.py", "link", "hardlink", "/abs.py", "fifo"])
 def test_the_unpacker_refuses_a_bundle_with_an_escaping_member(upload, member):
     import hashlib
     import io
@@ -262,6 +265,10 @@ def test_the_unpacker_refuses_a_bundle_with_an_escaping_member(upload, member):
         info = tarfile.TarInfo(member)
         if member == "link":
             info.type, info.linkname = tarfile.SYMTYPE, "/etc"
+        elif member == "hardlink":
+            info.type, info.linkname = tarfile.LNKTYPE, "/etc/shadow"
+        elif member == "fifo":
+            info.type = tarfile.FIFOTYPE
         tar.addfile(info, io.BytesIO(b""))
     (upload["upload"] / fleet_unpack.TARBALL).write_bytes(raw.getvalue())
     sha = hashlib.sha256(raw.getvalue()).hexdigest()
@@ -511,10 +518,10 @@ def bare_python(tmp_path_factory):
 
 @needs_root
 @needs_ansible
-@pytest.mark.parametrize("install", [False, True])
-def test_a_host_without_the_debian_dependencies_is_one_line_naming_them(hosts, bare_python, install):
+@pytest.mark.parametrize("command,install", [("check", False), ("check", True), ("doctor", False)])
+def test_a_host_without_the_debian_dependencies_is_one_line_naming_them(hosts, bare_python, command, install):
     inv = host_inventory(hosts, "pva", proxytune_python=bare_python)
-    r = fleet(hosts, "check", "-i", str(inv), "-p", str(hosts["dir"] / "one.toml"), "--json",
+    r = fleet(hosts, command, "-i", str(inv), "-p", str(hosts["dir"] / "one.toml"), "--json",
               *([] if install else ["--no-install"]))
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     data = json.loads(r.stdout)["data"]
