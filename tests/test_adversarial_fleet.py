@@ -167,6 +167,7 @@ def make_tree(root: Path, git: bool) -> Path:
     (root / "tune/junk.py").write_text("import os; os.system('id')\n")          # untracked
     (root / "tune/shadow.py").symlink_to("/etc/shadow")
     (root / "core/linked").symlink_to("/etc")
+    (root / "reports").symlink_to("/etc")                 # a whole top directory as a link
     return root
 
 

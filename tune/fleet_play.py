@@ -43,8 +43,11 @@ def _tracked(tree: Path) -> set[str] | None:
     core.fsmonitor is off so that no hook of the checkout runs."""
     if not (tree / ".git").exists():
         return None
-    r = subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(tree), "ls-files", "-z"],
-                       capture_output=True, timeout=60)
+    try:
+        r = subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(tree), "ls-files", "-z"],
+                           capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):       # no git here: the packaged-files rule alone
+        return None
     return set(os.fsdecode(n) for n in r.stdout.split(b"\0") if n) if r.returncode == 0 else None
 
 
@@ -52,7 +55,9 @@ def _files_under(tree: Path):
     """(path, relative path) of every regular file below tree's CODE entries, never through a symlink."""
     for top in CODE:
         base = tree / top
-        if base.is_file() and not base.is_symlink():
+        if base.is_symlink():
+            continue
+        if base.is_file():
             yield base, PurePosixPath(top)
             continue
         for here, dirs, names in os.walk(base):          # followlinks=False: linked dirs are left out
@@ -104,12 +109,14 @@ def bundle(dest: Path, profile_file: Path | None = None, code: Path = PACKAGE_RO
     return out, sha
 
 
+STATE_DIR = "{{ proxytune_state_dir | default('/var/lib/proxytune') }}"
+
+
 def remote_dir(bundle_id: str) -> str:
     """Per host and run: under its state dir (root-only), a directory no earlier run used."""
-    return "{{ proxytune_state_dir | default('/var/lib/proxytune') }}/fleet/bundle-" + bundle_id
+    return STATE_DIR + "/fleet/bundle-" + bundle_id
 
 
-STATE_DIR = "{{ proxytune_state_dir | default('/var/lib/proxytune') }}"
 ENV = {"PROXYTUNE_ROOT": "{{ proxytune_root | default('/') }}", "PROXYTUNE_STATE_DIR": STATE_DIR}
 PYTHON = "{{ proxytune_python | default('/usr/bin/python3') }}"
 UPLOAD = "{{ proxytune_upload.path }}"
