@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 DEBIAN_TEST_PACKAGES := ansible openssh-server tuned dbus-daemon e2fsprogs iproute2 procps systemd util-linux \
 	gcc libc6-dev valgrind linux-perf bpftrace fio wrk nginx-light squid chromium haproxy varnish trafficserver \
-	python3-venv python3-click python3-rich python3-jsonschema python3-matplotlib lintian
+	python3-venv python3-click python3-rich python3-jsonschema python3-matplotlib python3-apt lintian
 PYTEST_ARGS ?=
 
 .PHONY: test deps venv clean dist

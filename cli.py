@@ -450,6 +450,11 @@ def fleet_options(f):
         click.option("--limit", metavar="PATTERN", help="Ansible host pattern, e.g. 'proxies:!canary'."),
         click.option("--forks", type=click.IntRange(1, 500), default=5, show_default=True,
                      help="Hosts Ansible works on at once."),
+        click.option("--timeout", type=click.IntRange(10, 86400), default=900, show_default=True, metavar="SECONDS",
+                     help="Per host and task: a host that takes longer is stopped there and counts as failed."),
+        click.option("--no-install", is_flag=True,
+                     help="Do not apt-get the Debian packages a host lacks (python3-click, -rich, -jsonschema); "
+                          "such a host fails, naming them."),
         click.option("--json", "as_json", is_flag=True, help="Print the fleet result JSON."),
     ]
     for opt in reversed(options):
@@ -460,13 +465,11 @@ def fleet_options(f):
 def run_fleet(action, opts: dict, body=None):
     """Prepare the fleet, run `body(fleet)` (default: one read-only play), print, exit with its code."""
     from proxytune.tune import fleet as fleet_mod
-    fl = fleet_mod.Fleet(opts["inventory"], opts["profile_ref"], tuple(opts["only"]), tuple(opts["skip"]),
+    with fleet_mod.Fleet(opts["inventory"], opts["profile_ref"], tuple(opts["only"]), tuple(opts["skip"]),
                          opts["limit"], opts["forks"], opts.get("persist", False),
-                         progress=lambda line: click.echo(f"fleet: {console.term_text(line, markup=False)}", err=True))
-    try:
+                         progress=lambda line: click.echo(f"fleet: {console.term_text(line, markup=False)}", err=True),
+                         timeout=opts["timeout"], install=not opts["no_install"]) as fl:
         data = (body or (lambda f: fleet_mod.run_simple(f, action)))(fl.prepare())
-    finally:
-        fl.cleanup()
     show_fleet(data, opts["as_json"])
     sys.exit(data["exit"])
 

@@ -4,6 +4,7 @@ and its status; then the hosts that could not be audited and why."""
 
 from pathlib import Path
 
+from proxytune.core.errors import one_line
 from proxytune.core.sections import Table
 
 MARK = {"met": "met", "drift": "DRIFT", "n/a": "n/a", "error": "ERROR"}
@@ -29,7 +30,14 @@ def matrix(data: dict) -> Table:
         cells = [f"{per[n]['current_text']} ({MARK.get(per[n]['status'], per[n]['status'])})" if n in per else "-"
                  for n in names]
         body.append([setting, per["wanted"], *cells])
-    return Table(f"Fleet {data['fleet']}: profile {data['profile']}", ["setting", "wanted", *names], head + body)
+    return _shown(Table(f"Fleet {data['fleet']}: profile {data['profile']}", ["setting", "wanted", *names], head + body))
+
+
+def _shown(t: Table) -> Table:
+    """Every cell comes from hosts or a result file: no control character reaches a terminal,
+    a Markdown row or an HTML page (each medium then escapes its own syntax)."""
+    return Table(one_line(t.title), [one_line(h) for h in t.headers],
+                 [[one_line(c) for c in row] for row in t.rows], status_col=t.status_col)
 
 
 def _cell(value) -> str:
@@ -42,7 +50,7 @@ def _yes_no(flag) -> str:
 
 def problems(data: dict) -> Table | None:
     rows = [[n, h["status"], h.get("error") or ""] for n, h in data["hosts"].items() if h["status"] != "ok"]
-    return Table("Hosts not fully handled", ["host", "status", "why"], rows, status_col=1) if rows else None
+    return _shown(Table("Hosts not fully handled", ["host", "status", "why"], rows, status_col=1)) if rows else None
 
 
 def tables(data: dict) -> list[Table]:

@@ -73,7 +73,12 @@ FLEET_DATA = {
             "type": "object", "required": ["status", "fingerprint", "settings"],
             "properties": {"status": {"enum": ["ok", "unreachable", "failed", "skipped"]},
                            "fingerprint": {"anyOf": [{"type": "null"}, FINGERPRINT]},
-                           "settings": AUDIT_DATA["properties"]["settings"]}}},
+                           "summary": {"type": "object"}, "error": {"type": "string"},
+                           "capabilities": {"type": "object"},
+                           "settings": {"type": "array", "items": {
+                               "type": "object", "required": ["setting", "status", "current_text", "wanted_text"],
+                               "properties": {"setting": {"type": "string"}, "current_text": {"type": "string"},
+                                              "wanted_text": {"type": "string"}}}}}}},
     },
 }
 

@@ -230,8 +230,12 @@ def test_the_bundle_is_reproducible_and_the_playbook_passes_no_name_to_a_shell(t
     names = tarfile.open(one).getnames()
     assert "cli.py" in names and "tune/fleet.py" in names
     assert not any("__pycache__" in n or n.startswith(("tests/", ".venv")) for n in names)
-    book = json.loads(fp.playbook(fp.ship_tasks(one, digest) + [fp.run_task(["tune", "check", "--json"], digest, (0, 1))]))
-    tasks = book[0]["tasks"]
+    bundle_id = f"{digest[:16]}-0123456789ab"
+    tasks = fp.ship_tasks(one, digest, bundle_id, 60) + fp.dependency_tasks(bundle_id, True, 60)
+    book = json.loads(fp.playbook(tasks + [fp.run_task(["tune", "check", "--json"], bundle_id, (0, 1), 60)],
+                                  bundle_id, 60))
+    tasks = book[0]["tasks"][0]["block"] + book[0]["tasks"][0]["always"]
+    assert all(t["timeout"] == 90 for t in book[0]["tasks"][0]["block"])
     assert not any("ansible.builtin.shell" in t for t in tasks)
     assert all(isinstance(t["ansible.builtin.command"]["argv"], list) for t in tasks if "ansible.builtin.command" in t)
 

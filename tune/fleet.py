@@ -9,23 +9,27 @@ ok / unreachable / failed (or skipped, when a rollout stopped before it).
 
 import json
 import os
+import secrets
 import shlex
-import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import fleet_inventory as inv, fleet_play as fp
+from .fleet_result import FAILED, OK, SKIPPED, UNREACHABLE, first_line, host_result
+from proxytune.core import procgroup
 from proxytune.core.errors import ProxytuneError
+from proxytune.core.rundir import RunDir
 
 CALLBACKS = Path(__file__).resolve().parent / "fleet_callback"
-OK, UNREACHABLE, FAILED, SKIPPED = "ok", "unreachable", "failed", "skipped"
+DEFAULT_TIMEOUT = 900
+KIND = {"check": "audit", "plan": "plan", "apply": "apply", "doctor": "caps"}
 
 
 @dataclass
 class Fleet:
-    """One fleet command: the inventory, what to run, and a scratch directory."""
+    """One fleet command: the inventory, what to run, and a private scratch directory
+    (`with Fleet(...) as f:` removes it on every way out, SIGTERM and SIGHUP included)."""
     inventory: str
     profile_ref: str
     only: tuple = ()
@@ -34,11 +38,23 @@ class Fleet:
     forks: int = 5
     persist: bool = False
     progress: object = print
-    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="proxytune-fleet-")))
+    timeout: int = DEFAULT_TIMEOUT       # seconds per host and task
+    install: bool = True                 # apt-get the Debian dependencies a host lacks
+    workdir: Path | None = None
     hosts: list = field(default_factory=list)
     tarball: Path | None = None
-    digest: str = ""
-    shipped_profile: bool = False     # a profile file travels in the bundle
+    sha: str = ""
+    bundle_id: str = ""                  # the tarball digest + a token only this run uses
+    shipped_profile: bool = False        # a profile file travels in the bundle
+    _rundir: RunDir | None = None
+
+    def __enter__(self) -> "Fleet":
+        self._rundir = RunDir("fleet").__enter__()
+        self.workdir = self._rundir.path
+        return self
+
+    def __exit__(self, *exc):
+        return self._rundir.__exit__(*exc)
 
     def env(self) -> dict:
         return {**os.environ, "ANSIBLE_STDOUT_CALLBACK": "proxytune_lines",
@@ -51,6 +67,9 @@ class Fleet:
     def prepare(self) -> "Fleet":
         if not Path(self.inventory).exists():
             raise ProxytuneError(f"inventory {self.inventory} does not exist")
+        if not (CALLBACKS / "proxytune_lines.py").is_file():
+            raise ProxytuneError(f"the Ansible callback plugin is missing from {CALLBACKS}",
+                                 "reinstall proxytune: the package is incomplete")
         inv.check_arg("--profile", self.profile_ref)
         for g in self.only + self.skip:
             inv.check_arg("--only/--skip", g)
@@ -60,19 +79,29 @@ class Fleet:
         # a file (by the same rule as everywhere, trust-checked by load) travels; a name never means ./NAME
         profile_file = prof.path if profile_mod.profilefiles.is_path(self.profile_ref) else None
         try:
-            self.tarball, self.digest = fp.bundle(self.workdir, profile_file)
+            self.tarball, self.sha = fp.bundle(self.workdir, profile_file)
         except OSError as e:
             raise ProxytuneError(f"cannot build the bundle in {self.workdir}: {e.strerror or e}", "free space in TMPDIR")
+        self.bundle_id = f"{self.sha[:16]}-{secrets.token_hex(6)}"
         self.shipped_profile = profile_file is not None
         return self
 
+    def host_profile(self) -> str:
+        """The --profile each host sees (a file: its copy in this run's bundle)."""
+        return fp.profile_arg(self.profile_ref, self.shipped_profile, self.bundle_id)
+
+    def journal_profile(self) -> str:
+        """What each host's journal records as this run's profile: the name, or (a file)
+        the tail of its bundled copy's path, unique to this run."""
+        return self.host_profile().split("}}", 1)[-1]
+
     def tune_argv(self, command: str, *extra: str) -> list[str]:
-        argv = ["tune", command, "--json", "-p", fp.profile_arg(self.profile_ref, self.shipped_profile, self.digest)]
+        argv = ["tune", command, "--json", "-p", self.host_profile()]
         argv += [a for g in self.only for a in ("--only", g)] + [a for g in self.skip for a in ("--skip", g)]
         return argv + list(extra)
 
-    def cleanup(self) -> None:
-        shutil.rmtree(self.workdir, ignore_errors=True)
+    def run_task(self, argv: list[str], ok_codes: tuple[int, ...], name: str = fp.RUN_TASK) -> dict:
+        return fp.run_task(argv, self.bundle_id, ok_codes, self.timeout, name)
 
 
 def play(fleet: Fleet, hosts: list[str], tasks: list[dict], serial: int | None = None,
@@ -80,9 +109,11 @@ def play(fleet: Fleet, hosts: list[str], tasks: list[dict], serial: int | None =
     """Run one playbook over `hosts`; every host's events, in order.
     `on_event(ev)` sees each as it arrives (so a run can be recorded before Ctrl-C)."""
     book = fleet.workdir / "play.json"
-    book.write_text(fp.playbook(fp.ship_tasks(fleet.tarball, fleet.digest) + tasks, serial, stop_on_failure))
+    head = (fp.ship_tasks(fleet.tarball, fleet.sha, fleet.bundle_id, fleet.timeout)
+            + fp.dependency_tasks(fleet.bundle_id, fleet.install, fleet.timeout))
+    book.write_text(fp.playbook(head + tasks, fleet.bundle_id, fleet.timeout, serial, stop_on_failure))
     limit = fleet.workdir / "limit.txt"
-    limit.write_text("".join(h + "\n" for h in hosts))
+    limit.write_text("".join(inv.check_host_name(h) + "\n" for h in hosts))
     argv = [inv.ansible_binary("ansible-playbook"), "-i", fleet.inventory, "--limit", f"@{limit}", str(book)]
     if extra_vars:
         (fleet.workdir / "vars.json").write_text(json.dumps(extra_vars))
@@ -90,17 +121,13 @@ def play(fleet: Fleet, hosts: list[str], tasks: list[dict], serial: int | None =
     events: dict[str, list[dict]] = {h: [] for h in hosts}
     errors = fleet.workdir / "ansible-stderr.txt"      # a file, not a pipe: 1,000 hosts' warnings never block
     with open(errors, "w") as err_fh, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err_fh, text=True,
-                                                        env=fleet.env()) as p:
-        for line in p.stdout:
-            try:
-                ev = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if ev.get("host") in events:
-                events[ev["host"]].append(ev)
-                _report_progress(fleet, ev)
-                if on_event:
-                    on_event(ev)
+                                                        env=fleet.env(), start_new_session=True) as p:
+        try:
+            for line in p.stdout:
+                _take(fleet, events, line, on_event)
+        except BaseException:            # Ctrl-C, SIGTERM, SIGHUP: ansible-playbook stops too
+            procgroup.stop(p, grace=20)
+            raise
     err = errors.read_text(errors="replace")
     if p.returncode in (1, 4, 5, 250) and not any(events.values()):
         last = (err.strip().splitlines() or [f"exit {p.returncode}"])[-1]
@@ -108,54 +135,27 @@ def play(fleet: Fleet, hosts: list[str], tasks: list[dict], serial: int | None =
     return events
 
 
-def _report_progress(fleet: Fleet, ev: dict) -> None:
-    if ev["event"] == UNREACHABLE:
-        fleet.progress(f"{ev['host']}: unreachable: {_first_line(ev.get('msg'))}")
-    elif ev["event"] == FAILED:
-        fleet.progress(f"{ev['host']}: {ev['task']} failed: {_first_line(ev.get('stderr') or ev.get('msg'))}")
-    elif ev["event"] == OK and ev["task"] in fp.RESULT_TASKS:
-        fleet.progress(f"{ev['host']}: {ev['task']} done (exit {ev.get('rc')})")
-
-
-def _first_line(text) -> str:
-    lines = str(text or "").strip().splitlines()
-    return lines[-1][:200] if lines else ""
-
-
-def host_result(events: list[dict], task: str = fp.RUN_TASK) -> dict:
-    """One host's status and its proxytune JSON, from its Ansible events."""
-    out = {"status": SKIPPED, "fingerprint": None, "settings": [], "summary": {}, "exit": None, "error": "",
-           "doc": None}
-    for ev in events:
-        if ev["event"] == UNREACHABLE:
-            return {**out, "status": UNREACHABLE, "error": _first_line(ev.get("msg"))}
-        if ev["event"] == FAILED and ev["task"] != task:
-            return {**out, "status": FAILED, "error": f"{ev['task']}: {_first_line(ev.get('stderr') or ev.get('msg'))}"}
-        if ev["task"] == task and ev["event"] in (OK, FAILED):
-            out.update(_parse_run(ev))
-    return out
-
-
-def _parse_run(ev: dict) -> dict:
+def _take(fleet: Fleet, events: dict, line: str, on_event) -> None:
+    """One callback line: kept for its host (a line naming no host of ours is dropped)."""
     try:
-        doc = json.loads(ev.get("stdout") or "")
+        ev = json.loads(line)
     except json.JSONDecodeError:
-        doc = None
-    status = OK if ev["event"] == OK and isinstance(doc, dict) else FAILED
-    error = "" if status == OK else _first_line(ev.get("stderr") or ev.get("msg"))
-    if ev["event"] == FAILED and isinstance(doc, dict) and not error:
-        error = f"exit {ev.get('rc')}"
-    rows = _settings_of(doc) if isinstance(doc, dict) else {}
-    return {"status": status, "exit": ev.get("rc"), "error": error, "doc": doc,
-            "fingerprint": doc.get("host") if isinstance(doc, dict) else None, **rows}
+        return
+    if not isinstance(ev, dict) or not isinstance(ev.get("host"), str) or ev["host"] not in events:
+        return
+    events[ev["host"]].append(ev)
+    _report_progress(fleet, ev)
+    if on_event:
+        on_event(ev)
 
 
-def _settings_of(doc: dict) -> dict:
-    data = doc.get("data", {})
-    audit = data.get("verify", data) if isinstance(data, dict) else {}
-    if not isinstance(audit, dict) or "settings" not in audit:
-        return {}
-    return {"settings": audit["settings"], "summary": audit.get("summary", {})}
+def _report_progress(fleet: Fleet, ev: dict) -> None:
+    if ev.get("event") == UNREACHABLE:
+        fleet.progress(f"{ev['host']}: unreachable: {first_line(ev.get('msg'))}")
+    elif ev.get("event") == FAILED:
+        fleet.progress(f"{ev['host']}: {ev.get('task')} failed: {first_line(ev.get('stderr') or ev.get('msg'))}")
+    elif ev.get("event") == OK and ev.get("task") in fp.RESULT_TASKS:
+        fleet.progress(f"{ev['host']}: {ev['task']} done (exit {ev.get('rc')})")
 
 
 def exit_code(hosts: dict) -> int:
@@ -178,12 +178,12 @@ def result(fleet: Fleet, action: str, hosts: dict, **extra) -> dict:
 def run_simple(fleet: Fleet, action: str) -> dict:
     """check / plan / doctor: one play over every host, nothing changed."""
     if action == "doctor":
-        tasks = [fp.run_task(["probe", "caps", "--json"], fleet.digest, (0, 1))]
+        tasks = [fleet.run_task(["probe", "caps", "--json"], (0, 1))]
     else:       # exit 2 with a result: a setting could not be read there; shown as ERROR, not a failed host
         extra = ("--persist",) if action == "plan" and fleet.persist else ()
-        tasks = [fp.run_task(fleet.tune_argv(action, *extra), fleet.digest, (0, 1, 2))]
+        tasks = [fleet.run_task(fleet.tune_argv(action, *extra), (0, 1, 2))]
     events = play(fleet, fleet.hosts, tasks)
-    hosts = {h: host_result(events[h]) for h in fleet.hosts}
+    hosts = {h: host_result(events[h], fp.RUN_TASK, KIND[action]) for h in fleet.hosts}
     if action == "doctor":
         for h in hosts.values():
             h["capabilities"] = _caps_summary(h.pop("doc", None))
@@ -192,7 +192,7 @@ def run_simple(fleet: Fleet, action: str) -> dict:
 
 def _caps_summary(doc) -> dict:
     caps = doc.get("capabilities", {}) if isinstance(doc, dict) else {}
-    return {k: bool(v.get("ok")) for k, v in caps.items() if isinstance(v, dict)}
+    return {k: v["ok"] for k, v in caps.items()}
 
 
 def verify_locally(command: str | None, host: str, progress) -> tuple[bool, str]:
@@ -207,4 +207,4 @@ def verify_locally(command: str | None, host: str, progress) -> tuple[bool, str]
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, f"--verify-cmd could not run: {e}"
     progress(f"{host}: --verify-cmd exit {r.returncode}")
-    return r.returncode == 0, "" if r.returncode == 0 else f"--verify-cmd exit {r.returncode}: {_first_line(r.stderr or r.stdout)}"
+    return r.returncode == 0, "" if r.returncode == 0 else f"--verify-cmd exit {r.returncode}: {first_line(r.stderr or r.stdout)}"

@@ -38,7 +38,7 @@ def ansible_binary(name: str) -> str:
 
 def hosts(inventory: str, limit: str | None, env: dict) -> list[str]:
     """The inventory's hosts after --limit, in inventory order, each validated."""
-    if limit is not None and not LIMIT.fullmatch(limit):
+    if limit is not None and (not LIMIT.fullmatch(limit) or limit.startswith("-")):
         raise ProxytuneError(f"--limit {limit!r} is not an Ansible host pattern proxytune passes on",
                              "e.g. --limit 'proxies:!canary' or --limit 'web*'")
     argv = [ansible_binary("ansible"), "all", "-i", inventory, "--list-hosts"]

@@ -1,6 +1,7 @@
 """The playbook `proxytune fleet` hands to ansible-playbook, and the bundle
-it ships: this project as a tarball, unpacked once per version under a
-root-only directory on each host, then run there with become.
+it ships: the packaged files of this checkout or installation as a tarball,
+unpacked by fleet_unpack.py on each host into a fresh directory of this run
+under the root-only state dir, run there with become, removed afterwards.
 
 The playbook is written as JSON (valid YAML), so no host name, profile name
 or path is ever spliced into YAML or a shell: commands are argv lists.
@@ -10,81 +11,177 @@ import gzip
 import hashlib
 import io
 import json
+import os
+import stat
+import subprocess
 import tarfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-REPO = Path(__file__).resolve().parent.parent
-SHIPPED = ("cli.py", "core", "tune", "reports", "profiles", "probes", "microbench")
-SKIP_PARTS = ("__pycache__", ".build", "build")
+from .datafiles import PACKAGE_ROOT, data_root
+
+CODE = ("cli.py", "core", "tune", "reports", "profiles", "probes", "microbench")
+# what the wheel and the .deb carry besides the Python code (pyproject package-data)
+DATA = ("profiles/*/*.toml", "probes/*.bt", "probes/*.c", "microbench/*/*.c", "microbench/*/*.h",
+        "microbench/lua/*.lua")
+UNPACKER = Path(__file__).resolve().parent / "fleet_unpack.py"
 PROFILE_IN_BUNDLE = "fleet-profile.toml"
-RUN_TASK, ROLLBACK_TASK = "proxytune run", "proxytune rollback"
+RUN_TASK, ROLLBACK_TASK, MARK_TASK = "proxytune run", "proxytune rollback", "proxytune journal mark"
+UNPACK_TASK = "proxytune bundle directory"
 RESULT_TASKS = (RUN_TASK, ROLLBACK_TASK)
 
 
-def _shipped_files(repo: Path):
-    for top in SHIPPED:
-        p = repo / top
-        files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file())
-        for f in files:
-            rel = f.relative_to(repo)
-            if not any(part in SKIP_PARTS for part in rel.parts) and f.suffix not in (".pyc", ".o"):
-                yield f, rel
+def _packaged(rel: PurePosixPath) -> bool:
+    """Python code and the data files the packages ship; nothing else (no notes, no build output)."""
+    if "__pycache__" in rel.parts or rel.parts[0] not in CODE:
+        return False
+    return rel.suffix == ".py" or any(rel.match(pattern) and len(rel.parts) == pattern.count("/") + 1
+                                      for pattern in DATA)
 
 
-def bundle(dest: Path, profile_file: Path | None = None, repo: Path = REPO) -> tuple[Path, str]:
+def _tracked(tree: Path) -> set[str] | None:
+    """The files git tracks when `tree` is a checkout (untracked junk stays home); None elsewhere.
+    core.fsmonitor is off so that no hook of the checkout runs."""
+    if not (tree / ".git").exists():
+        return None
+    try:
+        r = subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(tree), "ls-files", "-z"],
+                           capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):       # no git here: the packaged-files rule alone
+        return None
+    return set(os.fsdecode(n) for n in r.stdout.split(b"\0") if n) if r.returncode == 0 else None
+
+
+def _files_under(tree: Path):
+    """(path, relative path) of every regular file below tree's CODE entries, never through a symlink."""
+    for top in CODE:
+        base = tree / top
+        if base.is_symlink():
+            continue
+        if base.is_file():
+            yield base, PurePosixPath(top)
+            continue
+        for here, dirs, names in os.walk(base):          # followlinks=False: linked dirs are left out
+            dirs[:] = sorted(d for d in dirs if not (Path(here) / d).is_symlink())
+            for name in sorted(names):
+                f = Path(here) / name
+                if stat.S_ISREG(os.lstat(f).st_mode):
+                    yield f, PurePosixPath(f.relative_to(tree).as_posix())
+
+
+def shipped_files(code: Path = PACKAGE_ROOT, data: Path | None = None) -> list[tuple[Path, PurePosixPath]]:
+    """What a bundle carries: the code tree and (for the .deb, apart) the data tree; in a checkout,
+    only what git tracks."""
+    found: dict[PurePosixPath, Path] = {}
+    for tree in dict.fromkeys((code, data or data_root())):
+        tracked = _tracked(tree)
+        for f, rel in _files_under(tree):
+            if _packaged(rel) and (tracked is None or str(rel) in tracked):
+                found.setdefault(rel, f)
+    return sorted(((f, rel) for rel, f in found.items()), key=lambda pair: str(pair[1]))
+
+
+def _read(f: Path) -> bytes:
+    fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
+def bundle(dest: Path, profile_file: Path | None = None, code: Path = PACKAGE_ROOT,
+           data: Path | None = None) -> tuple[Path, str]:
     """A reproducible tar.gz of the project (same content, same bytes, same
-    hash), so hosts that already have this version skip the unpack."""
+    sha256, which each host verifies before it unpacks)."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        members = list(_shipped_files(repo))
+        members = [(f, str(rel)) for f, rel in shipped_files(code, data)]
         if profile_file:
-            members.append((profile_file, Path(PROFILE_IN_BUNDLE)))
+            members.append((profile_file, PROFILE_IN_BUNDLE))
         for f, rel in members:
-            info = tarfile.TarInfo(str(rel))
-            data = f.read_bytes()
-            info.size, info.mode, info.mtime = len(data), 0o755 if f.stat().st_mode & 0o100 else 0o644, 0
-            tar.addfile(info, io.BytesIO(data))
-    digest = hashlib.sha256(raw.getvalue()).hexdigest()[:16]
-    out = dest / f"proxytune-{digest}.tar.gz"
-    with open(out, "wb") as fh, gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) as gz:
+            info = tarfile.TarInfo(rel)
+            payload = _read(f)
+            info.size, info.mode, info.mtime = len(payload), 0o755 if f.stat().st_mode & 0o100 else 0o644, 0
+            tar.addfile(info, io.BytesIO(payload))
+    packed = io.BytesIO()
+    with gzip.GzipFile(fileobj=packed, mode="wb", mtime=0) as gz:
         gz.write(raw.getvalue())
-    return out, digest
+    sha = hashlib.sha256(packed.getvalue()).hexdigest()
+    out = dest / f"proxytune-{sha[:16]}.tar.gz"
+    out.write_bytes(packed.getvalue())
+    return out, sha
 
 
-def remote_dir(digest: str) -> str:
-    """Per host: under its state dir (root-only), one directory per version."""
-    return "{{ proxytune_state_dir | default('/var/lib/proxytune') }}/fleet/bundle-" + digest
+STATE_DIR = "{{ proxytune_state_dir | default('/var/lib/proxytune') }}"
 
 
-ENV = {"PROXYTUNE_ROOT": "{{ proxytune_root | default('/') }}",
-       "PROXYTUNE_STATE_DIR": "{{ proxytune_state_dir | default('/var/lib/proxytune') }}"}
+def remote_dir(bundle_id: str) -> str:
+    """Per host and run: under its state dir (root-only), a directory no earlier run used."""
+    return STATE_DIR + "/fleet/bundle-" + bundle_id
+
+
+ENV = {"PROXYTUNE_ROOT": "{{ proxytune_root | default('/') }}", "PROXYTUNE_STATE_DIR": STATE_DIR}
 PYTHON = "{{ proxytune_python | default('/usr/bin/python3') }}"
+UPLOAD = "{{ proxytune_upload.path }}"
 
 
-def ship_tasks(tarball: Path, digest: str) -> list[dict]:
-    where = remote_dir(digest)
+def bounded(argv: list[str], timeout: int) -> list[str]:
+    """argv stopped on the host after `timeout` seconds (SIGTERM, SIGKILL 15 s later; exit 124),
+    so a hung command does not outlive the run that gave up on it."""
+    return ["timeout", "-k", "15", str(timeout), *argv]
+
+
+def ship_tasks(tarball: Path, sha: str, bundle_id: str, timeout: int) -> list[dict]:
+    """A private temp dir (mkdtemp on the host), the tarball and the unpacker into it; the
+    unpacker vets the state dir, verifies, unpacks fresh and removes the temp dir."""
     return [
-        {"name": "proxytune bundle directory",
-         "ansible.builtin.file": {"path": where, "state": "directory", "mode": "0700"}},
-        {"name": "ship proxytune",
-         "ansible.builtin.copy": {"src": str(tarball), "dest": where + "/proxytune.tar.gz", "mode": "0600"}},
-        {"name": "unpack proxytune",
-         "ansible.builtin.command": {"argv": ["tar", "-xzf", where + "/proxytune.tar.gz", "-C", where],
-                                     "creates": where + "/cli.py"}},
+        {"name": "proxytune upload directory",
+         "ansible.builtin.tempfile": {"state": "directory", "suffix": "-proxytune"}, "register": "proxytune_upload"},
+        {"name": "ship proxytune", "ansible.builtin.copy": {"src": str(tarball), "dest": UPLOAD + "/proxytune.tar.gz",
+                                                          "mode": "0600"}},
+        {"name": "ship proxytune unpacker", "ansible.builtin.copy": {"src": str(UNPACKER),
+                                                                   "dest": UPLOAD + "/fleet_unpack.py", "mode": "0600"}},
+        {"name": UNPACK_TASK, "register": "proxytune_unpack", "changed_when": False,
+         "failed_when": "proxytune_unpack.rc not in [0, 3]",
+         "ansible.builtin.command": {"argv": bounded([PYTHON, UPLOAD + "/fleet_unpack.py", STATE_DIR, bundle_id, sha,
+                                                      UPLOAD], timeout)}},
     ]
 
 
-def run_task(argv: list[str], digest: str, ok_codes: tuple[int, ...], name: str = RUN_TASK) -> dict:
-    """Run cli.py on the host; rc outside ok_codes fails the host."""
+def dependency_tasks(bundle_id: str, install: bool, timeout: int) -> list[dict]:
+    """When the unpacker found modules missing (rc 3): apt installs their Debian packages (unless
+    --no-install), then the bundle's own unpacker says in one line which are still missing."""
+    missing = "proxytune_unpack.rc == 3"
+    tasks = [{"name": "proxytune dependencies", "when": missing,
+              "ansible.builtin.apt": {"name": "{{ proxytune_unpack.stdout.split() }}", "state": "present"}}]
+    check = {"name": "proxytune dependency check", "when": missing, "changed_when": False,
+             "ansible.builtin.command": {"argv": bounded([PYTHON, remote_dir(bundle_id) + "/tune/fleet_unpack.py",
+                                                          "--missing"] + ([] if install else ["--no-install"]), timeout)}}
+    return (tasks if install else []) + [check]
+
+
+def run_task(argv: list[str], bundle_id: str, ok_codes: tuple[int, ...], timeout: int,
+             name: str = RUN_TASK) -> dict:
+    """Run cli.py on the host, stopped after `timeout` seconds; rc outside ok_codes fails the host."""
     return {"name": name,
-            "ansible.builtin.command": {"argv": [PYTHON, remote_dir(digest) + "/cli.py", *argv]},
+            "ansible.builtin.command": {"argv": bounded([PYTHON, remote_dir(bundle_id) + "/cli.py", *argv], timeout)},
             "environment": ENV, "register": "proxytune_out", "changed_when": False,
             "failed_when": f"proxytune_out.rc not in {list(ok_codes)}"}
 
 
-def playbook(tasks: list[dict], serial: int | None = None, stop_on_failure: bool = False) -> str:
+def cleanup_tasks(bundle_id: str) -> list[dict]:
+    """Whatever happened: this run's bundle and upload dir go (ignore_errors: a failed
+    cleanup does not fail a host whose run succeeded)."""
+    return [{"name": "proxytune cleanup", "ignore_errors": True,
+             "ansible.builtin.file": {"path": remote_dir(bundle_id), "state": "absent"}},
+            {"name": "proxytune cleanup upload", "ignore_errors": True,          # the unpacker removes it itself
+             "when": "proxytune_upload.path is defined and (proxytune_unpack.rc | default(124)) == 124",
+             "ansible.builtin.file": {"path": UPLOAD, "state": "absent"}}]
+
+
+def playbook(tasks: list[dict], bundle_id: str, timeout: int, serial: int | None = None,
+             stop_on_failure: bool = False) -> str:
+    """Every task bounded by `timeout` seconds (a hung ssh, copy or command fails that host only)."""
+    body = [{**t, "timeout": t.get("timeout", timeout + 30)} for t in tasks]
     play = {"name": "proxytune fleet", "hosts": "all", "become": True, "gather_facts": False,
-            "tasks": tasks}
+            "tasks": [{"block": body, "always": cleanup_tasks(bundle_id)}]}
     if serial:
         play["serial"] = serial
     if stop_on_failure:
@@ -92,6 +189,6 @@ def playbook(tasks: list[dict], serial: int | None = None, stop_on_failure: bool
     return json.dumps([play], indent=1) + "\n"
 
 
-def profile_arg(profile_ref: str, shipped: bool, digest: str) -> str:
+def profile_arg(profile_ref: str, shipped: bool, bundle_id: str) -> str:
     """The --profile the host sees: a shipped name as is, a file as its bundled copy."""
-    return remote_dir(digest) + "/" + PROFILE_IN_BUNDLE if shipped else profile_ref
+    return remote_dir(bundle_id) + "/" + PROFILE_IN_BUNDLE if shipped else profile_ref

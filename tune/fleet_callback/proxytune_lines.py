@@ -37,7 +37,7 @@ class CallbackModule(CallbackBase):
         self._emit("ok", result)
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
-        self._emit("failed", result)
+        self._emit("ignored" if ignore_errors else "failed", result)
 
     def v2_runner_on_unreachable(self, result):
         self._emit("unreachable", result)
