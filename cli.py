@@ -25,7 +25,7 @@ import click
 
 from proxytune.tune import apply as apply_mod, audit as audit_mod, export as export_mod, journal, plan as plan_mod
 from proxytune.tune import profile as profile_mod, render
-from proxytune.core import console
+from proxytune.core import console, monitoring
 from proxytune.core.errors import ProxytuneError
 from proxytune.tune.host import Host
 from proxytune.probes.target import MAX_SECONDS, duration_option
@@ -39,7 +39,13 @@ class Main(click.Group):
     and a hint (exit 2, or 130 when interrupted); Ctrl-C is 130; any other exception is a bug,
     reported as one `internal error` line, exit 2 (its traceback only with --debug)."""
 
+    def parse_args(self, ctx, args):
+        ctx.meta[NAGIOS] = nagios_requested(args)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx):
+        if ctx.meta.get(NAGIOS):
+            return self.invoke_as_plugin(ctx)
         try:
             return super().invoke(ctx)
         except ProxytuneError as e:
@@ -64,6 +70,96 @@ class Main(click.Group):
             say_error(f"{type(e).__name__}: {e}{'; ' + notes if notes else ''}".replace("\n", " "),
                       "this is a bug in proxytune; rerun with --debug for the traceback", kind="internal error")
             sys.exit(2)
+
+    def invoke_as_plugin(self, ctx):
+        """--format nagios: whatever goes wrong in proxytune itself is UNKNOWN (exit 3) on one
+        status line, never CRITICAL: a typo'd profile must not page someone as a host problem."""
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, SystemExit):
+            raise
+        except BaseException as e:          # noqa: B036 - Ctrl-C and bugs are UNKNOWN too
+            if isinstance(e, ProxytuneError):
+                message, hint = e.message, e.hint
+            elif isinstance(e, click.exceptions.ClickException):
+                message, hint = e.format_message(), None
+            elif isinstance(e, (KeyboardInterrupt, click.exceptions.Abort)):
+                message, hint = "interrupted", None
+            else:
+                message, hint = f"internal error: {type(e).__name__}: {e}", "rerun with --debug for the traceback"
+                if ctx.params.get("debug"):
+                    import traceback
+                    traceback.print_exc()
+            click.echo(monitoring.unknown_line(message))
+            say_error(message, hint)
+            sys.exit(monitoring.UNKNOWN)
+
+
+NAGIOS = "proxytune.nagios"
+
+
+def nagios_requested(args: list[str]) -> bool:
+    """Whether this run is a Nagios plugin run (`--format nagios` anywhere), known before any
+    option is parsed, so that even a usage error is reported as UNKNOWN."""
+    return any(a == "--format=nagios" or (a == "--format" and b == "nagios") for a, b in zip(args, args[1:] + [""]))
+
+
+class LateGlobals:
+    """Accept the global options after the subcommand too (`tune check --format tsv --root DIR`):
+    each command gets copies that set the same thing when given (later wins)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        taken = {o for p in self.params for o in p.opts}
+        self.params += [make() for opts, make in LATE_OPTIONS if not taken & set(opts)]
+
+
+def _late_root(ctx, param, value):
+    if value is not None:
+        ctx.obj.root = Path(value)
+
+
+def _late_state_dir(ctx, param, value):
+    if value is not None:
+        ctx.obj.state_dir = Path(value)
+
+
+def _late_format(ctx, param, value):
+    if value is not None:
+        console.set_format(value)
+
+
+def _late_debug(ctx, param, value):
+    if value:
+        ctx.find_root().params["debug"] = True
+
+
+LATE_OPTIONS = [
+    (("--root",), lambda: click.Option(["--root"], metavar="DIR", expose_value=False, callback=_late_root,
+                                       help="Same as the global --root, given after the command.")),
+    (("--state-dir",), lambda: click.Option(["--state-dir"], metavar="DIR", expose_value=False,
+                                            callback=_late_state_dir,
+                                            help="Same as the global --state-dir, given after the command.")),
+    (("--format",), lambda: click.Option(["--format"], type=click.Choice(console.FORMATS), expose_value=False,
+                                         is_eager=True, callback=_late_format,
+                                         help="Same as the global --format, given after the command.")),
+    (("--debug",), lambda: click.Option(["--debug"], is_flag=True, expose_value=False, callback=_late_debug,
+                                        help="Same as the global --debug, given after the command.")),
+]
+
+
+class Command(LateGlobals, click.Command):
+    """Every proxytune command: accepts the global options after its name too."""
+
+
+class Group(LateGlobals, click.Group):
+    """Every proxytune command group below the top one."""
+    command_class = Command
+    group_class = type
+
+
+Main.command_class = Command
+Main.group_class = Group
 
 
 def say_error(message: str, hint: str | None = None, kind: str = "error") -> None:
@@ -147,20 +243,79 @@ def tune():
     """Audit, apply and roll back a host profile; export it for other tools."""
 
 
+def monitor_options(f):
+    """--format (tables, or a monitoring system's format), --critical and -o: check and doctor."""
+    options = [
+        click.option("--format", "fmt", type=click.Choice(console.FORMATS + MONITOR_FORMATS), is_eager=True,
+                     callback=_check_format, help="table or tsv (as the global --format); nagios: one plugin "
+                     "status line with perfdata, exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (any error of "
+                     "proxytune itself); prometheus: a node_exporter textfile."),
+        click.option("--critical", multiple=True, metavar="GLOB",
+                     help="With --format nagios: drift of a setting matching this (backend:key) is CRITICAL, "
+                          "not WARNING (repeatable; a profile marks one with `critical = true`)."),
+        click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+                     help="With --format prometheus: write FILE atomically (temp file + rename, as the "
+                          "node_exporter textfile directory needs) [stdout]."),
+    ]
+    for opt in reversed(options):
+        f = opt(f)
+    return f
+
+
+MONITOR_FORMATS = ("nagios", "prometheus")
+
+
+def _check_format(ctx, param, value):
+    """table and tsv are the global --format's; nagios and prometheus stay with the command."""
+    if value in console.FORMATS:
+        console.set_format(value)
+    return value
+
+
+def refuse_monitor_misuse(fmt, critical, output) -> None:
+    if critical and fmt != "nagios":
+        raise ProxytuneError("--critical only changes --format nagios", "add --format nagios")
+    if output and fmt != "prometheus":
+        raise ProxytuneError("--output is the textfile of --format prometheus", "add --format prometheus")
+
+
+def emit_metrics(text: str, output: Path | None) -> None:
+    """The textfile to stdout, or to FILE through the safe file layer (temp file + rename: node_exporter
+    never reads half a file); a file that is there keeps its mode and owner."""
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    from proxytune.tune import files
+    files.atomic_write(output.absolute(), text)
+
+
 @tune.command()
 @profile_options
+@monitor_options
 @click.option("--json", "as_json", is_flag=True, help="Print the audit as result JSON.")
 @click.pass_obj
-def check(host, profile_ref, only, skip, service, user, cache_dirs, as_json):
+def check(host, profile_ref, only, skip, service, user, cache_dirs, fmt, critical, output, as_json):
     """Audit this host against a profile: current, wanted, status, reason.
 
     Also inspects the running proxy: its real fd limit and use, its listen
     backlogs, and the atime mode of its cache directories. Changes nothing.
-    Exit 0 when everything is met, 1 on drift or warnings, 2 on error.
+    Exit 0 when everything is met, 1 on drift or warnings, 2 on error
+    (with --format nagios: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
+
+    \b
+      proxytune tune check --format nagios --critical 'sysctl:net.core.somaxconn'
+      proxytune tune check --format prometheus -o /var/lib/prometheus/node-exporter/proxytune.prom
     """
+    refuse_monitor_misuse(fmt, critical, output)
     audit = audit_mod.build(host, profile_ref, cli_params(service, user, cache_dirs), only, skip)
     doc = audit.to_json()
-    if as_json:
+    if fmt == "nagios":
+        state, line = audit_mod.nagios(doc, critical)
+        click.echo(line)
+        sys.exit(state)
+    if fmt == "prometheus":
+        emit_metrics(audit_mod.prometheus(doc), output)
+    elif as_json:
         from proxytune.reports.schema import envelope
         emit_json(envelope("audit", doc, doc["params"]["values"]["cache_dirs"]))
     else:

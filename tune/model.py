@@ -17,6 +17,7 @@ class Setting:
     source: str
     file: str = ""            # the profile file and line it came from,
     line: int | None = None   # for error messages
+    critical: bool = False    # the profile marks its drift CRITICAL for monitoring
 
     @property
     def address(self) -> str:
@@ -59,7 +60,7 @@ class Change:
             "mode": s.mode, "target": as_json(self.target) if self.needed else None,
             "status": self.status, "reason": s.reason, "source": s.source,
             "note": self.notes, "boot_override": self.boot or None,
-            "error": self.note if self.status == ERROR else None,
+            "error": self.note if self.status == ERROR else None, "critical": s.critical,
         }
 
     def current_text(self) -> str:
