@@ -357,10 +357,10 @@ def plan_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist, 
     else:
         render.print_plan(plan, f"tune plan: {profile_ref}", show_target=True)
         flags = (" --persist" if persist else "") + (" --files-only" if files_only else "")
-        click.echo(f"apply{flags} would run {len(steps)} step(s):")
+        console.say(f"apply{flags} would run {len(steps)} step(s):")
         render.print_steps(steps, "-")
         for n in notes:
-            click.echo(f"note: {n}")
+            console.say(f"note: {n}")
     sys.exit(plan.exit_code())
 
 
@@ -462,7 +462,7 @@ def history(host, as_json):
         emit_json(rows)
         return
     if not rows:
-        click.echo(f"journal is empty ({journal.directory(host.state_dir)})")
+        console.say(f"journal is empty ({journal.directory(host.state_dir)})")
         return
     console.print_rows("apply journal", ["id", "state", "profile", "steps done"],
                       [[r["id"], r["state"], r["profile"], f"{r['done']}/{r['steps']}"] for r in rows])
@@ -963,9 +963,10 @@ def probe_overhead(seconds, reps, connections, component, pace_ms, mechanisms, o
               help="The proxy's cache directory (repeatable) [from squid -f CONF].")
 @click.option("--deep", is_flag=True, help="Also block-I/O and run-queue latency (more overhead).")
 @click.option("--no-perf", is_flag=True, help="No CPU sampling.")
+@monitor_options
 @click.option("--json", "as_json", is_flag=True, help='Print {"findings": [{"id", "severity", "evidence", "fix"}...]}.')
 @click.pass_obj
-def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, as_json):
+def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, fmt, critical, output, as_json):
     """Diagnose a running proxy: what limits it, with evidence and a fix.
 
     \b
@@ -980,19 +981,23 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, as
       nginx-worker-connections, squid-fd-limit,
       trafficserver-connections-throttle (read from its config and stats)
     ranked by severity and impact. Read-only; needs root.
-    Exit 0 no findings, 1 findings, 2 error.
+    Exit 0 no findings, 1 findings, 2 error (with --format nagios: 0 OK,
+    1 WARNING, 2 CRITICAL: a high-severity finding or one --critical names,
+    3 UNKNOWN).
 
     \b
       sudo ./proxytune doctor --comm squid
       sudo ./proxytune doctor --pid 1234 --duration 5 --json
+      sudo ./proxytune doctor --comm nginx --format nagios --critical 'nginx-*'
     """
+    refuse_monitor_misuse(fmt, critical, output)
     from proxytune.core import procfs
     from proxytune.probes import doctor as doctor_mod, proc, render as prender
     from proxytune.reports.schema import envelope
     pids = proc.resolve(pid, comm)
     if os.geteuid() != 0:
         raise ProxytuneError("doctor needs root (bpftrace, perf -a)", "sudo ./proxytune doctor ...")
-    if as_json:
+    if as_json or fmt in MONITOR_FORMATS:
         r = doctor_mod.diagnose(pids, duration, host=host, profile_ref=profile_ref, cache_dirs=list(cache_dirs),
                                 deep=deep, use_perf=not no_perf)
     else:
@@ -1003,7 +1008,13 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, as
             r = doctor_mod.diagnose(pids, duration, host=host, profile_ref=profile_ref, cache_dirs=list(cache_dirs),
                                     deep=deep, use_perf=not no_perf,
                                     tick=lambda t: bar.update(task, completed=t))
-    if as_json:
+    if fmt == "nagios":
+        state, line = prender.doctor_nagios(r, critical)
+        click.echo(line)
+        sys.exit(state)
+    if fmt == "prometheus":
+        emit_metrics(prender.doctor_prometheus(r, profile_ref), output)
+    elif as_json:
         doc = envelope("probe", {"probe": "doctor", **r})
         doc["findings"] = r["findings"]
         emit_json(doc)
