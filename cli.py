@@ -172,6 +172,12 @@ def emit_json(doc) -> None:
     click.echo(json.dumps(doc, indent=2, default=str))
 
 
+def emit_result(kind: str, data: dict, paths: list[str] | None = None) -> None:
+    """Every --json output: the versioned result envelope around the command's data (`proxytune schema`)."""
+    from proxytune.reports.schema import envelope
+    emit_json(envelope(kind, data, paths))
+
+
 @click.group(cls=Main, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="proxytune")
 @click.option("--root", envvar="PROXYTUNE_ROOT", default="/", show_default=True, metavar="DIR",
@@ -316,8 +322,7 @@ def check(host, profile_ref, only, skip, service, user, cache_dirs, fmt, critica
     if fmt == "prometheus":
         emit_metrics(audit_mod.prometheus(doc), output)
     elif as_json:
-        from proxytune.reports.schema import envelope
-        emit_json(envelope("audit", doc, doc["params"]["values"]["cache_dirs"]))
+        emit_result("audit", doc, doc["params"]["values"]["cache_dirs"])
     else:
         console.print_section(audit_mod.section(doc, f"tune check: {profile_ref}"))
         render.print_parameters(audit.plan)
@@ -351,9 +356,8 @@ def plan_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist, 
     steps, notes = apply_mod.steps_for(plan, host, persist, files_only)
     notes = scope_notes(host, files_only) + notes + (plan_mod.boot_warnings(plan) if persist else [])
     if as_json:
-        from proxytune.reports.schema import envelope
-        emit_json(envelope("plan", {**plan.to_json(), "steps": steps, "persist": persist, "files_only": files_only,
-                                    "root": str(host.root), "step_notes": notes}))
+        emit_result("plan", {**plan.to_json(), "steps": steps, "persist": persist, "files_only": files_only,
+                             "root": str(host.root), "step_notes": notes})
     else:
         render.print_plan(plan, f"tune plan: {profile_ref}", show_target=True)
         flags = (" --persist" if persist else "") + (" --files-only" if files_only else "")
@@ -402,9 +406,8 @@ def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist,
     outcome.notes[:0] = scope_notes(host, files_only)
     after = plan_mod.build(profile_ref, host, params, only, skip)
     if as_json:
-        from proxytune.reports.schema import envelope
-        emit_json(envelope("apply", {"journal": outcome.entry and outcome.entry["id"], "steps": outcome.steps,
-                                     "files_only": files_only, "notes": outcome.notes, "verify": after.to_json()}))
+        emit_result("apply", {"journal": outcome.entry and outcome.entry["id"], "steps": outcome.steps,
+                              "files_only": files_only, "notes": outcome.notes, "verify": after.to_json()})
     else:
         render.print_outcome(outcome, "applied")
         render.print_plan(after, "verify")
@@ -441,10 +444,9 @@ def rollback(host, entry_id, force, yes, as_json):
             click.confirm("Roll back?", abort=True)
     outcome = apply_mod.rollback(host, entry["id"], force)
     if as_json:
-        from proxytune.reports.schema import envelope
-        emit_json(envelope("rollback", {"journal": entry["id"], "state": outcome.entry["state"],
-                                        "steps": outcome.steps, "kept": outcome.kept, "notes": outcome.notes,
-                                        "failures": outcome.failures}))
+        emit_result("rollback", {"journal": entry["id"], "state": outcome.entry["state"],
+                                 "steps": outcome.steps, "kept": outcome.kept, "notes": outcome.notes,
+                                 "failures": outcome.failures})
     else:
         render.print_outcome(outcome, "rolled back")
     sys.exit(2 if outcome.failures else 1 if outcome.kept else 0)
@@ -459,7 +461,7 @@ def history(host, as_json):
     rows = [{"id": e["id"], "seq": e["seq"], "state": journal.status(e), "profile": e["profile"],
              "steps": len(e["steps"]), "done": e["done"]} for e in journal.entries(host.state_dir)]
     if as_json:
-        emit_json(rows)
+        emit_result("history", {"entries": rows})
         return
     if not rows:
         console.say(f"journal is empty ({journal.directory(host.state_dir)})")
@@ -538,9 +540,8 @@ def run_fleet(action, opts: dict, body=None):
 
 def show_fleet(data, as_json):
     from proxytune.reports import fleet as fleet_report
-    from proxytune.reports.schema import envelope
     if as_json:
-        emit_json(envelope("fleet", data))
+        emit_result("fleet", data)
         return
     fleet_report.print_terminal(data)
 
@@ -818,7 +819,7 @@ def probe_caps(as_json):
     from proxytune.probes import caps, render as prender
     c = caps.check()
     if as_json:
-        emit_json(c)
+        emit_result("probe", {"probe": "caps", **c})
     else:
         prender.caps_table(c)
     sys.exit(0 if all(v["ok"] for k, v in c["capabilities"].items() if k != "container") else 1)
@@ -831,8 +832,9 @@ def probe_list(as_json):
     from proxytune.probes import bpftrace
     cat = bpftrace.catalog()
     if as_json:
-        emit_json([{"name": s.name, "path": str(s.path), "purpose": s.purpose, "tracepoints": s.tracepoints}
-                   for s in cat.values()])
+        emit_result("probe", {"probe": "list", "scripts": [
+            {"name": s.name, "path": str(s.path), "purpose": s.purpose, "tracepoints": s.tracepoints}
+            for s in cat.values()]})
         return
     console.print_rows("bpftrace catalog", ["name", "purpose", "tracepoints"],
                       [[s.name, s.purpose, ", ".join(s.tracepoints)] for s in cat.values()])
@@ -853,7 +855,7 @@ def probe_run(name, pid, comm, duration, as_json):
         raise ProxytuneError(f"{name} needs tracepoints this kernel lacks: {', '.join(missing)}")
     maps = bpftrace.run_for([cat[name]], pids, duration)
     if as_json:
-        emit_json({"probe": name, "pids": pids, **maps})
+        emit_result("probe", {"probe": name, "pids": pids, **maps})
     else:
         prender.probe_maps(name, maps)
 
@@ -875,7 +877,7 @@ def probe_hotspots(pid, comm, duration, as_json):
     if watch.all_gone:
         raise watch.gone_error(duration)
     if as_json:
-        emit_json(r)
+        emit_result("probe", {"probe": "hotspots", "pids": pids, **r})
         return
     if not r.get("available"):
         raise ProxytuneError(r["reason"])
@@ -900,7 +902,7 @@ def probe_cachemiss(command, as_json):
     hw = perf.hw_cache_misses(list(command)) if caps.hardware_counters().ok else None
     r = hw or perf.cachegrind(list(command))
     if as_json:
-        emit_json(r)
+        emit_result("probe", {"probe": "cachemiss", "command": list(command), **r})
     else:
         prender.cachemiss_report(r)
 
@@ -1044,7 +1046,7 @@ def profiles_list(host, as_json):
                      "description": p.description})
     ignored = profile_mod.ignored(host.root)
     if as_json:
-        emit_json(rows)
+        emit_result("profiles", {"profiles": rows, "ignored": ignored})
     else:
         console.print_rows("profiles", ["name", "source", "os", "settings", "description"],
                           [[r[k] for k in ("name", "source", "os", "settings", "description")] for r in rows])
@@ -1062,7 +1064,8 @@ def profiles_show(host, name, as_json):
     rows = [{"setting": f"{r.backend}:{r.key}", "mode": r.mode, "wanted": r.wanted, "reason": r.reason,
              "source": r.source} for r in p.raw]
     if as_json:
-        emit_json({"name": name, "os": p.os, "description": p.description, "params": p.params, "settings": rows})
+        emit_result("profile", {"name": name, "os": p.os, "description": p.description, "params": p.params,
+                                "settings": rows})
         return
     click.echo(f"{name} ({p.os}): {p.description}\nfile: {p.path}")
     for r in p.raw:
@@ -1140,6 +1143,22 @@ def report_fleet(file, out_dir):
     show_fleet(doc["data"], False)
     for p in fleet_report.write(doc, out_dir):
         click.echo(f"wrote {p}")
+
+
+# ---------------------------------------------------------------- schema
+
+@main.command("schema")
+@click.argument("kind", required=False, metavar="[KIND]")
+def schema_cmd(kind):
+    """Print the JSON Schema of proxytune's results: every --json output and result file is
+    this envelope (schema, kind, created, host, data); KIND narrows it to one kind's data.
+
+    \b
+      proxytune schema                      the whole schema (every kind)
+      proxytune schema audit > audit.json   what `tune check --json` prints
+    """
+    from proxytune.reports.schema import kind_schema
+    emit_json(kind_schema(kind))
 
 
 def run() -> None:

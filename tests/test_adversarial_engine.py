@@ -75,7 +75,7 @@ def entry_files(sandbox):
 def history(sandbox):
     r = proxytune("tune", "history", "--json")
     assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
+    return json.loads(r.stdout)["data"]["entries"]
 
 
 def edit_entry(path: Path, change) -> None:

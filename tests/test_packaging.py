@@ -149,12 +149,12 @@ def test_deb_runs_from_its_unpacked_root(deb_root, outside):
     r = run([*exe, "--version"], cwd=home, env=env)
     assert r.returncode == 0 and "0.1.0" in r.stdout, r.stderr
     r = run([*exe, "profiles", "list", "--json"], cwd=home, env=env)
-    rows = {row["name"]: row for row in json.loads(r.stdout)}
+    rows = {row["name"]: row for row in json.loads(r.stdout)["data"]["profiles"]}
     assert rows["linux/proxy"]["path"].startswith(str(deb_root / "usr/share/proxytune/profiles"))
     r = run([*exe, "tune", "check", "--json", "--service", "nosuchproxy"], cwd=home, env=env)
     assert r.returncode in (0, 1) and json.loads(r.stdout)["kind"] == "audit", r.stderr
     r = run([*exe, "probe", "list", "--json"], cwd=home, env=env)
-    assert {p["name"] for p in json.loads(r.stdout)} >= {"pollscan", "syscall_mix"}
+    assert {p["name"] for p in json.loads(r.stdout)["data"]["scripts"]} >= {"pollscan", "syscall_mix"}
     r = run([*exe, "bench", "fdscan", "--quick", "-o", home / "fdscan.json"], cwd=home, env=env)
     assert r.returncode == 0, r.stderr
     assert not (home / "apt-calls").exists()

@@ -29,7 +29,7 @@ def write(directory, name, what, somaxconn=16384):
 def listing(sandbox, env):
     r = proxytune("--root", str(sandbox.root), "profiles", "list", "--json", env=env)
     assert r.returncode == 0, r.stderr
-    return {row["name"]: row for row in json.loads(r.stdout)}, r.stderr
+    return {row["name"]: row for row in json.loads(r.stdout)["data"]["profiles"]}, r.stderr
 
 
 def test_site_then_user_then_shipped(sandbox, tmp_path):

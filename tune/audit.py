@@ -108,7 +108,8 @@ def nagios(doc: dict, critical=()) -> tuple[int, str]:
     state = (monitoring.CRITICAL if crit else monitoring.UNKNOWN if errors else
              monitoring.WARNING if drift or warns else monitoring.OK)
     parts = [f"{len(crit)} critical drift{_named(crit)}"] if crit else []
-    parts += [f"{len(drift)} drift{_named([x['setting'] for x in drift if x['setting'] not in crit])}",
+    other = [x["setting"] for x in drift if x["setting"] not in crit]
+    parts += [f"{len(other)} {'other ' if crit else ''}drift{_named(other)}",
               f"{s['met']} met", f"{s['n/a']} n/a"]
     parts += [f"{len(errors)} unreadable{_named(errors)}"] if errors else []
     parts += [f"{warns} warning(s) from the running {doc['observations']['service']}"] if warns else []
