@@ -491,12 +491,13 @@ def export(host, profile_ref, only, skip, service, user, cache_dirs, fmt, output
     """
     prof = profile_mod.load(profile_ref, root=host.root)
     from proxytune.tune import params as params_mod
-    values, _ = params_mod.resolve(host, cli_params(service, user, cache_dirs), prof.params)
+    values, variables = export_mod.as_variables(*params_mod.resolve(host, cli_params(service, user, cache_dirs),
+                                                                     prof.params))
     settings, _ = profile_mod.expand(prof, values, host)
     if tuned_include is not None and not export_mod.export_host.NAME.fullmatch(tuned_include):
         raise ProxytuneError(f"--tuned-include {tuned_include!r} is not a tuned profile name")
     text = export_mod.export(fmt, plan_mod.select(settings, only, skip), profile_ref, prof.os,
-                             export_mod.Target(host, tuned_include))
+                             export_mod.Target(host, tuned_include, variables))
     if output:
         output.write_text(text)
         click.echo(f"wrote {output}", err=True)

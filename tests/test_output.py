@@ -2,9 +2,12 @@
 plain tab-separated rows that awk and cut can read (no box drawing)."""
 
 import json
+import os
 import re
+import shlex
 import shutil
 import subprocess
+from pathlib import Path
 
 import click
 import jsonschema
@@ -203,3 +206,75 @@ def test_every_json_output_is_the_versioned_envelope(sandbox, tmp_path, idle_pid
 def test_schema_refuses_an_unknown_kind():
     r = proxytune("schema", "nonsense")
     assert r.returncode == 2 and "no result kind 'nonsense'" in r.stderr and not r.stdout
+
+
+def test_several_running_proxies_are_named_in_one_line(tmp_path):
+    """Two proxies run (copies of sleep named nginx and haproxy): the audit says which one it
+    audits and which it leaves out, in one note, and the JSON's parameter source says so too."""
+    procs = []
+    try:
+        for name in ("haproxy", "nginx"):
+            exe = tmp_path / name
+            shutil.copy("/bin/sleep", exe)
+            procs.append(subprocess.Popen([str(exe), "120"]))
+        r = proxytune("tune", "check", "--only", "sysctl:fs.nr_open", "--json", env={"PROXYTUNE_ROOT": "/"})
+        doc = json.loads(r.stdout)["data"]
+        chosen, source = doc["params"]["values"]["service"], doc["params"]["sources"]["service"]
+        note, = [n for n in doc["notes"] if n.startswith("several proxies run: ")]
+        assert chosen in ("squid", "nginx") and f"auditing {chosen} " in note, note   # fixed order, not start order
+        assert "haproxy" in note.split(", not ", 1)[1] and "also running: " in source and "haproxy" in source
+        assert "pass --service NAME" in note
+        piped = proxytune("tune", "check", "--only", "sysctl:fs.nr_open", env={"PROXYTUNE_ROOT": "/"}).stdout
+        assert sum(1 for l in piped.splitlines() if "several proxies run" in l) == 1
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_exports_leave_a_detected_service_and_user_as_variables(sandbox, tmp_path):
+    text = proxytune("tune", "export", "--format", "limits.d").stdout
+    assert "@PROXY_USER@\tsoft\tnofile\t65536" in text and "# @PROXY_USER@: the proxy's user on the target host" in text
+    named = proxytune("tune", "export", "--format", "limits.d", "--user", "proxy").stdout
+    assert "proxy\tsoft\tnofile" in named and "@PROXY_USER@" not in named          # given: written in
+    drop_in = proxytune("tune", "export", "--format", "systemd").stdout
+    assert "# /etc/systemd/system/@PROXY_SERVICE@.service.d/proxytune.conf" in drop_in
+    book = proxytune("tune", "export", "--format", "ansible").stdout
+    assert '    proxytune_service: "squid"' in book and '    proxytune_user: "proxy"' in book
+    tasks = book.split("  tasks:", 1)[1]
+    assert "squid" not in tasks and "proxytune-service-var" not in book and "proxytune-user-var" not in book
+
+
+@pytest.mark.skipif(not (IS_ROOT and shutil.which("ansible-playbook")), reason="needs root and ansible-playbook")
+def test_the_playbook_takes_service_and_user_from_its_variables(sandbox, tmp_path):
+    """The playbook run for real (mount and network namespace): -e names the service and user; a met
+    login limit of that user is left alone, a low one raised; a hostile name stops at the check."""
+    book = tmp_path / "book.yml"
+    assert proxytune("tune", "export", "--format", "ansible", "--only", "limits:*", "--only", "service:*",
+                     "-o", str(book)).returncode == 0
+    (tmp_path / "units").mkdir()
+    (tmp_path / "limits.d").mkdir()
+    home = tmp_path / "ansible-home"
+    env = {**os.environ, "ANSIBLE_HOME": str(home), "ANSIBLE_LOCAL_TEMP": str(home / "tmp"),
+           "ANSIBLE_REMOTE_TEMP": str(home / "rtmp"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_PYTHON_INTERPRETER": "/usr/bin/python3", "D": str(tmp_path)}
+    play = (f'ansible-playbook -c local -i localhost, -e proxytune_systemd_dir="$D/units" '
+            f'-e proxytune_limits_file="$D/out.conf" "$D/book.yml"')
+
+    def run(site_line: str, user: str) -> subprocess.CompletedProcess:
+        (tmp_path / "limits.d/50-site.conf").write_text(site_line)
+        script = (f'mount --bind "$D/limits.d" /etc/security/limits.d && '
+                  f"{play} -e proxytune_service=ptsvc -e proxytune_user={shlex.quote(user)}")
+        return subprocess.run(["unshare", "-m", "-n", "bash", "-euo", "pipefail", "-c", script],
+                              capture_output=True, text=True, env=env, timeout=400)
+
+    r = run("ptuser\t-\tnofile\t100000\n", "ptuser")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    assert (tmp_path / "units/ptsvc.service.d/proxytune.conf").read_text().endswith("LimitNOFILE=65536\n")
+    assert not (tmp_path / "out.conf").exists()                   # ptuser's limit is already above: met
+    r = run("ptuser\t-\tnofile\t1024\n", "ptuser")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    assert re.search(r"^ptuser\s+-\s+nofile\s+65536$", (tmp_path / "out.conf").read_text(), re.M)
+    r = run("", "x; touch /tmp/ptout-pwned")
+    assert r.returncode != 0 and "proxytune_user must be a plain user name" in r.stdout
+    assert not Path("/tmp/ptout-pwned").exists()
