@@ -38,7 +38,7 @@ $PT tune history --json
     r = in_netns(script)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("restored") == STEPS + 1
-    history = json.loads(r.stdout[r.stdout.index("["):])
+    history = json.loads(r.stdout[r.stdout.index("\n{") + 1:])["data"]["entries"]     # the envelope, after the steps
     assert [h["done"] for h in history] == list(range(STEPS + 1))
     assert {h["steps"] for h in history} == {STEPS}
     assert {h["state"] for h in history} == {"rolled-back"}

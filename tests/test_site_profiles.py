@@ -48,7 +48,7 @@ def test_site_then_user_then_shipped(sandbox, tmp_path):
     r = proxytune("--root", str(sandbox.root), "profiles", "show", "site/edge", "--json",
                   env={"XDG_CONFIG_HOME": str(config)})
     assert r.returncode == 0, r.stderr
-    settings = {s["setting"]: s for s in json.loads(r.stdout)["settings"]}
+    settings = {s["setting"]: s for s in json.loads(r.stdout)["data"]["settings"]}
     assert settings["sysctl:net.core.somaxconn"]["reason"] == "site rule"
     assert "sysctl:fs.nr_open" in settings
 
