@@ -349,7 +349,7 @@ $PT tune history --json > $OUT/history
     out = sandbox.root.parent
     r = in_netns(script, env={"OUT": str(out)})
     assert r.returncode == 0, r.stderr
-    state = json.loads((out / "history").read_text())[-1]["state"]
+    state = json.loads((out / "history").read_text())["data"]["entries"][-1]["state"]
     if force:
         assert (out / "rc").read_text().strip() == "0" and r.stdout.split() == ["4096"]
         assert state == "rolled-back"
