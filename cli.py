@@ -78,7 +78,7 @@ class Main(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, SystemExit):
             raise
-        except BaseException as e:          # noqa: B036 - Ctrl-C and bugs are UNKNOWN too
+        except BaseException as e:          # Ctrl-C and bugs are UNKNOWN too
             if isinstance(e, ProxytuneError):
                 message, hint = e.message, e.hint
             elif isinstance(e, click.exceptions.ClickException):
