@@ -278,3 +278,12 @@ def test_the_playbook_takes_service_and_user_from_its_variables(sandbox, tmp_pat
     r = run("", "x; touch /tmp/ptout-pwned")
     assert r.returncode != 0 and "proxytune_user must be a plain user name" in r.stdout
     assert not Path("/tmp/ptout-pwned").exists()
+
+
+def test_the_shipped_schema_is_a_valid_json_schema():
+    schema = json.loads(proxytune("schema").stdout)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    kinds = schema["properties"]["kind"]["enum"]
+    assert {"audit", "history", "profiles", "profile", "probe"} <= set(kinds)
+    for kind in kinds:
+        jsonschema.Draft202012Validator.check_schema(json.loads(proxytune("schema", kind).stdout))
