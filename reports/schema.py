@@ -41,8 +41,8 @@ def kind_schema(kind: str | None = None) -> dict:
         raise ProxytuneError(f"no result kind {kind!r}", "one of: " + ", ".join(kinds()))
     doc["title"] = f"proxytune {kind} result"
     doc["properties"]["kind"] = {"const": kind, "description": doc["properties"]["kind"]["description"]}
-    doc["allOf"] = [rule for rule in doc["allOf"] if rule["if"]["properties"]["kind"]["const"] == kind]
-    return doc
+    rules = [rule for rule in doc.pop("allOf") if rule["if"]["properties"]["kind"]["const"] == kind]
+    return {**doc, "allOf": rules} if rules else doc
 
 
 def envelope(kind: str, data: dict, paths: list[str] | None = None) -> dict:
