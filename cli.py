@@ -26,7 +26,7 @@ import click
 
 from proxytune.tune import apply as apply_mod, audit as audit_mod, export as export_mod, journal, plan as plan_mod
 from proxytune.tune import files as files_mod, profile as profile_mod, render
-from proxytune.core import console
+from proxytune.core import console, monitoring
 from proxytune.core.errors import ProxytuneError, one_line
 from proxytune.core.invocation import command, needs_root, require_root
 from proxytune.tune.host import Host
@@ -42,7 +42,13 @@ class Main(click.Group):
     non-root user is one line naming the path; any other exception is a bug, reported as one
     `internal error` line, exit 2 (its traceback only with --debug)."""
 
+    def parse_args(self, ctx, args):
+        ctx.meta[NAGIOS] = nagios_requested(args)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx):
+        if ctx.meta.get(NAGIOS):
+            return self.invoke_as_plugin(ctx)
         try:
             return super().invoke(ctx)
         except ProxytuneError as e:
@@ -73,6 +79,96 @@ class Main(click.Group):
                       "this is a bug in proxytune; rerun with --debug for the traceback", kind="internal error")
             sys.exit(2)
 
+    def invoke_as_plugin(self, ctx):
+        """--format nagios: whatever goes wrong in proxytune itself is UNKNOWN (exit 3) on one
+        status line, never CRITICAL: a typo'd profile must not page someone as a host problem."""
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, SystemExit):
+            raise
+        except BaseException as e:          # Ctrl-C and bugs are UNKNOWN too
+            if isinstance(e, ProxytuneError):
+                message, hint = e.message, e.hint
+            elif isinstance(e, click.exceptions.ClickException):
+                message, hint = e.format_message(), None
+            elif isinstance(e, (KeyboardInterrupt, click.exceptions.Abort)):
+                message, hint = "interrupted", None
+            else:
+                message, hint = f"internal error: {type(e).__name__}: {e}", "rerun with --debug for the traceback"
+                if ctx.params.get("debug"):
+                    import traceback
+                    traceback.print_exc()
+            click.echo(monitoring.unknown_line(message))
+            say_error(message, hint)
+            sys.exit(monitoring.UNKNOWN)
+
+
+NAGIOS = "proxytune.nagios"
+
+
+def nagios_requested(args: list[str]) -> bool:
+    """Whether this run is a Nagios plugin run (`--format nagios` anywhere), known before any
+    option is parsed, so that even a usage error is reported as UNKNOWN."""
+    return any(a == "--format=nagios" or (a == "--format" and b == "nagios") for a, b in zip(args, args[1:] + [""]))
+
+
+class LateGlobals:
+    """Accept the global options after the subcommand too (`tune check --format tsv --root DIR`):
+    each command gets copies that set the same thing when given (later wins)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        taken = {o for p in self.params for o in p.opts}
+        self.params += [make() for opts, make in LATE_OPTIONS if not taken & set(opts)]
+
+
+def _late_root(ctx, param, value):
+    if value is not None:
+        ctx.obj.root = Path(value)
+
+
+def _late_state_dir(ctx, param, value):
+    if value is not None:
+        ctx.obj.state_dir = Path(value)
+
+
+def _late_format(ctx, param, value):
+    if value is not None:
+        console.set_format(value)
+
+
+def _late_debug(ctx, param, value):
+    if value:
+        ctx.find_root().params["debug"] = True
+
+
+LATE_OPTIONS = [
+    (("--root",), lambda: click.Option(["--root"], metavar="DIR", expose_value=False, callback=_late_root,
+                                       help="Same as the global --root, given after the command.")),
+    (("--state-dir",), lambda: click.Option(["--state-dir"], metavar="DIR", expose_value=False,
+                                            callback=_late_state_dir,
+                                            help="Same as the global --state-dir, given after the command.")),
+    (("--format",), lambda: click.Option(["--format"], type=click.Choice(console.FORMATS), expose_value=False,
+                                         is_eager=True, callback=_late_format,
+                                         help="Same as the global --format, given after the command.")),
+    (("--debug",), lambda: click.Option(["--debug"], is_flag=True, expose_value=False, callback=_late_debug,
+                                        help="Same as the global --debug, given after the command.")),
+]
+
+
+class Command(LateGlobals, click.Command):
+    """Every proxytune command: accepts the global options after its name too."""
+
+
+class Group(LateGlobals, click.Group):
+    """Every proxytune command group below the top one."""
+    command_class = Command
+    group_class = type
+
+
+Main.command_class = Command
+Main.group_class = Group
+
 
 def say_error(message: str, hint: str | None = None, kind: str = "error") -> None:
     try:
@@ -85,6 +181,12 @@ def say_error(message: str, hint: str | None = None, kind: str = "error") -> Non
 
 def emit_json(doc) -> None:
     click.echo(json.dumps(doc, indent=2, default=str))
+
+
+def emit_result(kind: str, data: dict, paths: list[str] | None = None) -> None:
+    """Every --json output: the versioned result envelope around the command's data (`proxytune schema`)."""
+    from proxytune.reports.schema import envelope
+    emit_json(envelope(kind, data, paths))
 
 
 @click.group(cls=Main, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -170,28 +272,84 @@ def tune():
     """
 
 
+def monitor_options(f):
+    """--format (tables, or a monitoring system's format), --critical and -o: check and doctor."""
+    options = [
+        click.option("--format", "fmt", type=click.Choice(console.FORMATS + MONITOR_FORMATS), is_eager=True,
+                     callback=_check_format, help="table or tsv (as the global --format); nagios: one plugin "
+                     "status line with perfdata, exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (any error of "
+                     "proxytune itself); prometheus: a node_exporter textfile."),
+        click.option("--critical", multiple=True, metavar="GLOB",
+                     help="With --format nagios: drift of a setting matching this (backend:key) is CRITICAL, "
+                          "not WARNING (repeatable; a profile marks one with `critical = true`)."),
+        click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+                     help="With --format prometheus: write FILE atomically (temp file + rename, as the "
+                          "node_exporter textfile directory needs) [stdout]."),
+    ]
+    for opt in reversed(options):
+        f = opt(f)
+    return f
+
+
+MONITOR_FORMATS = ("nagios", "prometheus")
+
+
+def _check_format(ctx, param, value):
+    """table and tsv are the global --format's; nagios and prometheus stay with the command."""
+    if value in console.FORMATS:
+        console.set_format(value)
+    return value
+
+
+def refuse_monitor_misuse(fmt, critical, output) -> None:
+    if critical and fmt != "nagios":
+        raise ProxytuneError("--critical only changes --format nagios", "add --format nagios")
+    if output and fmt != "prometheus":
+        raise ProxytuneError("--output is the textfile of --format prometheus", "add --format prometheus")
+
+
+def emit_metrics(text: str, output: Path | None) -> None:
+    """The textfile to stdout, or to FILE through the safe file layer (temp file + rename: node_exporter
+    never reads half a file); a file that is there keeps its mode and owner."""
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    from proxytune.tune import files
+    files.atomic_write(output.absolute(), text)
+
+
 @tune.command()
 @profile_options
+@monitor_options
 @click.option("--json", "as_json", is_flag=True, help="Print the audit as result JSON.")
 @click.pass_obj
-def check(host, profile_ref, only, skip, service, user, cache_dirs, as_json):
+def check(host, profile_ref, only, skip, service, user, cache_dirs, fmt, critical, output, as_json):
     """Audit this host against a profile: current, wanted, status, reason.
 
     Also inspects the running proxy: its real fd limit and use, its listen
     backlogs, and the atime mode of its cache directories. Changes nothing.
-    Exit 0 when everything is met, 1 on drift or warnings, 2 on error.
+    Exit 0 when everything is met, 1 on drift or warnings, 2 on error
+    (with --format nagios: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
 
     \b
     Examples:
       proxytune tune check                          the default profile, the proxy auto-detected
       proxytune tune check -p linux/nginx --only 'sysctl:*'
       proxytune tune check --service squid --cache-dir /var/spool/squid --json
+      proxytune tune check --format nagios --critical 'sysctl:net.core.somaxconn'
+      proxytune tune check --format prometheus -o /var/lib/prometheus/node-exporter/proxytune.prom
     """
+    refuse_monitor_misuse(fmt, critical, output)
     audit = audit_mod.build(host, profile_ref, cli_params(service, user, cache_dirs), only, skip)
     doc = audit.to_json()
-    if as_json:
-        from proxytune.reports.schema import envelope
-        emit_json(envelope("audit", doc, doc["params"]["values"]["cache_dirs"]))
+    if fmt == "nagios":
+        state, line = audit_mod.nagios(doc, critical)
+        click.echo(line)
+        sys.exit(state)
+    if fmt == "prometheus":
+        emit_metrics(audit_mod.prometheus(doc), output)
+    elif as_json:
+        emit_result("audit", doc, doc["params"]["values"]["cache_dirs"])
     else:
         console.print_section(audit_mod.section(doc, f"tune check: {profile_ref}"))
         render.print_parameters(audit.plan)
@@ -231,16 +389,15 @@ def plan_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist, 
     steps, notes = apply_mod.steps_for(plan, host, persist, files_only)
     notes = scope_notes(host, files_only) + notes + plan_mod.boot_warnings(plan, persist)
     if as_json:
-        from proxytune.reports.schema import envelope
-        emit_json(envelope("plan", {**plan.to_json(), "steps": steps, "persist": persist, "files_only": files_only,
-                                    "root": str(host.root), "step_notes": notes}))
+        emit_result("plan", {**plan.to_json(), "steps": steps, "persist": persist, "files_only": files_only,
+                             "root": str(host.root), "step_notes": notes})
     else:
         render.print_plan(plan, f"tune plan: {profile_ref}", show_target=True)
         flags = (" --persist" if persist else "") + (" --files-only" if files_only else "")
-        click.echo(f"apply{flags} would run {len(steps)} step(s):")
+        console.say(f"apply{flags} would run {len(steps)} step(s):")
         render.print_steps(steps, "-")
         for n in notes:
-            click.echo(f"note: {n}")
+            console.say(f"note: {n}")
     sys.exit(plan.exit_code())
 
 
@@ -292,9 +449,8 @@ def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist,
     outcome.notes[:0] = scope_notes(host, files_only)
     after = plan_mod.build(profile_ref, host, params, only, skip)
     if as_json:
-        from proxytune.reports.schema import envelope
-        emit_json(envelope("apply", {"journal": outcome.entry and outcome.entry["id"], "steps": outcome.steps,
-                                     "files_only": files_only, "notes": outcome.notes, "verify": after.to_json()}))
+        emit_result("apply", {"journal": outcome.entry and outcome.entry["id"], "steps": outcome.steps,
+                              "files_only": files_only, "notes": outcome.notes, "verify": after.to_json()})
     else:
         render.print_outcome(outcome, "applied")
         render.print_plan(after, "verify")
@@ -337,10 +493,9 @@ def rollback(host, entry_id, force, yes, as_json):
             click.confirm("Roll back?", abort=True)
     outcome = apply_mod.rollback(host, entry["id"], force)
     if as_json:
-        from proxytune.reports.schema import envelope
-        emit_json(envelope("rollback", {"journal": entry["id"], "state": outcome.entry["state"],
-                                        "steps": outcome.steps, "kept": outcome.kept, "notes": outcome.notes,
-                                        "failures": outcome.failures}))
+        emit_result("rollback", {"journal": entry["id"], "state": outcome.entry["state"],
+                                 "steps": outcome.steps, "kept": outcome.kept, "notes": outcome.notes,
+                                 "failures": outcome.failures})
     else:
         render.print_outcome(outcome, "rolled back")
     sys.exit(2 if outcome.failures else 1 if outcome.kept else 0)
@@ -361,10 +516,10 @@ def history(host, as_json):
     rows = [{"id": e["id"], "seq": e["seq"], "state": journal.status(e), "profile": e["profile"],
              "steps": len(e["steps"]), "done": e["done"]} for e in journal.entries(host.state_dir)]
     if as_json:
-        emit_json(rows)
+        emit_result("history", {"entries": rows})
         return
     if not rows:
-        click.echo(f"journal is empty ({journal.directory(host.state_dir)})")
+        console.say(f"journal is empty ({journal.directory(host.state_dir)})")
         return
     console.print_rows("apply journal", ["id", "state", "profile", "steps done"],
                       [[r["id"], r["state"], r["profile"], f"{r['done']}/{r['steps']}"] for r in rows])
@@ -424,12 +579,13 @@ def export(host, profile_ref, only, skip, service, user, cache_dirs, fmt, output
     """
     prof = profile_mod.load(profile_ref, root=host.root)
     from proxytune.tune import params as params_mod
-    values, _ = params_mod.resolve(host, cli_params(service, user, cache_dirs), prof.params)
+    values, variables = export_mod.as_variables(*params_mod.resolve(host, cli_params(service, user, cache_dirs),
+                                                                     prof.params))
     settings, _ = profile_mod.expand(prof, values, host)
     if tuned_include is not None and not export_mod.export_host.NAME.fullmatch(tuned_include):
         raise ProxytuneError(f"--tuned-include {tuned_include!r} is not a tuned profile name")
     text = export_mod.export(fmt, plan_mod.select(settings, only, skip), profile_ref, prof.os,
-                             export_mod.Target(host, tuned_include))
+                             export_mod.Target(host, tuned_include, variables))
     if output:
         files_mod.write_output(output, text)
         click.echo(f"wrote {output}", err=True)
@@ -476,9 +632,8 @@ def run_fleet(action, opts: dict, body=None):
 
 def show_fleet(data, as_json):
     from proxytune.reports import fleet as fleet_report
-    from proxytune.reports.schema import envelope
     if as_json:
-        emit_json(envelope("fleet", data))
+        emit_result("fleet", data)
         return
     fleet_report.print_terminal(data)
 
@@ -817,7 +972,7 @@ def probe_caps(as_json):
     from proxytune.probes import caps, render as prender
     c = caps.check()
     if as_json:
-        emit_json(c)
+        emit_result("probe", {"probe": "caps", **c})
     else:
         prender.caps_table(c)
     sys.exit(0 if all(v["ok"] for k, v in c["capabilities"].items() if k != "container") else 1)
@@ -835,8 +990,9 @@ def probe_list(as_json):
     from proxytune.probes import bpftrace
     cat = bpftrace.catalog()
     if as_json:
-        emit_json([{"name": s.name, "path": str(s.path), "purpose": s.purpose, "tracepoints": s.tracepoints}
-                   for s in cat.values()])
+        emit_result("probe", {"probe": "list", "scripts": [
+            {"name": s.name, "path": str(s.path), "purpose": s.purpose, "tracepoints": s.tracepoints}
+            for s in cat.values()]})
         return
     console.print_rows("bpftrace catalog", ["name", "purpose", "tracepoints"],
                       [[s.name, s.purpose, ", ".join(s.tracepoints)] for s in cat.values()])
@@ -864,7 +1020,7 @@ def probe_run(name, pid, comm, duration, as_json):
         raise ProxytuneError(f"{name} needs tracepoints this kernel lacks: {', '.join(missing)}")
     maps = bpftrace.run_for([cat[name]], pids, duration)
     if as_json:
-        emit_json({"probe": name, "pids": pids, **maps})
+        emit_result("probe", {"probe": name, "pids": pids, **maps})
     else:
         prender.probe_maps(name, maps)
 
@@ -893,7 +1049,7 @@ def probe_hotspots(pid, comm, duration, as_json):
     if watch.all_gone:
         raise watch.gone_error(duration)
     if as_json:
-        emit_json(r)
+        emit_result("probe", {"probe": "hotspots", "pids": pids, **r})
         return
     if not r.get("available"):
         raise ProxytuneError(r["reason"])
@@ -920,7 +1076,7 @@ def probe_cachemiss(command, as_json):
     hw = perf.hw_cache_misses(list(command)) if caps.hardware_counters().ok else None
     r = hw or perf.cachegrind(list(command))
     if as_json:
-        emit_json(r)
+        emit_result("probe", {"probe": "cachemiss", "command": list(command), **r})
     else:
         prender.cachemiss_report(r)
 
@@ -989,9 +1145,10 @@ def probe_overhead(seconds, reps, connections, component, pace_ms, mechanisms, o
               help="The proxy's cache directory (repeatable) [from squid -f CONF].")
 @click.option("--deep", is_flag=True, help="Also block-I/O and run-queue latency (more overhead).")
 @click.option("--no-perf", is_flag=True, help="No CPU sampling.")
+@monitor_options
 @click.option("--json", "as_json", is_flag=True, help='Print {"findings": [{"id", "severity", "evidence", "fix"}...]}.')
 @click.pass_obj
-def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, as_json):
+def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, fmt, critical, output, as_json):
     """Diagnose a running proxy: what limits it, with evidence and a fix.
 
     \b
@@ -1006,18 +1163,22 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, as
       nginx-worker-connections, squid-fd-limit,
       trafficserver-connections-throttle (read from its config and stats)
     ranked by severity and impact. Read-only; needs root.
-    Exit 0 no findings, 1 findings, 2 error.
+    Exit 0 no findings, 1 findings, 2 error (with --format nagios: 0 OK,
+    1 WARNING, 2 CRITICAL: a high-severity finding or one --critical names,
+    3 UNKNOWN).
 
     \b
     Examples (as root):
       proxytune doctor --comm squid
       proxytune doctor --pid 1234 --duration 5 --json
+      proxytune doctor --comm nginx --format nagios --critical 'nginx-*'
     """
+    refuse_monitor_misuse(fmt, critical, output)
     from proxytune.probes import doctor as doctor_mod, proc, render as prender
     from proxytune.reports.schema import envelope
     pids = proc.resolve(pid, comm)
     require_root("it attaches bpftrace and perf -a")
-    if as_json:
+    if as_json or fmt in MONITOR_FORMATS:
         r = doctor_mod.diagnose(pids, duration, host=host, profile_ref=profile_ref, cache_dirs=list(cache_dirs),
                                 deep=deep, use_perf=not no_perf)
     else:
@@ -1028,7 +1189,13 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, as
             r = doctor_mod.diagnose(pids, duration, host=host, profile_ref=profile_ref, cache_dirs=list(cache_dirs),
                                     deep=deep, use_perf=not no_perf,
                                     tick=lambda t: bar.update(task, completed=t))
-    if as_json:
+    if fmt == "nagios":
+        state, line = prender.doctor_nagios(r, critical)
+        click.echo(line)
+        sys.exit(state)
+    if fmt == "prometheus":
+        emit_metrics(prender.doctor_prometheus(r, profile_ref), output)
+    elif as_json:
         doc = envelope("probe", {"probe": "doctor", **r})
         doc["findings"] = r["findings"]
         emit_json(doc)
@@ -1065,7 +1232,7 @@ def profiles_list(host, as_json):
     """
     rows, warnings = profile_mod.listing(host.root)
     if as_json:
-        emit_json(rows)
+        emit_result("profiles", {"profiles": rows, "ignored": ignored})
     else:
         console.print_rows("profiles", ["name", "source", "os", "settings", "description"],
                           [[r[k] for k in ("name", "source", "os", "settings", "description")] for r in rows])
@@ -1089,7 +1256,8 @@ def profiles_show(host, name, as_json):
     rows = [{"setting": f"{r.backend}:{r.key}", "mode": r.mode, "wanted": r.wanted, "reason": r.reason,
              "source": r.source} for r in p.raw]
     if as_json:
-        emit_json({"name": name, "os": p.os, "description": p.description, "params": p.params, "settings": rows})
+        emit_result("profile", {"name": name, "os": p.os, "description": p.description, "params": p.params,
+                                "settings": rows})
         return
     click.echo(f"{name} ({p.os}): {p.description}\nfile: {p.path}")
     for r in p.raw:
@@ -1182,6 +1350,22 @@ def report_fleet(file, out_dir):
     show_fleet(doc["data"], False)
     for p in fleet_report.write(doc, out_dir):
         click.echo(f"wrote {p}")
+
+
+# ---------------------------------------------------------------- schema
+
+@main.command("schema")
+@click.argument("kind", required=False, metavar="[KIND]")
+def schema_cmd(kind):
+    """Print the JSON Schema of proxytune's results: every --json output and result file is
+    this envelope (schema, kind, created, host, data); KIND narrows it to one kind's data.
+
+    \b
+      proxytune schema                      the whole schema (every kind)
+      proxytune schema audit > audit.json   what `tune check --json` prints
+    """
+    from proxytune.reports.schema import kind_schema
+    emit_json(kind_schema(kind))
 
 
 def run() -> None:

@@ -48,16 +48,7 @@ def tsv_lines(table: Table) -> list[str]:
     """'# title', the header row, then one row per line; cells as plain text,
     control characters (tabs, newlines) replaced so every row stays one line."""
     def plain(cell) -> str:
-        if isinstance(cell, Text):
-            text = cell.plain
-        elif isinstance(cell, str):
-            try:
-                text = Text.from_markup(cell, emoji=False).plain
-            except MarkupError:         # not markup after all: show it as written
-                text = cell
-        else:
-            text = str(cell)
-        return CONTROL_RUN.sub(" ", text).strip()
+        return CONTROL_RUN.sub(" ", plain_text(cell)).strip()
     lines = [f"# {plain(table.title)}"] if table.title else []
     lines.append("\t".join(plain(c.header) for c in table.columns))
     columns = [list(c.cells) for c in table.columns]
@@ -65,23 +56,45 @@ def tsv_lines(table: Table) -> list[str]:
     return lines
 
 
+def plain_text(cell) -> str:
+    """What a cell or a line of markup shows, without its markup."""
+    if isinstance(cell, Text):
+        return cell.plain
+    if isinstance(cell, str):
+        try:
+            return Text.from_markup(cell, emoji=False).plain
+        except MarkupError:         # not markup after all: show it as written
+            return cell
+    return str(cell)
+
+
+def comment_lines(obj) -> list[str]:
+    """Text beside the rows (titles, summaries, notes) as '# ' lines: piped output stays rows only,
+    so `awk -F'\t'` and `grep -v '^#'` see nothing but the table."""
+    return [f"# {line}".rstrip() for line in plain_text(obj).split("\n")]
+
+
 class TsvConsole(Console):
-    """A Console that prints rich Tables as tab-separated rows when tsv_wanted()."""
+    """A Console that, when tsv_wanted(), prints rich Tables as tab-separated rows and
+    everything else as comment lines."""
 
     def print(self, *objects, **kwargs) -> None:
-        if not tsv_wanted() or not any(isinstance(o, Table) for o in objects):
+        if not tsv_wanted():
             return super().print(*objects, **kwargs)
         for o in objects:
-            if isinstance(o, Table):
-                self.file.write("".join(line + "\n" for line in tsv_lines(o)))   # rich would expand tabs
-            else:
-                super().print(o, **kwargs)
+            lines = tsv_lines(o) if isinstance(o, Table) else comment_lines(o)
+            self.file.write("".join(line + "\n" for line in lines))   # rich would expand tabs
 
 
 def console() -> Console:
     """No emoji (':squid:' is a setting, not a squid), wide when piped."""
     probe = Console()
     return TsvConsole(highlight=False, emoji=False, width=None if probe.is_terminal else 160)
+
+
+def say(text: str) -> None:
+    """A line of plain text beside a table (shown as written, no markup): a comment line when piped."""
+    console().print(Text(text), soft_wrap=True)
 
 
 def print_rows(title: str, headers: list[str], rows: list[list]) -> None:

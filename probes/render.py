@@ -1,11 +1,15 @@
 """Terminal rendering of probe results (rich); JSON goes through the CLI's emitter."""
 
 import json
+from fnmatch import fnmatchcase
 
 from rich.table import Table
 
+from proxytune.core import monitoring
 from proxytune.core.console import console, term_text
 from proxytune.core.procfs import comm_of
+
+from .target import shown
 
 SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
@@ -108,3 +112,38 @@ def cachemiss_report(r: dict) -> None:
     for f in r["functions"]:
         t.add_row(term_text(f["function"]), f"{f['d1_misses']:,}", f"{f['share']:.1%}", f"{f['instructions']:,}")
     out.print(t)
+
+
+def doctor_critical(finding: dict, patterns=()) -> bool:
+    """A finding is CRITICAL for monitoring when it is of high severity or its id matches --critical."""
+    return finding["severity"] == "high" or any(fnmatchcase(finding["id"], p) for p in patterns)
+
+
+def doctor_nagios(r: dict, critical=()) -> tuple[int, str]:
+    """(state, plugin line) of a doctor run: CRITICAL for a critical finding, WARNING for any other, else OK."""
+    found = r["findings"]
+    crit = [f for f in found if doctor_critical(f, critical)]
+    state = monitoring.CRITICAL if crit else monitoring.WARNING if found else monitoring.OK
+    audit = r["evidence"]["audit"]
+    drift = len(audit["drift"]) if audit.get("available") else 0
+    what = (f"{len(found)} finding(s): " + ", ".join(f"{f['severity']} {f['id']}" for f in found) if found
+            else f"no findings in a {r['window_s']:.1f} s window")
+    text = f"doctor {shown(r['target']['comm'])} (pids {', '.join(map(str, r['target']['pids']))}): {what}"
+    by_sev = {sev: sum(1 for f in found if f["severity"] == sev) for sev in SEV_STYLE}
+    perfdata = [monitoring.perf("findings", len(found), "0"), monitoring.perf("critical", len(crit), crit="0"),
+                *(monitoring.perf(sev, n) for sev, n in by_sev.items()), monitoring.perf("drift", drift)]
+    return state, monitoring.plugin_line(state, text, perfdata)
+
+
+def doctor_prometheus(r: dict, profile: str) -> str:
+    """A doctor run as a node_exporter textfile: each finding by id and severity, and when this ran."""
+    m = monitoring.Metrics()
+    m.declare("proxytune_doctor_findings", "Findings of the last doctor run, by id and severity (1 each).")
+    counts: dict[tuple[str, str], int] = {}
+    for f in r["findings"]:
+        counts[f["id"], f["severity"]] = counts.get((f["id"], f["severity"]), 0) + 1
+    for (fid, sev), n in counts.items():
+        m.add("proxytune_doctor_findings", "", {"id": fid, "severity": sev}, n)
+    m.add("proxytune_doctor_window_seconds", "Length of the doctor's observation window.", {}, r["window_s"])
+    monitoring.last_run(m, "doctor", profile)
+    return m.text()

@@ -1,107 +1,48 @@
-"""One schema for every result proxytune writes (audit, apply, bench, probe).
+"""One schema for every result proxytune writes (audit, apply, bench, probe, ...).
 
-The envelope is fixed; `data` belongs to the kind. Readers (report,
-report compare) validate before they trust a file.
+The envelope is fixed; `data` belongs to the kind. The schema is a JSON
+Schema file shipped in the package (schemas/result.json), so that what
+`proxytune schema` publishes and what readers (report, report compare)
+validate against before they trust a file are one and the same.
 """
 
+import copy
+import json
 import time
+from functools import cache
+from pathlib import Path
 
 import jsonschema
 
+from proxytune.core.errors import ProxytuneError
+
 from .fingerprint import fingerprint
 
+SCHEMA_FILE = Path(__file__).resolve().parent / "schemas" / "result.json"
 SCHEMA_ID = "proxytune.result/1"
-KINDS = ("audit", "plan", "apply", "rollback", "status", "bench", "probe", "report", "fleet")
 
-FINGERPRINT = {
-    "type": "object",
-    "required": ["hostname", "os", "kernel", "cpu_model", "cores", "virtualised", "filesystems"],
-    "properties": {
-        "hostname": {"type": "string"}, "os": {"type": "string"}, "kernel": {"type": "string"},
-        "cpu_model": {"type": "string"}, "cores": {"type": ["integer", "null"]},
-        "virtualised": {"type": "string"}, "filesystems": {"type": "array"},
-    },
-}
 
-AUDIT_DATA = {
-    "type": "object",
-    "required": ["profile", "settings", "summary"],
-    "properties": {
-        "settings": {"type": "array", "items": {
-            "type": "object",
-            "required": ["setting", "current", "wanted", "mode", "status", "reason", "source"],
-            "properties": {"status": {"enum": ["met", "drift", "n/a", "error", "waived"]}},
-        }},
-        "summary": {"type": "object"},
-    },
-}
+@cache
+def result_schema() -> dict:
+    return json.loads(SCHEMA_FILE.read_text())
 
-STAT = {"type": "object", "required": ["median", "min", "max", "n", "iqr_rel", "ci95"],
-        "properties": {"median": {"type": "number"}, "n": {"type": "integer", "minimum": 1}}}
 
-EVENTS_DATA = {
-    "type": "object",
-    "required": ["bench", "quick", "backends", "idle", "churn", "load", "libevent", "scaling"],
-    "properties": {
-        "bench": {"const": "events"},
-        "backends": {"type": "array", "items": {"type": "object", "required": ["name", "available", "reason"]}},
-        "idle": {"type": "array", "items": {
-            "type": "object", "required": ["backend", "n", "k", "ready", "available"],
-            "if": {"properties": {"available": {"const": True}}},
-            "then": {"required": ["ns_per_call", "events_per_call", "noisy", "command"],
-                     "properties": {"ns_per_call": STAT}},
-            "else": {"required": ["reason"]}}},
-    },
-}
+def kinds() -> list[str]:
+    return list(result_schema()["properties"]["kind"]["enum"])
 
-FDSCAN_DATA = {
-    "type": "object",
-    "required": ["bench", "points", "misses", "miss_source"],
-    "properties": {
-        "bench": {"const": "fdscan"},
-        "points": {"type": "array", "items": {"type": "object", "required": ["variant", "n", "ns_per_call"],
-                                                 "properties": {"variant": {"enum": [1, 2, 3, 4, 5]},
-                                                                "ns_per_call": STAT}}},
-    },
-}
 
-FLEET_DATA = {
-    "type": "object",
-    "required": ["fleet", "profile", "hosts", "summary", "exit"],
-    "properties": {
-        "hosts": {"type": "object", "additionalProperties": {
-            "type": "object", "required": ["status", "fingerprint", "settings"],
-            "properties": {"status": {"enum": ["ok", "unreachable", "failed", "skipped"]},
-                           "fingerprint": {"anyOf": [{"type": "null"}, FINGERPRINT]},
-                           "summary": {"type": "object"}, "error": {"type": "string"},
-                           "capabilities": {"type": "object"},
-                           "settings": {"type": "array", "items": {
-                               "type": "object", "required": ["setting", "status", "current_text", "wanted_text"],
-                               "properties": {"setting": {"type": "string"}, "current_text": {"type": "string"},
-                                              "wanted_text": {"type": "string"}}}}}}},
-    },
-}
-
-RESULT = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "required": ["schema", "kind", "created", "host", "data"],
-    "properties": {
-        "schema": {"const": SCHEMA_ID},
-        "kind": {"enum": list(KINDS)},
-        "created": {"type": "string"},
-        "host": FINGERPRINT,
-        "data": {"type": "object"},
-    },
-    "allOf": [{"if": {"properties": {"kind": {"const": "audit"}}},
-               "then": {"properties": {"data": AUDIT_DATA}}},
-              {"if": {"properties": {"kind": {"const": "fleet"}}},
-               "then": {"properties": {"data": FLEET_DATA}}},
-              {"if": {"properties": {"kind": {"const": "bench"}, "data": {"properties": {"bench": {"const": "events"}}}}},
-               "then": {"properties": {"data": EVENTS_DATA}}},
-              {"if": {"properties": {"kind": {"const": "bench"}, "data": {"properties": {"bench": {"const": "fdscan"}}}}},
-               "then": {"properties": {"data": FDSCAN_DATA}}}],
-}
+def kind_schema(kind: str | None = None) -> dict:
+    """The whole result schema, or the schema of one kind's results (its envelope with kind fixed,
+    and only the rules for its data)."""
+    doc = copy.deepcopy(result_schema())
+    if kind is None:
+        return doc
+    if kind not in kinds():
+        raise ProxytuneError(f"no result kind {kind!r}", "one of: " + ", ".join(kinds()))
+    doc["title"] = f"proxytune {kind} result"
+    doc["properties"]["kind"] = {"const": kind, "description": doc["properties"]["kind"]["description"]}
+    rules = [rule for rule in doc.pop("allOf") if rule["if"]["properties"]["kind"]["const"] == kind]
+    return {**doc, "allOf": rules} if rules else doc
 
 
 def envelope(kind: str, data: dict, paths: list[str] | None = None) -> dict:
@@ -114,4 +55,4 @@ def envelope(kind: str, data: dict, paths: list[str] | None = None) -> dict:
 
 def validate(doc: dict) -> None:
     """Raise jsonschema.ValidationError when a result does not fit the schema."""
-    jsonschema.validate(doc, RESULT)
+    jsonschema.validate(doc, result_schema())

@@ -75,7 +75,7 @@ def entry_files(sandbox):
 def history(sandbox):
     r = proxytune("tune", "history", "--json")
     assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
+    return json.loads(r.stdout)["data"]["entries"]
 
 
 def edit_entry(path: Path, change) -> None:
@@ -349,7 +349,7 @@ $PT tune history --json > $OUT/history
     out = sandbox.root.parent
     r = in_netns(script, env={"OUT": str(out)})
     assert r.returncode == 0, r.stderr
-    state = json.loads((out / "history").read_text())[-1]["state"]
+    state = json.loads((out / "history").read_text())["data"]["entries"][-1]["state"]
     if force:
         assert (out / "rc").read_text().strip() == "0" and r.stdout.split() == ["4096"]
         assert state == "rolled-back"

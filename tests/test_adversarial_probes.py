@@ -528,6 +528,7 @@ def test_a_sigkilled_probe_leaves_no_tracer_and_the_next_run_removes_its_dir(pri
         assert [n for n in tmp_left(private_tmp) if n.startswith("proxytune-probe-")]
         r = pt("probe", "hotspots", "--pid", str(target.pid), "-d", "0.5", "--json", tmp=private_tmp, timeout=120)
         assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["data"]["probe"] == "hotspots"
         assert tmp_left(private_tmp) == []
     finally:
         target.kill()
@@ -540,7 +541,7 @@ def test_probe_caps_runs_as_nobody_and_says_what_needs_root(as_nobody):
         p = as_nobody("probe", "caps", *extra)
         assert "Traceback" not in p.stderr and p.returncode == 1, p.stderr[-2000:]
         if extra:
-            c = json.loads(p.stdout)["capabilities"]
+            c = json.loads(p.stdout)["data"]["capabilities"]
             assert c["root"]["ok"] is False and "need root" in c["root"]["detail"]
             assert "`sudo proxytune ...`" in c["root"]["detail"]       # installed: no ./proxytune
             assert c["tracefs"]["needs_root"] and not c["tracefs"]["ok"]

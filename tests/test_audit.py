@@ -32,7 +32,7 @@ def test_the_check_terminal_prints_the_report_section(sandbox, cli):
     sec = audit.section(mine.to_json(), "tune check: linux/proxy")
     r = cli("--format", "tsv", "tune", "check", "--service", "ptaudit")
     lines = r.output.splitlines()
-    assert lines[0] == sec.title and lines[1] == sec.intro
+    assert lines[0] == f"# {sec.title}" and lines[1] == f"# {sec.intro}"     # piped: beside the rows, comments
     for table in sec.tables:
         at = lines.index(f"# {table.title}")
         assert lines[at + 1] == "\t".join(table.headers)

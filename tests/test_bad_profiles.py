@@ -22,6 +22,8 @@ CASES = {
     "unknown-backend": (HEAD + '[sysctls."fs.file-max"]  # <-\nat_least = 1\n' + SETTING, "sysctls", "unknown backend"),
     "unknown-field": (HEAD + '[sysctl."fs.file-max"]\nat_least = 1\natleast = 5  # <-\n' + SETTING,
                       "sysctl:fs.file-max", "unknown field 'atleast'"),
+    "critical-not-bool": (HEAD + '[sysctl."fs.file-max"]\nat_least = 1\ncritical = "yes"  # <-\n' + SETTING,
+                          "sysctl:fs.file-max", "critical is true or false"),
     "two-modes": (HEAD + '[sysctl."fs.file-max"]  # <-\nat_least = 1\nvalue = 2\n' + SETTING,
                   "sysctl:fs.file-max", "needs exactly one of"),
     "no-mode": (HEAD + '[sysctl."fs.file-max"]  # <-\n' + SETTING, "sysctl:fs.file-max", "needs exactly one of"),

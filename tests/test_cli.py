@@ -15,7 +15,7 @@ import pytest
 
 from conftest import REPO
 
-from proxytune.reports.schema import RESULT, validate
+from proxytune.reports.schema import result_schema, validate
 from proxytune.tune import profile
 
 
@@ -42,7 +42,7 @@ def test_schema_rejects_a_result_without_host(sandbox, cli):
     del doc["host"]
     with pytest.raises(jsonschema.ValidationError):
         validate(doc)
-    assert RESULT["properties"]["schema"]["const"] == "proxytune.result/1"
+    assert result_schema()["properties"]["schema"]["const"] == "proxytune.result/1"
 
 
 def test_exit_0_when_all_met(sandbox, cli, tmp_path):
@@ -76,18 +76,18 @@ def test_rollback_with_empty_journal(sandbox, cli):
 
 
 def test_profiles_list_and_show(cli):
-    rows = json.loads(cli("profiles", "list", "--json").output)
+    rows = json.loads(cli("profiles", "list", "--json").output)["data"]["profiles"]
     names = {r["name"] for r in rows}
     assert {"linux/proxy", "linux/squid-2000", "freebsd/proxy"} <= names
-    shown = json.loads(cli("profiles", "show", "linux/squid-2000", "--json").output)
+    shown = json.loads(cli("profiles", "show", "linux/squid-2000", "--json").output)["data"]
     settings = {s["setting"]: s for s in shown["settings"]}
     assert settings["sysctl:net.ipv4.ip_local_port_range"]["wanted"] == [1024, 32768]
     assert settings["sysctl:net.ipv4.tcp_max_syn_backlog"]["wanted"] == 1024
     assert settings["rlimit:{service}:nofile"]["wanted"] == 8192
     assert all(s["reason"] and s["source"] for s in shown["settings"])
     # the include: linux/squid is linux/proxy with Debian's parameters
-    squid = json.loads(cli("profiles", "show", "linux/squid", "--json").output)
-    assert len(squid["settings"]) == len(json.loads(cli("profiles", "show", "linux/proxy", "--json").output)["settings"])
+    squid = json.loads(cli("profiles", "show", "linux/squid", "--json").output)["data"]
+    assert len(squid["settings"]) == len(json.loads(cli("profiles", "show", "linux/proxy", "--json").output)["data"]["settings"])
     assert squid["params"] == {"service": "squid", "user": "proxy"}
 
 

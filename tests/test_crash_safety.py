@@ -38,7 +38,7 @@ $PT tune history --json
     r = in_netns(script)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("restored") == STEPS + 1
-    history = json.loads(r.stdout[r.stdout.index("["):])
+    history = json.loads(r.stdout[r.stdout.index("\n{") + 1:])["data"]["entries"]     # the envelope, after the steps
     assert [h["done"] for h in history] == list(range(STEPS + 1))
     assert {h["steps"] for h in history} == {STEPS}
     assert {h["state"] for h in history} == {"rolled-back"}
@@ -63,6 +63,6 @@ def test_failure_mid_apply_undoes_earlier_steps(sandbox, tmp_path):
     assert "apply failed" in r.stderr and "Not a directory" in r.stderr, r.stderr
     assert "undid every step done" in r.stderr and len(r.stderr.splitlines()) == 2, r.stderr
     assert not (sandbox.root / "etc/security/limits.d/90-proxytune.conf").exists()
-    history = json.loads(proxytune("tune", "history", "--json").stdout)
+    history = json.loads(proxytune("tune", "history", "--json").stdout)["data"]["entries"]
     assert history[-1]["state"] == "failed-undone"
     assert proxytune("tune", "rollback", "--yes").returncode == 2   # nothing open to roll back

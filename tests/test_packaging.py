@@ -63,7 +63,7 @@ def test_the_wheel_holds_one_namespace_and_its_data(dist):
     for data in ("proxytune/profiles/linux/proxy.toml", "proxytune/probes/pollscan.bt",
                  "proxytune/microbench/evbench/main.c", "proxytune/microbench/objbench/objbench.h",
                  "proxytune/microbench/lua/polymix.lua", "proxytune/cli.py", "proxytune/tune/backends/sysctl.py",
-                 "proxytune/core/procfs.py"):
+                 "proxytune/core/procfs.py", "proxytune/reports/schemas/result.json"):
         assert data in names, data
     entry = zipfile.ZipFile(wheel).read(f"{wheel.name.split('-py3')[0]}.dist-info/entry_points.txt").decode()
     assert "proxytune = proxytune.cli:run" in entry
@@ -149,12 +149,14 @@ def test_deb_runs_from_its_unpacked_root(deb_root, outside):
     r = run([*exe, "--version"], cwd=home, env=env)
     assert r.returncode == 0 and "0.1.0" in r.stdout, r.stderr
     r = run([*exe, "profiles", "list", "--json"], cwd=home, env=env)
-    rows = {row["name"]: row for row in json.loads(r.stdout)}
+    rows = {row["name"]: row for row in json.loads(r.stdout)["data"]["profiles"]}
     assert rows["linux/proxy"]["path"].startswith(str(deb_root / "usr/share/proxytune/profiles"))
     r = run([*exe, "tune", "check", "--json", "--service", "nosuchproxy"], cwd=home, env=env)
     assert r.returncode in (0, 1) and json.loads(r.stdout)["kind"] == "audit", r.stderr
     r = run([*exe, "probe", "list", "--json"], cwd=home, env=env)
-    assert {p["name"] for p in json.loads(r.stdout)} >= {"pollscan", "syscall_mix"}
+    assert {p["name"] for p in json.loads(r.stdout)["data"]["scripts"]} >= {"pollscan", "syscall_mix"}
+    r = run([*exe, "schema", "audit"], cwd=home, env=env)
+    assert json.loads(r.stdout)["properties"]["kind"]["const"] == "audit", r.stderr
     r = run([*exe, "bench", "fdscan", "--quick", "-o", home / "fdscan.json"], cwd=home, env=env)
     assert r.returncode == 0, r.stderr
     assert not (home / "apt-calls").exists()

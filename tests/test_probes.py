@@ -216,7 +216,7 @@ def test_bad_input_is_one_line_and_exit_2(args, words):
 @needs_root
 def test_probe_caps_reports_what_this_host_lacks_without_faking_it():
     p = proxytune("probe", "caps", "--json")
-    c = json.loads(p.stdout)["capabilities"]
+    c = json.loads(p.stdout)["data"]["capabilities"]
     assert set(c) >= {"root", "tracefs", "bpftrace", "kprobes", "hardware_counters", "perf_sampling", "btf",
                       "valgrind", "container"}
     for v in c.values():

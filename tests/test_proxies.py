@@ -28,12 +28,12 @@ def test_proxy_profile_checks_on_this_host(name, sandbox):
     service, user = NEW_PROFILES[name]
     assert (data["params"]["values"]["service"], data["params"]["values"]["user"]) == (service, user)
     assert {s["status"] for s in data["settings"]} <= {"met", "drift", "n/a"}, data["settings"]
-    shown = json.loads(proxytune("profiles", "show", name, "--json").stdout)
+    shown = json.loads(proxytune("profiles", "show", name, "--json").stdout)["data"]
     assert all(s["reason"].strip() and s["source"].strip() for s in shown["settings"])
 
 
 def test_haproxy_profile_gives_two_fds_per_connection_of_its_maxconn():
-    shown = json.loads(proxytune("profiles", "show", "linux/haproxy", "--json").stdout)
+    shown = json.loads(proxytune("profiles", "show", "linux/haproxy", "--json").stdout)["data"]
     fd = {s["setting"]: s["wanted"] for s in shown["settings"] if s["setting"].endswith(("nofile", "LimitNOFILE"))}
     assert "maxconn 60000" in shown["description"]
     assert len(fd) == 3 and all(v >= 2 * 60000 for v in fd.values()), fd

@@ -29,7 +29,7 @@ def write(directory, name, what, somaxconn=16384):
 def listing(sandbox, env):
     r = proxytune("--root", str(sandbox.root), "profiles", "list", "--json", env=env)
     assert r.returncode == 0, r.stderr
-    return {row["name"]: row for row in json.loads(r.stdout)}, r.stderr
+    return {row["name"]: row for row in json.loads(r.stdout)["data"]["profiles"]}, r.stderr
 
 
 def test_site_then_user_then_shipped(sandbox, tmp_path):
@@ -48,7 +48,7 @@ def test_site_then_user_then_shipped(sandbox, tmp_path):
     r = proxytune("--root", str(sandbox.root), "profiles", "show", "site/edge", "--json",
                   env={"XDG_CONFIG_HOME": str(config)})
     assert r.returncode == 0, r.stderr
-    settings = {s["setting"]: s for s in json.loads(r.stdout)["settings"]}
+    settings = {s["setting"]: s for s in json.loads(r.stdout)["data"]["settings"]}
     assert settings["sysctl:net.core.somaxconn"]["reason"] == "site rule"
     assert "sysctl:fs.nr_open" in settings
 

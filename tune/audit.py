@@ -4,7 +4,9 @@ its section (tables and notes) is built here too, for the terminal and the
 report alike."""
 
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 
+from proxytune.core import monitoring
 from proxytune.core.sections import Section, Table
 
 from . import observe, plan as plan_mod
@@ -83,3 +85,57 @@ def section(doc: dict, settings_title: str = "Settings") -> Section:
     sec.tables += tables
     sec.notes += notes + doc.get("notes", [])
     return sec
+
+
+def is_critical(setting: dict, patterns=()) -> bool:
+    """Drift of this setting is CRITICAL for monitoring: the profile says so (`critical = true`)
+    or the setting matches a --critical pattern."""
+    return bool(setting.get("critical")) or any(fnmatchcase(setting["setting"], p) for p in patterns)
+
+
+def _named(settings: list[str], most: int = 5) -> str:
+    more = f", +{len(settings) - most} more" if len(settings) > most else ""
+    return f" ({', '.join(settings[:most])}{more})" if settings else ""
+
+
+def nagios(doc: dict, critical=()) -> tuple[int, str]:
+    """(state, plugin line) of an audit: CRITICAL for a critical drift, UNKNOWN when a setting could
+    not be read, WARNING for any other drift or a warning from the running proxy, else OK."""
+    s = doc["summary"]
+    drift = [x for x in doc["settings"] if x["status"] == "drift"]
+    crit = [x["setting"] for x in drift if is_critical(x, critical)]
+    errors = [x["setting"] for x in doc["settings"] if x["status"] == "error"]
+    warns = observe.warnings(doc["observations"])
+    state = (monitoring.CRITICAL if crit else monitoring.UNKNOWN if errors else
+             monitoring.WARNING if drift or warns else monitoring.OK)
+    parts = [f"{len(crit)} critical drift{_named(crit)}"] if crit else []
+    other = [x["setting"] for x in drift if x["setting"] not in crit]
+    parts += [f"{len(other)} {'other ' if crit else ''}drift{_named(other)}",
+              f"{s['met']} met", f"{s['n/a']} n/a"]
+    parts += [f"{len(errors)} unreadable{_named(errors)}"] if errors else []
+    parts += [f"{warns} warning(s) from the running {doc['observations']['service']}"] if warns else []
+    total = len(doc["settings"])
+    perfdata = [monitoring.perf("met", s["met"], high=total), monitoring.perf("drift", s["drift"], "0", high=total),
+                monitoring.perf("critical", len(crit), crit="0", high=total),
+                monitoring.perf("na", s["n/a"], high=total), monitoring.perf("error", s["error"], high=total),
+                monitoring.perf("proxy_warnings", warns)]
+    return state, monitoring.plugin_line(state, f"profile {doc['profile']}: " + ", ".join(parts), perfdata)
+
+
+def prometheus(doc: dict) -> str:
+    """An audit as a node_exporter textfile: each applicable setting met (1) or not (0), counts by
+    status, the running proxy's warnings, and when this ran. A n/a setting has no sample (it does
+    not apply here; it is counted under status "n/a")."""
+    m = monitoring.Metrics()
+    profile = doc["profile"]
+    m.declare("proxytune_setting_met", "1 when the setting meets the profile, 0 on drift or when it "
+              "could not be read.")
+    for s in doc["settings"]:
+        if s["status"] != "n/a":
+            m.add("proxytune_setting_met", "", {"setting": s["setting"], "profile": profile}, int(s["status"] == "met"))
+    for status, n in doc["summary"].items():
+        m.add("proxytune_settings", "Settings of the profile by status.", {"profile": profile, "status": status}, n)
+    m.add("proxytune_proxy_warnings", "Warnings from the running proxy (fd use, listen backlogs, cache-dir atime).",
+          {"profile": profile, "service": doc["observations"]["service"]}, observe.warnings(doc["observations"]))
+    monitoring.last_run(m, "check", profile)
+    return m.text()

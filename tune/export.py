@@ -12,7 +12,7 @@ listed, never silently dropped.
 import json
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import export_host
 from .backends.freebsd_conf import set_keys
@@ -31,9 +31,38 @@ MODE_NOTE = {"at_least": "at least", "at_most": "at most", "covers": "a range co
 
 @dataclass
 class Target:
-    """Where the export goes: the host it is computed on (None: not computed)."""
+    """Where the export goes: the host it is computed on (None: not computed), and the
+    parameters left as variables, with the defaults this host suggests (see as_variables)."""
     host: object = None
     tuned_include: str | None = None
+    variables: dict = field(default_factory=dict)
+
+
+# A service or user that this host detected is not baked into an export made for other hosts: the
+# profile is expanded with these stand-ins (valid names, so every backend checks them as usual), which
+# become Ansible variables in a playbook and documented placeholders in the other files.
+STAND_INS = {"service": "proxytune-service-var", "user": "proxytune-user-var"}
+PLACEHOLDER = {"service": "@PROXY_SERVICE@", "user": "@PROXY_USER@"}
+EXPLICIT = ("command line", "profile")
+VAR_NAME = {"service": "proxytune_service", "user": "proxytune_user"}
+
+
+def as_variables(values: dict, sources: dict) -> tuple[dict, dict]:
+    """(values to expand the profile with, {param: default} of those left as variables): a service or
+    user given on the command line or by the profile is written in; a detected one is a variable."""
+    variables = {k: values[k] for k in STAND_INS if sources.get(k) not in EXPLICIT}
+    return {**values, **{k: STAND_INS[k] for k in variables}}, variables
+
+
+def _placeholders(text: str, variables: dict) -> str:
+    """The stand-ins as placeholders, each explained once at the top, with the value this host has."""
+    used = [k for k in variables if STAND_INS[k] in text]
+    for k in used:
+        text = text.replace(STAND_INS[k], PLACEHOLDER[k])
+    head = "".join(f"# {PLACEHOLDER[k]}: the proxy's {k} on the target host (here: {variables[k]}); replace it, "
+                   f"or export with --{k} NAME to write a name in\n" for k in used)
+    first = text.find("\n") + 1
+    return text[:first] + head + text[first:]
 
 
 def export(fmt: str, settings: list[Setting], profile: str, os_name: str, target: Target | None = None) -> str:
@@ -43,7 +72,9 @@ def export(fmt: str, settings: list[Setting], profile: str, os_name: str, target
     if fmt == "freebsd" and os_name != "freebsd":
         raise ProxytuneError(f"--format freebsd needs a FreeBSD profile; {profile} is for {os_name}",
                              "try --profile freebsd/proxy")
-    return RENDERERS[fmt](settings, profile, target or Target())
+    target = target or Target()
+    text = RENDERERS[fmt](settings, profile, target)
+    return text if fmt == "ansible" else _placeholders(text, target.variables)
 
 
 def _header(profile: str, fmt: str) -> str:
@@ -176,6 +207,8 @@ def ansible(settings, profile, target=None):
            "# live values keep until the next boot.",
            f"- name: {_u('proxytune profile ' + profile)}",
            "  hosts: all", "  become: true", "  gather_facts: false", "  vars:",
+           *(f"    {VAR_NAME[k]}: {_q(v)}   # the proxy's {k} (detected on the exporting host): -e {VAR_NAME[k]}=..."
+             for k, v in target.variables.items()),
            "    proxytune_sysctl_file: /etc/sysctl.d/90-proxytune.conf",
            "    proxytune_limits_file: /etc/security/limits.d/90-proxytune.conf",
            "    proxytune_systemd_dir: /etc/systemd/system",
@@ -186,9 +219,21 @@ def ansible(settings, profile, target=None):
            "    - name: is systemd PID 1 here",
            "      ansible.builtin.stat:", "        path: /run/systemd/system",
            "      register: proxytune_systemd_pid1", "      check_mode: false"]
+    out += _variable_checks(target.variables)
     for n, s in enumerate(settings):
         out += TASKS[s.backend](s, f"pt_{n}")
-    return "\n".join(out) + "\n"
+    text = "\n".join(out) + "\n"
+    for k in target.variables:          # what is left: plain text (names, paths, YAML strings)
+        text = text.replace(STAND_INS[k], "{{ " + VAR_NAME[k] + " }}")
+    return text
+
+
+def _variable_checks(variables: dict) -> list[str]:
+    """A variable set with -e is checked as the profile's names are, before any task uses it."""
+    return [line for k in variables for line in (
+        f"    - name: {_q(VAR_NAME[k] + ' is a plain name')}", "      ansible.builtin.assert:",
+        f"        that: \"{VAR_NAME[k]} is match('^[A-Za-z0-9_][A-Za-z0-9_.@-]*$')\"",
+        f"        fail_msg: \"{VAR_NAME[k]} must be a plain {k} name\"")]
 
 
 def _sysctl_tasks(s, reg):
@@ -232,7 +277,11 @@ def _limits_tasks(s, reg):
     """Read the effective login limit first, so a met one is neither changed nor shown as a change."""
     domain, _, item = s.key.rpartition(":")
     line = f"^[ \t]*{_literal_regex(domain)}[ \t]+(soft|-)[ \t]+{_literal_regex(item)}[ \t]"
-    current = (f"({reg}.stdout_lines | select('match', {line!r}) | map('split') "
+    pattern = repr(line)
+    if domain == STAND_INS["user"]:     # the variable, escaped for the regex when Jinja evaluates it
+        head, tail = line.split(_literal_regex(domain), 1)
+        pattern = f"({head!r} ~ (proxytune_user | regex_escape) ~ {tail!r})"
+    current = (f"({reg}.stdout_lines | select('match', {pattern}) | map('split') "
                "| map('last') | list | last | default(''))")
     met = (f"{current} == 'unlimited' or ({current} | int) >= {s.wanted}" if s.mode == "at_least"
            else f"{current} == {str(s.wanted)!r}")
@@ -267,7 +316,8 @@ def _rlimit_tasks(s, reg):
     if not RLIMIT_NAME.fullmatch(name) or not isinstance(s.wanted, int):
         raise ProxytuneError(f"{s.address}: cannot render {name!r} = {s.wanted!r} as a prlimit task")
     n = s.wanted
-    script = (f"for p in $(pgrep -x -- {shlex.quote(service)}); do s=$(prlimit --pid \"$p\" --{name} -o SOFT --noheadings); "
+    quoted = "{{ proxytune_service | quote }}" if service == STAND_INS["service"] else shlex.quote(service)
+    script = (f"for p in $(pgrep -x -- {quoted}); do s=$(prlimit --pid \"$p\" --{name} -o SOFT --noheadings); "
               f"[ \"$s\" = unlimited ] || [ \"$s\" -ge {n} ] || {{ prlimit --pid \"$p\" --{name}={n}:{n} && echo changed; }}; done")
     return [f"    - name: {_u(s.address + ' ' + s.wanted_text + ' on running processes')}",
             f"      ansible.builtin.shell: {_u(script)}", f"      register: {reg}",

@@ -191,8 +191,9 @@ def run_simple(fleet: Fleet, action: str) -> dict:
 
 
 def _caps_summary(doc) -> dict:
-    caps = doc.get("capabilities", {}) if isinstance(doc, dict) else {}
-    return {k: v["ok"] for k, v in caps.items()}
+    data = doc.get("data") if isinstance(doc, dict) else None      # `probe caps --json`: the result envelope
+    caps = data.get("capabilities", {}) if isinstance(data, dict) else {}
+    return {k: bool(v.get("ok")) for k, v in caps.items() if isinstance(v, dict)}
 
 
 def verify_locally(command: str | None, host: str, progress) -> tuple[bool, str]:

@@ -18,6 +18,7 @@ class Setting:
     file: str = ""            # the profile file and line it came from,
     line: int | None = None   # for error messages
     waive: str = ""           # the profile's reason to leave it as it is: `waived`, never applied
+    critical: bool = False    # the profile marks its drift CRITICAL for monitoring
 
     @property
     def address(self) -> str:
@@ -60,7 +61,7 @@ class Change:
             "mode": s.mode, "target": as_json(self.target) if self.needed else None,
             "status": self.status, "reason": s.reason, "source": s.source,
             "note": self.notes, "boot_override": self.boot or None,
-            "error": self.note if self.status == ERROR else None,
+            "error": self.note if self.status == ERROR else None, "critical": s.critical,
         }
 
     def current_text(self) -> str:

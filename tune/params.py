@@ -56,15 +56,29 @@ def check(name: str, value, source: str) -> None:
                              f"pass {OPTIONS[name]} to override; nothing was changed")
 
 
+ALSO_RUNNING = "; also running: "
+
+
 def detect_service(host: Host) -> tuple[str, str]:
-    for name in KNOWN_PROXIES:
-        if host.live and pids_of(name):
-            return name, "running process"
+    """The first running proxy in KNOWN_PROXIES' fixed order (not whichever started last), the
+    others that run named in its source; else an installed unit; else squid."""
+    running = [name for name in KNOWN_PROXIES if host.live and pids_of(name)]
+    if running:
+        return running[0], "running process" + (ALSO_RUNNING + ", ".join(running[1:]) if running[1:] else "")
     for name in KNOWN_PROXIES:
         for d in ("/lib/systemd/system", "/usr/lib/systemd/system", "/etc/systemd/system"):
             if host.path(f"{d}/{name}.service").exists():
                 return name, "installed unit"
     return "squid", "default"
+
+
+def choice_notes(values: dict, sources: dict) -> list[str]:
+    """One line when several proxies run: which one this audits, which it leaves out, how to pick."""
+    chosen, _, others = sources["service"].partition(ALSO_RUNNING)
+    if not others:
+        return []
+    return [f"several proxies run: auditing {values['service']} (the first of {', '.join(KNOWN_PROXIES)} "
+            f"that runs), not {others}; pass --service NAME to audit another"]
 
 
 def detect_user(service: str) -> tuple[str, str]:

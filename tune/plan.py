@@ -34,7 +34,8 @@ def build(ref: str, host: Host, cli_params: dict, only: tuple[str, ...] = (),
     prof = profile_mod.load(ref, root=host.root)
     values, sources = params_mod.resolve(host, cli_params, prof.params)
     settings, notes = profile_mod.expand(prof, values, host)
-    plan = Plan(profile=ref, os=prof.os, params={"values": values, "sources": sources}, notes=notes)
+    plan = Plan(profile=ref, os=prof.os, params={"values": values, "sources": sources},
+                notes=params_mod.choice_notes(values, sources) + notes)
     if prof.os != host.os:
         plan.notes.append(f"profile is for {prof.os}, this host runs {host.os}: "
                           "check and apply will not find its knobs here; use `tune export`")

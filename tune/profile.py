@@ -52,6 +52,7 @@ class RawSetting:
     path: Path
     line: int | None
     waive: str = ""
+    critical: bool = False      # drift of it is CRITICAL, not WARNING, for monitoring (--format nagios)
 
 
 @dataclass
@@ -194,10 +195,12 @@ def _raw_setting(kind, key, spec, path, where, fail) -> RawSetting:
     address = f"{kind}:{key}"
     _checked(names.text, (key, "setting name", 4096), (kind, key), fail, address)
     given = [m for m in MODES if m in spec]
-    fields = MODES + SETTING_TEXT + OPTIONAL_TEXT
+    fields = MODES + SETTING_TEXT + OPTIONAL_TEXT + ("critical",)
     for k in spec:
         if k not in fields:
             fail((kind, key, k), f"unknown field {k!r} (known: {', '.join(fields)})", address)
+    if not isinstance(spec.get("critical", False), bool):
+        fail((kind, key, "critical"), "critical is true or false", address)
     if len(given) != 1:
         fail((kind, key), f"needs exactly one of {', '.join(MODES)}, got {len(given)}", address)
     for k in SETTING_TEXT:
@@ -227,7 +230,7 @@ def _raw_setting(kind, key, spec, path, where, fail) -> RawSetting:
         if ph in stripped:
             fail((kind, key), f"unknown placeholder (known: {', '.join(PLACEHOLDERS)})", address)
     return RawSetting(kind, key, mode, wanted, spec["reason"], spec["source"], path,
-                      tomlpos.line_of(where, (kind, key, mode)), spec.get("waive", ""))
+                      tomlpos.line_of(where, (kind, key, mode)), spec.get("waive", ""), spec.get("critical", False))
 
 
 def _line_from_message(msg: str) -> int | None:
@@ -249,7 +252,7 @@ def expand(profile: Profile, params: dict, host) -> tuple[list[Setting], list[st
         for key in keys:
             key = key.replace("{service}", params["service"]).replace("{user}", params["user"])
             s = Setting(raw.backend, key, raw.mode, raw.wanted, raw.reason, raw.source,
-                        str(raw.path), raw.line, raw.waive)
+                        str(raw.path), raw.line, raw.waive, raw.critical)
             try:
                 backends.get(profile.os, raw.backend, host).validate(s)
                 _check_names(s)
