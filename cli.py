@@ -537,8 +537,9 @@ def status(host, as_json):
     apply, or a rollback left incomplete), 2 on error.
 
     \b
-    Example:
-      sudo proxytune status --json | jq '.data.applied[].drift'
+    Examples (as root):
+      proxytune status                          what is applied, and what drifted since
+      proxytune status --json
     """
     from proxytune.tune import status as status_mod
     entries = status_mod.applied(host)
@@ -1361,6 +1362,7 @@ def schema_cmd(kind):
     this envelope (schema, kind, created, host, data); KIND narrows it to one kind's data.
 
     \b
+    Examples:
       proxytune schema                      the whole schema (every kind)
       proxytune schema audit > audit.json   what `tune check --json` prints
     """
