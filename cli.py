@@ -941,6 +941,8 @@ def report(ctx, out_dir, profile_ref, no_bench, with_proxy, from_files):
         click.echo(f"{item['rank']}. {item['what']}\n   why: {item['why']}\n   do:  {item['command']}")
     for row in doc["data"]["sections"]["seeds"]["rows"]:
         click.echo(f"seed: {row['seed']}: {row['verdict']} ({row['reason']})")
+    if "plots" in doc["data"]["skipped"]:
+        click.echo(f"proxytune: {doc['data']['skipped']['plots']}", err=True)
     for p in paths:
         click.echo(f"wrote {p}")
 

@@ -72,9 +72,9 @@ def test_the_wheel_holds_one_namespace_and_its_data(dist):
 def needs_debian_python():
     if not DEBIAN_PYTHON.exists():
         pytest.skip("needs Debian's python3")
-    probe = run([DEBIAN_PYTHON, "-c", "import click, rich, matplotlib, jsonschema"], cwd="/")
+    probe = run([DEBIAN_PYTHON, "-c", "import click, rich, jsonschema"], cwd="/")
     if probe.returncode:
-        pytest.skip("needs python3-click python3-rich python3-matplotlib python3-jsonschema (make deps)")
+        pytest.skip("needs python3-click python3-rich python3-jsonschema (make deps)")
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +134,11 @@ def test_deb_layout_follows_debian(deb_root, dist):
                      if f.startswith("usr/lib/python3/dist-packages/")) == {"proxytune"}
     assert not [f for f in files if f.startswith("usr/lib/python3/dist-packages/proxytune/profiles")]
     control = run(["dpkg-deb", "-f", dist[1], "Depends", "Recommends", "Suggests"], cwd="/").stdout
-    for dep in ("python3 (>= 3.11)", "python3-click", "python3-rich", "python3-matplotlib", "python3-jsonschema"):
-        assert dep in control.split("\n")[0], control
+    depends, recommends = control.split("\n")[:2]
+    for dep in ("python3 (>= 3.11)", "python3-click", "python3-rich", "python3-jsonschema"):
+        assert dep in depends, control
+    assert "matplotlib" not in depends and "numpy" not in depends, depends
+    assert "python3-matplotlib" in recommends, recommends
     for optional in ("bpftrace", "linux-perf", "fio", "wrk", "gcc", "liburing-dev", "valgrind"):
         assert optional in control
     page = gzip.decompress((deb_root / "usr/share/man/man8/proxytune.8.gz").read_bytes()).decode()
@@ -223,3 +226,93 @@ def test_the_build_cache_is_private(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     monkeypatch.setattr(os, "lstat", lambda p: os.stat_result((0o40700, 0, 0, 0, 1000, 0, 0, 0, 0, 0)))
     assert datafiles.cache_dir() == tmp_path / "xdg/proxytune"
+
+
+# -- light core: plotting is optional ---------------------------------------------------------
+
+PLOTS_HINT = ("plots left out: matplotlib is not installed "
+              "(apt install python3-matplotlib, or pipx inject proxytune matplotlib)")
+
+
+def without_plotting(tmp_path) -> dict:
+    """An environment where `import matplotlib` and `import numpy` fail, as on a host without them."""
+    block = tmp_path / "no-plotting"
+    for name in ("matplotlib", "numpy"):
+        (block / name).mkdir(parents=True, exist_ok=True)
+        (block / name / "__init__.py").write_text(f"raise ImportError('no module named {name} (test)')\n")
+    return {"PYTHONPATH": str(block)}
+
+
+def saved_fdscan(tmp_path) -> Path:
+    """A saved `bench fdscan` result, the shape the report draws a figure from."""
+    stats = {"median": 100.0, "min": 90.0, "max": 110.0, "n": 5, "iqr_rel": 0.1, "ci95": [90.0, 110.0]}
+    doc = {"schema": "proxytune.result/1", "kind": "bench", "created": "2026-11-23T12:00:00Z",
+           "host": {"hostname": "h", "os": "Debian", "kernel": "6", "arch": "x86_64", "cpu_model": "c",
+                    "cores": 2, "memory_kib": 1, "virtualised": "no", "filesystems": []},
+           "data": {"bench": "fdscan", "quick": True, "variants": {str(v): f"variant {v}" for v in range(1, 6)},
+                    "points": [{"variant": v, "n": n, "handlers_per_call": 9.0, "command": "x",
+                                "ns_per_call": {**stats, "median": 100.0 * v * n}}
+                               for v in range(1, 6) for n in (100, 1000)],
+                    "misses": [], "miss_source": "unavailable", "miss_source_note": "none here"}}
+    path = tmp_path / "fdscan.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_every_module_imports_without_matplotlib_or_numpy(tmp_path):
+    """Importing any module of the package needs no plotting library (a lazy import everywhere);
+    modules that need something else (the Ansible callback needs ansible) are not this test's business."""
+    script = ("import importlib, importlib.machinery, importlib.util, pathlib, sys\n"
+              f"sys.path.insert(0, {str(REPO)!r})\n"
+              "spec = importlib.machinery.ModuleSpec('proxytune', None, is_package=True)\n"
+              "spec.submodule_search_locations = [sys.path[0]]\n"
+              "sys.modules['proxytune'] = importlib.util.module_from_spec(spec)\n"
+              "bad = []\n"
+              f"for f in sorted(pathlib.Path({str(REPO)!r}).glob('*/**/*.py')):\n"
+              "    rel = f.relative_to(sys.path[0])\n"
+              "    if rel.parts[0] not in ('core', 'tune', 'probes', 'microbench', 'reports'): continue\n"
+              "    name = 'proxytune.' + '.'.join(rel.with_suffix('').parts).removesuffix('.__init__')\n"
+              "    try: importlib.import_module(name)\n"
+              "    except ImportError as e: bad += [f'{name}: {e}'] if '(test)' in str(e) else []\n"
+              "importlib.import_module('proxytune.cli')\n"
+              "print('\\n'.join(bad)); sys.exit(1 if bad else 0)\n")
+    env = without_plotting(tmp_path)
+    assert run([sys.executable, "-c", "import matplotlib"], cwd=tmp_path, env=env).returncode != 0
+    r = run([sys.executable, "-c", script], cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_without_matplotlib_the_report_leaves_plots_out_and_says_how_in_one_line(tmp_path):
+    saved = saved_fdscan(tmp_path)
+    argv = [sys.executable, REPO / "cli.py", "report", "--no-bench", "--from", saved, "-o"]
+    r = run([*argv, tmp_path / "plain"], cwd=tmp_path, env=without_plotting(tmp_path))
+    assert r.returncode in (0, 1), r.stderr
+    assert [line for line in r.stderr.splitlines() if "plots" in line] == [f"proxytune: {PLOTS_HINT}"]
+    out = tmp_path / "plain"
+    assert not list(out.glob("*.png"))
+    assert "data:image/png" not in (out / "report.html").read_text()
+    assert json.loads((out / "report.json").read_text())["data"]["skipped"]["plots"] == PLOTS_HINT
+    assert "fdscan" in json.loads((out / "report.json").read_text())["data"]["sections"]
+    r = run([*argv, tmp_path / "drawn"], cwd=tmp_path)          # the same with matplotlib: the figure is there
+    assert r.returncode in (0, 1) and "plots left out" not in r.stderr, r.stderr
+    assert (tmp_path / "drawn/fdscan.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_core_commands_run_without_matplotlib(tmp_path):
+    env = {**without_plotting(tmp_path), "PROXYTUNE_STATE_DIR": str(tmp_path / "state")}
+    cli = [sys.executable, REPO / "cli.py"]
+    r = run([*cli, "tune", "check", "--json", "--service", "nosuchproxy"], cwd=tmp_path, env=env)
+    assert r.returncode in (0, 1) and json.loads(r.stdout)["kind"] == "audit", r.stderr
+    r = run([*cli, "bench", "fdscan", "--quick", "--json"], cwd=tmp_path, env=env)
+    assert r.returncode == 0 and json.loads(r.stdout)["data"]["bench"] == "fdscan", r.stderr
+
+
+def test_the_wheel_needs_matplotlib_only_for_its_report_extra(dist):
+    wheel, _ = dist
+    meta = zipfile.ZipFile(wheel).read(f"{wheel.name.split('-py3')[0]}.dist-info/METADATA").decode()
+    requires = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
+    plotting = [r for r in requires if r.lower().startswith(("matplotlib", "numpy"))]
+    assert plotting and all('extra == "report"' in r for r in plotting), requires
+    assert "Provides-Extra: report" in meta
+    core = [r.split(">")[0].split(";")[0].strip() for r in requires if "extra ==" not in r]
+    assert sorted(core) == ["click", "jsonschema", "rich"]
