@@ -28,9 +28,9 @@ def test_every_option_of_every_command_has_help():
 
 def test_every_command_has_json():
     from proxytune.cli import main
-    # export prints a file format and report writes files; compare writes a directory
+    # export, man and completion print a file format and report writes files; compare writes a directory
     exempt = {("proxytune", "tune", "export"), ("proxytune", "report"), ("proxytune", "report", "compare"),
-              ("proxytune", "report", "fleet")}
+              ("proxytune", "report", "fleet"), ("proxytune", "man"), ("proxytune", "completion")}
     lacking = [" ".join(path) for path, cmd in walk(main) if not isinstance(cmd, click.Group) and path not in exempt
                and not any("--json" in p.opts for p in cmd.params)]
     assert not lacking, f"commands without --json: {lacking}"

@@ -316,3 +316,200 @@ def test_the_wheel_needs_matplotlib_only_for_its_report_extra(dist):
     assert "Provides-Extra: report" in meta
     core = [r.split(">")[0].split(";")[0].strip() for r in requires if "extra ==" not in r]
     assert sorted(core) == ["click", "jsonschema", "rich"]
+
+
+# -- the source package, the package lifecycle, the systemd units -------------------------------
+
+@pytest.fixture(scope="module")
+def source_deb(tmp_path_factory):
+    """The .deb that `make deb-src` builds: dpkg-buildpackage -us -uc -b, dh + pybuild."""
+    if not shutil.which("dpkg-buildpackage"):
+        pytest.skip("needs dpkg-dev")
+    missing = run(["dpkg-checkbuilddeps", REPO / "packaging/debian/control"], cwd="/")
+    if missing.returncode:
+        pytest.skip(f"needs the Build-Depends (make deps): {missing.stderr.strip()}")
+    out = tmp_path_factory.mktemp("deb-src")
+    r = run([REPO / "packaging/build-src.sh", out], cwd=REPO, timeout=600)
+    assert r.returncode == 0, r.stderr
+    deb, = out.glob("proxytune_*_all.deb")
+    assert list(out.glob("proxytune_*.changes")) and list(out.glob("proxytune_*.buildinfo"))
+    return deb
+
+
+def deb_files(deb) -> set[str]:
+    """The .deb's regular files, without the dist-info only the dh build keeps."""
+    listing = run(["dpkg-deb", "-c", deb], cwd="/").stdout.splitlines()
+    names = {line.split()[5].removeprefix(".") for line in listing if line.startswith("-")}
+    return {n for n in names if ".dist-info/" not in n}
+
+
+def control_file(deb, name) -> str:
+    r = run(["dpkg-deb", "--info", deb, name], cwd="/")
+    return r.stdout if r.returncode == 0 else ""
+
+
+def test_the_source_package_builds_the_same_package_as_make_dist(source_deb, dist):
+    made = deb_files(dist[1])
+    assert deb_files(source_deb) == made
+    assert {"/etc/proxytune/profiles/README", "/lib/systemd/system/proxytune.service",
+            "/lib/systemd/system/proxytune.timer", "/usr/share/man/man5/proxytune-profile.5.gz",
+            "/usr/share/zsh/vendor-completions/_proxytune", "/usr/share/fish/vendor_completions.d/proxytune.fish",
+            "/usr/share/lintian/overrides/proxytune"} <= made
+    for deb in (source_deb, dist[1]):
+        assert control_file(deb, "conffiles").split() == ["/etc/proxytune/profiles/README"]
+        fields = run(["dpkg-deb", "-f", deb, "Depends", "Recommends"], cwd="/").stdout
+        assert "python3-click" in fields and "matplotlib" not in fields.split("\n")[0]
+        for script in ("postinst", "prerm", "postrm"):
+            assert "#DEBHELPER#" not in control_file(deb, script), (deb, script)
+        assert "/var/lib/proxytune" in control_file(deb, "postrm")
+        assert "open_entries" in control_file(deb, "prerm")
+        postinst = control_file(deb, "postinst")      # ships disabled: enabled again only if the admin had
+        assert "deb-systemd-invoke" not in postinst
+        assert "helper enable" not in postinst or "was-enabled" in postinst.split("helper enable")[0]
+
+
+def test_lintian_passes_the_source_built_package(source_deb):
+    if not shutil.which("lintian"):
+        pytest.skip("needs lintian (make deps)")
+    r = run(["lintian", "--tag-display-limit", "0", source_deb], cwd="/", timeout=300)
+    assert not [line for line in r.stdout.splitlines() if line[:2] in ("E:", "W:")], r.stdout
+
+
+def maintainer_script(deb_root, dist, name, tmp_path) -> Path:
+    path = tmp_path / name
+    path.write_text(control_file(dist[1], name))
+    path.chmod(0o755)
+    return path
+
+
+def test_postrm_removes_the_cache_on_remove_and_the_journal_on_purge_and_says_so(deb_root, dist, tmp_path):
+    root = tmp_path / "root"
+    for d in ("var/cache/proxytune/evbench-1", "var/lib/proxytune/journal", "var/lib/other"):
+        (root / d).mkdir(parents=True)
+    postrm = maintainer_script(deb_root, dist, "postrm", tmp_path)
+    r = run([postrm, "remove"], cwd=tmp_path, env={"DPKG_ROOT": str(root)})
+    assert r.returncode == 0, r.stderr
+    assert not (root / "var/cache/proxytune").exists() and (root / "var/lib/proxytune/journal").is_dir()
+    assert "removed /var/cache/proxytune" in r.stdout
+    r = run([postrm, "purge"], cwd=tmp_path, env={"DPKG_ROOT": str(root)})
+    assert r.returncode == 0, r.stderr
+    assert not (root / "var/lib/proxytune").exists() and (root / "var/lib/other").is_dir()
+    assert "purged /var/lib/proxytune" in r.stdout
+    r = run([postrm, "purge"], cwd=tmp_path, env={"DPKG_ROOT": str(root)})
+    assert r.returncode == 0 and "proxytune" not in r.stdout, "nothing left: nothing said"
+
+
+def test_prerm_warns_about_open_applies_and_never_fails_the_removal(deb_root, dist, tmp_path):
+    """The journal is written by the code that apply uses; the prerm reads it with the
+    package's own journal module (DPKG_ROOT: the unpacked package, standing in for /)."""
+    from proxytune.tune import journal
+    prerm = maintainer_script(deb_root, dist, "prerm", tmp_path)
+    (tmp_path / "bin").mkdir()                         # dh's part: py3clean asks dpkg about the installed package
+    (tmp_path / "bin/py3clean").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "bin/py3clean").chmod(0o755)
+    env = {"DPKG_ROOT": str(deb_root), "PATH": f"{tmp_path}/bin:{DEBIAN_PYTHON.parent}:{os.environ['PATH']}"}
+    state = deb_root / "var/lib/proxytune"
+    try:
+        r = run([prerm, "remove"], cwd=tmp_path, env=env)
+        assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+        entry = journal.new_entry(state, "linux/proxy", "linux", Path("/"), [])
+        journal.save(state, entry)
+        r = run([prerm, "remove"], cwd=tmp_path, env=env)
+        assert r.returncode == 0, r.stderr
+        assert "still open" in r.stderr and entry["id"] in r.stderr and "linux/proxy" in r.stderr
+        assert "tune rollback" in r.stderr
+        (state / "journal" / f"{entry['id']}.json").write_text("{not json")
+        r = run([prerm, "remove"], cwd=tmp_path, env=env)
+        assert r.returncode == 0 and "could not read the apply journal" in r.stderr, r.stderr
+        r = run([prerm, "upgrade", "0.1.0-1"], cwd=tmp_path, env=env)
+        assert r.returncode == 0 and "warning" not in r.stderr, "an upgrade keeps the journal: no warning"
+    finally:
+        shutil.rmtree(deb_root / "var", ignore_errors=True)
+
+
+def verify_units(root: Path, *units: str) -> subprocess.CompletedProcess:
+    return run(["systemd-analyze", "verify", "--man=no", f"--root={root}",
+                *(f"/lib/systemd/system/{u}" for u in units)], cwd="/")
+
+
+def test_the_systemd_units_verify_and_ship_disabled(dist, tmp_path):
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("needs systemd (make deps)")
+    root = tmp_path / "root"
+    assert run(["dpkg-deb", "-x", dist[1], root], cwd="/").returncode == 0
+    units = root / "lib/systemd/system"
+    for unit in Path("/lib/systemd/system").iterdir():       # the targets the timer hangs on
+        if unit.is_file() and not (units / unit.name).exists():
+            shutil.copy(unit, units / unit.name)
+    r = verify_units(root, "proxytune.timer", "proxytune.service")
+    assert r.returncode == 0 and not r.stdout + r.stderr, r.stdout + r.stderr
+    service = (units / "proxytune.service").read_text()
+    assert ("ExecStart=/usr/bin/proxytune tune check --format prometheus "
+            "-o /var/lib/prometheus/node-exporter/proxytune.prom") in service
+    assert "[Install]" not in service and "WantedBy=timers.target" in (units / "proxytune.timer").read_text()
+    assert not list(root.glob("etc/systemd/system/*.wants")), "nothing enabled by the package"
+    (units / "proxytune.service").write_text(service.replace("/usr/bin/proxytune", "/usr/bin/proxytune-gone"))
+    r = verify_units(root, "proxytune.service")
+    assert r.returncode != 0 and "proxytune-gone" in r.stderr, "the check would see a broken unit"
+
+
+# -- teaching: man pages and completion for every install ---------------------------------------
+
+def test_the_man_page_has_examples_files_and_see_also(deb_root):
+    page = gzip.decompress((deb_root / "usr/share/man/man8/proxytune.8.gz").read_bytes()).decode()
+    sections = {line.split(None, 1)[1].strip('"') for line in page.splitlines() if line.startswith(".SH ")}
+    assert {"EXAMPLES", "FILES", "SEE ALSO", "EXIT STATUS", "ENVIRONMENT", "COMMANDS"} <= sections
+    see_also = page.split(".SH SEE ALSO\n", 1)[1]
+    for ref in ("tuned\\-adm(8)", "sysctl.d(5)", "systemd.exec(5)", "limits.conf(5)", "proxytune\\-profile(5)"):
+        assert ref in see_also, ref
+    files = page.split(".SH FILES\n", 1)[1].split(".SH ")[0]
+    for path in ("/etc/proxytune/profiles/", "/var/lib/proxytune/journal/", "proxytune.timer"):
+        assert path in files, path
+    assert "proxytune tune check" in page.split(".SH EXAMPLES\n", 1)[1]
+
+
+def test_the_profile_page_names_every_mode_backend_and_profile_key(deb_root):
+    from proxytune.tune import backends, profile
+    page = gzip.decompress((deb_root / "usr/share/man/man5/proxytune-profile.5.gz").read_bytes()).decode()
+    assert page.startswith(".TH PROXYTUNE\\-PROFILE 5")
+    for word in [*profile.MODES, *profile.PROFILE_KEYS, *profile.SETTING_TEXT, *profile.PLACEHOLDERS]:
+        assert word.replace("-", "\\-") in page, word
+    for os_name, kind in backends.REGISTRY:
+        assert f"{kind} ({os_name})" in page
+    if shutil.which("groff"):
+        r = subprocess.run(["groff", "-man", "-ww", "-z"], input=page, capture_output=True, text=True)
+        assert r.returncode == 0 and not r.stderr, r.stderr
+
+
+def test_man_and_completion_for_a_pipx_install(wheel_venv, outside, tmp_path):
+    home, env = outside
+    exe = wheel_venv / "bin/proxytune"
+    r = run([exe, "man"], cwd=home, env=env)
+    assert r.returncode == 0 and r.stdout.startswith(".TH PROXYTUNE 8") and ".SH EXAMPLES" in r.stdout
+    r = run([exe, "man", "proxytune-profile"], cwd=home, env=env)
+    assert r.returncode == 0 and r.stdout.startswith(".TH PROXYTUNE\\-PROFILE 5")
+    data = tmp_path / "data"
+    r = run([exe, "man", "--install"], cwd=home, env={**env, "XDG_DATA_HOME": str(data)})
+    assert r.returncode == 0, r.stderr
+    assert (data / "man/man8/proxytune.8").read_text().startswith(".TH PROXYTUNE 8")
+    assert (data / "man/man5/proxytune-profile.5").read_text().startswith(".TH PROXYTUNE\\-PROFILE 5")
+    if shutil.which("man"):
+        r = run(["man", "-M", data / "man", "proxytune-profile"], cwd=home, env={**env, "MANPAGER": "cat"})
+        assert "at_least" in r.stdout, r.stderr
+    for shell, marker in (("bash", "_proxytune_completion"), ("zsh", "#compdef proxytune"),
+                          ("fish", "complete --no-files --command proxytune")):
+        r = run([exe, "completion", shell], cwd=home, env=env)
+        assert r.returncode == 0 and marker in r.stdout, (shell, r.stdout[:200])
+    r = run([exe, "completion", "tcsh"], cwd=home, env=env)
+    assert r.returncode == 2 and "tcsh" in r.stderr
+
+
+def test_completion_from_the_command_completes_like_the_shipped_file(wheel_venv, outside):
+    if not shutil.which("bash"):
+        pytest.skip("needs bash")
+    home, env = outside
+    script = (f"source <({wheel_venv}/bin/proxytune completion bash)\n"
+              "COMP_WORDS=(proxytune tune check --profile linux/squ); COMP_CWORD=4\n"
+              "_proxytune_completion proxytune; printf '%s\\n' \"${COMPREPLY[@]}\"")
+    r = run(["bash", "-c", script], cwd=home, env={**env, "PATH": f"{wheel_venv}/bin:{env['PATH']}"})
+    assert set(r.stdout.split()) == {"linux/squid", "linux/squid-2000"}, r.stderr
