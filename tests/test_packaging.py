@@ -423,6 +423,10 @@ def test_prerm_warns_about_open_applies_and_never_fails_the_removal(deb_root, di
         assert r.returncode == 0 and "could not read the apply journal" in r.stderr, r.stderr
         r = run([prerm, "upgrade", "0.1.0-1"], cwd=tmp_path, env=env)
         assert r.returncode == 0 and "warning" not in r.stderr, "an upgrade keeps the journal: no warning"
+        bare = tmp_path / "bare"                      # a root without proxytune's modules: python3 fails
+        (bare / "var/lib/proxytune/journal").mkdir(parents=True)
+        r = run([prerm, "remove"], cwd=tmp_path, env={**env, "DPKG_ROOT": str(bare)})
+        assert r.returncode == 0 and "could not read the apply journal (ModuleNotFoundError" in r.stderr, r.stderr
     finally:
         shutil.rmtree(deb_root / "var", ignore_errors=True)
 
