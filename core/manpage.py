@@ -13,7 +13,7 @@ EXAMPLES = [
     ("proxytune tune plan \\-\\-persist", "What apply would change, changing nothing."),
     ("proxytune tune apply \\-\\-persist \\-\\-yes", "Change it, journaled; proxytune tune rollback \\-\\-yes undoes it."),
     ("proxytune tune export \\-\\-format sysctl.d \\-o 90\\-proxy.conf", "The profile for a configuration system."),
-    ("proxytune doctor \\-\\-service squid", "Name what limits the running proxy, with evidence and a fix."),
+    ("proxytune doctor \\-\\-comm squid", "Name what limits the running proxy, with evidence and a fix."),
     ("proxytune report", "Audit, run the quick benchmarks, write proxytune\\-report/report.html."),
     ("systemctl enable \\-\\-now proxytune.timer", "(Debian package) audit every 15 minutes into the "
                                                  "Prometheus node exporter's textfile directory."),

@@ -517,3 +517,36 @@ def test_completion_from_the_command_completes_like_the_shipped_file(wheel_venv,
               "_proxytune_completion proxytune; printf '%s\\n' \"${COMPREPLY[@]}\"")
     r = run(["bash", "-c", script], cwd=home, env={**env, "PATH": f"{wheel_venv}/bin:{env['PATH']}"})
     assert set(r.stdout.split()) == {"linux/squid", "linux/squid-2000"}, r.stderr
+
+
+def parse_command_line(args: list[str]) -> str:
+    """Parse a proxytune command line as click would run it (nothing is run); a wrong
+    option or command raises click.UsageError."""
+    import warnings
+    import click
+    from proxytune.cli import main
+    cmd, name, ctx, rest = main, "proxytune", None, list(args)
+    while True:
+        ctx = cmd.make_context(name, rest, parent=ctx)
+        if not isinstance(cmd, click.Group):
+            return ctx.command_path
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)     # protected_args, click >= 8.2
+            rest = [*ctx.protected_args, *ctx.args]
+        if not rest and cmd.invoke_without_command:                 # `proxytune report`
+            return ctx.command_path
+        name, cmd, rest = cmd.resolve_command(ctx, rest)
+
+
+def test_every_example_in_the_man_page_is_a_valid_command():
+    import re
+    import shlex
+    import click
+    from proxytune.core.manpage import EXAMPLES
+    lines = [re.search(r"proxytune [^|)\"]*", term.replace("\\-", "-"))[0] for term, _ in EXAMPLES
+             if "proxytune " in term and not term.startswith("systemctl")]
+    assert len(lines) >= 8
+    for line in lines:
+        assert parse_command_line(shlex.split(line)[1:]), line
+    with pytest.raises(click.UsageError):                   # the check can fail
+        parse_command_line(["doctor", "--service", "squid"])
