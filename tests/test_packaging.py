@@ -557,3 +557,33 @@ def test_every_example_in_the_man_page_is_a_valid_command():
         assert parse_command_line(shlex.split(line)[1:]), line
     with pytest.raises(click.UsageError):                   # the check can fail
         parse_command_line(["doctor", "--service", "squid"])
+
+
+def test_a_checkout_installs_the_report_extra(tmp_path):
+    """./proxytune's first run pip-installs the core and the `report` extra (the checkout's
+    report draws its figures); PROXYTUNE_EXTRAS=test adds the test extra. The venv python
+    is a fake that records pip's arguments and hands the launcher's dependency listing
+    to the real interpreter."""
+    import tomllib
+    top, bin_dir, log = tmp_path / "checkout", tmp_path / "bin", tmp_path / "pip.log"
+    top.mkdir()
+    bin_dir.mkdir()
+    shutil.copy(REPO / "proxytune", top / "proxytune")
+    shutil.copy(REPO / "pyproject.toml", top / "pyproject.toml")
+    venv_python = (f'#!/bin/sh\ncase "$1" in -) exec {sys.executable} "$@" ;; '
+                   f'-m) echo "$@" >> {log} ;; esac\n')
+    fake_python = (f'#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = venv ]; then mkdir -p "$3/bin"; '
+                   f"printf '%s' '{venv_python}' > \"$3/bin/python\"; chmod +x \"$3/bin/python\"; fi\n")
+    (bin_dir / "python3.13").write_text(fake_python)
+    (bin_dir / "python3.13").chmod(0o755)
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "PROXYTUNE_NO_INSTALL": "1"}
+    for extras, wanted in (("", project["optional-dependencies"]["report"]),
+                           ("test", project["optional-dependencies"]["report"] + project["optional-dependencies"]["test"])):
+        log.unlink(missing_ok=True)
+        shutil.rmtree(top / ".venv", ignore_errors=True)
+        r = run([top / "proxytune", "--version"], cwd=tmp_path, env={**env, "PROXYTUNE_EXTRAS": extras})
+        assert r.returncode == 0, r.stderr
+        pip = log.read_text().split()
+        assert pip[:3] == ["-m", "pip", "install"], pip
+        assert sorted(a for a in pip[3:] if not a.startswith("-")) == sorted(project["dependencies"] + wanted)
