@@ -4,10 +4,11 @@
 SHELL := /bin/bash
 DEBIAN_TEST_PACKAGES := ansible openssh-server tuned dbus-daemon e2fsprogs iproute2 procps systemd util-linux \
 	gcc libc6-dev valgrind linux-perf bpftrace fio wrk nginx-light squid chromium haproxy varnish trafficserver \
-	python3-venv python3-click python3-rich python3-jsonschema python3-matplotlib python3-apt lintian
+	python3-venv python3-click python3-rich python3-jsonschema python3-matplotlib python3-apt lintian \
+	debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools liburing-dev
 PYTEST_ARGS ?=
 
-.PHONY: test deps venv clean dist
+.PHONY: test deps venv clean dist deb-src
 
 test: deps
 	.venv/bin/python -m pytest $(PYTEST_ARGS)
@@ -26,3 +27,11 @@ clean:
 # (setuptools from the venv, no build isolation; dpkg-deb): packaging/dist.sh.
 dist: venv
 	@packaging/dist.sh dist
+
+# make deb-src: the same .deb from source, as an internal repository would rebuild it:
+# dpkg-buildpackage -us -uc -b (dh + pybuild) in a staged copy whose debian/ is
+# packaging/debian; into dist/deb-src/. Needs packaging/debian/control's Build-Depends.
+deb-src:
+	@tests/debian-deps.sh debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools \
+		python3-click python3-rich python3-jsonschema
+	@packaging/build-src.sh dist/deb-src

@@ -1233,7 +1233,7 @@ def profiles_list(host, as_json):
     """
     rows, warnings = profile_mod.listing(host.root)
     if as_json:
-        emit_result("profiles", {"profiles": rows, "ignored": ignored})
+        emit_result("profiles", {"profiles": rows, "ignored": warnings})
     else:
         console.print_rows("profiles", ["name", "source", "os", "settings", "description"],
                           [[r[k] for k in ("name", "source", "os", "settings", "description")] for r in rows])
@@ -1307,6 +1307,8 @@ def report(ctx, out_dir, profile_ref, no_bench, with_proxy, from_files):
         click.echo(f"{item['rank']}. {what}\n   why: {why}\n   do:  {do}")
     for row in doc["data"]["sections"]["seeds"]["rows"]:
         click.echo(console.term_text(f"seed: {row['seed']}: {row['verdict']} ({row['reason']})", markup=False))
+    if "plots" in doc["data"]["skipped"]:
+        click.echo(f"proxytune: {doc['data']['skipped']['plots']}", err=True)
     for p in paths:
         click.echo(f"wrote {p}")
 
@@ -1368,6 +1370,64 @@ def schema_cmd(kind):
     """
     from proxytune.reports.schema import kind_schema
     emit_json(kind_schema(kind))
+
+
+# ---------------------------------------------------------------- man, completion
+# (what the .deb installs, for a pipx install or a checkout)
+
+MAN_PAGES = {"proxytune": "8", "proxytune-profile": "5"}
+
+
+def man_page(name: str) -> str:
+    """A man page's roff: proxytune(8) from this command tree, or proxytune-profile(5)."""
+    if name == "proxytune-profile":
+        from proxytune.tune.profilepage import proxytune_profile_5
+        return proxytune_profile_5(__version__)
+    from proxytune.core.manpage import proxytune_8
+    return proxytune_8(main, __version__)
+
+
+@main.command("man")
+@click.argument("page", type=click.Choice(list(MAN_PAGES)), default="proxytune")
+@click.option("--install", is_flag=True,
+              help="Write both pages under $XDG_DATA_HOME/man [~/.local/share/man], where man finds them "
+                   "for commands in ~/.local/bin (pipx), instead of printing one.")
+def man_command(page, install):
+    """Print a man page as roff: proxytune(8) or the profile format, proxytune-profile(5).
+    For a pipx install or a checkout; the Debian package installs both.
+
+    \b
+    Examples:
+      proxytune man | man -l -                   read proxytune(8)
+      proxytune man proxytune-profile | man -l -
+      proxytune man --install && man proxytune
+    """
+    if not install:
+        click.echo(man_page(page), nl=False)
+        return
+    from proxytune.tune import files
+    top = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local/share").absolute() / "man"
+    for name, section in MAN_PAGES.items():
+        path = top / f"man{section}" / f"{name}.{section}"
+        files.atomic_write(path, man_page(name))
+        click.echo(f"wrote {path}")
+
+
+@main.command("completion")
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell):
+    """Print the shell completion script for SHELL (commands, options, profile and probe
+    names). The Debian package installs it; for pipx or a checkout, load it yourself.
+
+    \b
+    Examples:
+      proxytune completion bash > ~/.local/share/bash-completion/completions/proxytune
+      proxytune completion zsh > ~/.zfunc/_proxytune
+      proxytune completion fish > ~/.config/fish/completions/proxytune.fish
+    """
+    from click.shell_completion import get_completion_class
+    script = get_completion_class(shell)(main, {}, "proxytune", "_PROXYTUNE_COMPLETE").source()
+    click.echo(script, nl=False)
 
 
 def run() -> None:

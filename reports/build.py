@@ -12,7 +12,7 @@ from proxytune.core.errors import ProxytuneError
 from proxytune.tune import audit as audit_mod
 from proxytune.tune.host import Host
 
-from . import html, markdown, seeds, summary
+from . import html, markdown, plots, seeds, summary
 from .schema import envelope
 from .tables import sections
 
@@ -134,4 +134,6 @@ def write_report(host: Host, profile_ref: str, out_dir: Path, benches: bool = Tr
     done["seeds"] = {"rows": seeds.rows(done)}
     doc = envelope("report", {"title": "proxytune report", "summary": summary.build(done), "sections": done,
                               "skipped": skipped}, done["audit"]["params"]["values"]["cache_dirs"])
+    if not plots.available() and any(s.figures for s in sections(doc)):
+        skipped["plots"] = plots.MISSING
     return write_doc(doc, out_dir), doc

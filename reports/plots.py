@@ -1,30 +1,62 @@
-"""Figures for the report (matplotlib, Agg): each returns PNG bytes."""
+"""Figures for the report (matplotlib, Agg): each returns PNG bytes, or None when there is
+nothing to plot. matplotlib is optional (the wheel's `report` extra, a Recommends of the
+.deb): without it every figure is None and the report says so in one line (MISSING)."""
 
+import functools
 import io
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+MISSING = ("plots left out: matplotlib is not installed "
+           "(apt install python3-matplotlib, or pipx inject proxytune matplotlib)")
 
 STYLE = {"select": "#d62728", "poll": "#ff7f0e", "epoll": "#2ca02c", "io_uring": "#1f77b4",
          "io_uring-multishot": "#9467bd", "kqueue": "#8c564b"}
+
+
+@functools.cache
+def _pyplot():
+    """matplotlib.pyplot with the Agg backend, imported on the first figure (a `tune check` never pays for it)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+@functools.cache
+def available() -> bool:
+    try:
+        _pyplot()
+    except ImportError:
+        return False
+    return True
+
+
+def _figure(draw):
+    """A figure function that draws nothing (None) when matplotlib is missing."""
+    @functools.wraps(draw)
+    def wrapper(*args, **kwargs):
+        return draw(*args, **kwargs) if available() else None
+    return wrapper
+
+
+def _subplots(*args, **kwargs):
+    return _pyplot().subplots(*args, **kwargs)
 
 
 def _png(fig) -> bytes:
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
+    _pyplot().close(fig)
     return buf.getvalue()
 
 
+@_figure
 def events_cost(idle: list[dict], ready: str = "hot") -> bytes | None:
     """Cost per call against idle descriptors, log-log, one line per mechanism (K = 1)."""
     pts = [p for p in idle if p["available"] and p["ready"] == ready and p["k"] == 1]
     if not pts:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = _subplots(figsize=(7, 4.2))
     for be in sorted({p["backend"] for p in pts}):
         mine = sorted((p for p in pts if p["backend"] == be), key=lambda p: p["n"])
         ns = [p["n"] for p in mine]
@@ -39,10 +71,11 @@ def events_cost(idle: list[dict], ready: str = "hot") -> bytes | None:
     return _png(fig)
 
 
+@_figure
 def events_batching(load: list[dict]) -> bytes | None:
     if not load:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = _subplots(figsize=(7, 4.2))
     for be in sorted({l["backend"] for l in load}):
         mine = sorted((l for l in load if l["backend"] == be), key=lambda l: l["offered_per_s"])
         ax.plot([l["offered_per_s"] for l in mine], [l["events_per_call"] for l in mine], marker="o",
@@ -54,10 +87,11 @@ def events_batching(load: list[dict]) -> bytes | None:
     return _png(fig)
 
 
+@_figure
 def fdscan(points: list[dict], misses: list[dict], names: dict) -> bytes | None:
     if not points:
         return None
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4.2))
+    fig, (ax, bx) = _subplots(1, 2, figsize=(10, 4.2))
     for v in sorted({p["variant"] for p in points}):
         mine = sorted((p for p in points if p["variant"] == v), key=lambda p: p["n"])
         ax.plot([p["n"] for p in mine], [p["ns_per_call"]["median"] for p in mine], marker="o", label=f"{v}")
@@ -80,12 +114,13 @@ def fdscan(points: list[dict], misses: list[dict], names: dict) -> bytes | None:
 ENGINE_COLORS = {"sync": "#7f7f7f", "threads": "#ff7f0e", "posix-aio": "#9467bd", "io_uring": "#1f77b4"}
 
 
+@_figure
 def storage_throughput(combos: list[dict], fs: str = "ext4", atime: str = "relatime") -> bytes | None:
     """Objects per second by store and engine, fill and steady side by side."""
     rows = [c for c in combos if c["available"] and ((c["fs"] == fs and c["atime"] == atime) or c["store"] == "rawdev")]
     if not rows:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=False)
+    fig, axes = _subplots(1, 2, figsize=(10, 4.2), sharey=False)
     stores = [s for s in ("ufs", "largefile", "rawdev") if any(c["store"] == s for c in rows)]
     engines = [e for e in ENGINE_COLORS if any(c["engine"] == e for c in rows)]
     width = 0.8 / len(engines)
@@ -101,12 +136,13 @@ def storage_throughput(combos: list[dict], fs: str = "ext4", atime: str = "relat
     return _png(fig)
 
 
+@_figure
 def storage_latency(combos: list[dict], phase: str = "steady") -> bytes | None:
     """p50 / p99 / p99.9 of I/O operations per store and engine (log scale)."""
     rows = [c for c in combos if c["available"] and c.get(f"{phase}_latency_us") and c["atime"] in ("relatime", "-")]
     if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(10, 4.2))
+    fig, ax = _subplots(figsize=(10, 4.2))
     labels = [f"{c['fs']}\n{c['store']}\n{c['engine']}" for c in rows]
     for q, marker in (("p50", "o"), ("p99", "s"), ("p999", "^")):
         ax.scatter(range(len(rows)), [c[f"{phase}_latency_us"][q] for c in rows], marker=marker, label=q)
@@ -117,13 +153,14 @@ def storage_latency(combos: list[dict], phase: str = "steady") -> bytes | None:
     return _png(fig)
 
 
+@_figure
 def storage_fs_matrix(combos: list[dict]) -> bytes | None:
     """Today's Table D-1: ufs and largefile objects/s per filesystem, relatime vs noatime (sync engine)."""
     rows = [c for c in combos if c["available"] and c["engine"] == "sync" and c["fs"] != "raw"]
     fss = sorted({c["fs"] for c in rows})
     if not fss:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    fig, axes = _subplots(1, 2, figsize=(10, 4.2))
     for ax, store in zip(axes, ("ufs", "largefile")):
         for i, atime in enumerate(("relatime", "noatime")):
             vals = [next((c["steady_objects_per_s"] for c in rows if c["fs"] == fs and c["store"] == store
@@ -136,11 +173,12 @@ def storage_fs_matrix(combos: list[dict]) -> bytes | None:
     return _png(fig)
 
 
+@_figure
 def proxy_bars(stores: list[dict], labels: list[str]) -> bytes | None:
     """Steady throughput and failed requests per proxy run (proxy and store, or before/after a profile)."""
     if not stores:
         return None
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(max(10, 1.6 * len(stores)), 3.8))
+    fig, (a1, a2) = _subplots(1, 2, figsize=(max(10, 1.6 * len(stores)), 3.8))
     names = [f"{lab or s.get('proxy', 'squid')}\n{s['store']}" for lab, s in zip(labels, stores)]
     a1.bar(names, [s["steady"]["rps"] for s in stores], color="#1f77b4")
     for i, s in enumerate(stores):

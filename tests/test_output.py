@@ -36,10 +36,10 @@ def test_every_option_of_every_command_has_help():
 
 def test_every_command_has_json():
     from proxytune.cli import main
-    # export prints a file format and report writes files; compare writes a directory
+    # export, man and completion print a file format and report writes files; compare writes a directory
     exempt = {("proxytune", "tune", "export"), ("proxytune", "report"), ("proxytune", "report", "compare"),
               ("proxytune", "schema"),  # prints a JSON Schema, always
-              ("proxytune", "report", "fleet")}
+              ("proxytune", "report", "fleet"), ("proxytune", "man"), ("proxytune", "completion")}
     lacking = [" ".join(path) for path, cmd in walk(main) if not isinstance(cmd, click.Group) and path not in exempt
                and not any("--json" in p.opts for p in cmd.params)]
     assert not lacking, f"commands without --json: {lacking}"
@@ -143,6 +143,7 @@ JSON_RUNS = {
     ("tune", "apply"): ["--files-only", "--only", "limits:*", "--service", "ptout", "--user", "proxy", "--yes"],
     ("tune", "rollback"): ["--yes"],
     ("tune", "history"): [],
+    ("status",): [],
     ("profiles", "list"): [],
     ("profiles", "show"): ["linux/proxy"],
     ("probe", "caps"): [],
@@ -183,7 +184,7 @@ def test_every_json_output_is_the_versioned_envelope(sandbox, tmp_path, idle_pid
     tool = needs.get(command[-1])
     if tool and not (IS_ROOT and shutil.which(tool)):
         pytest.skip(f"needs root and {tool}")
-    if command == ("tune", "rollback"):
+    if command in (("tune", "rollback"), ("status",)):
         assert proxytune("tune", "apply", *JSON_RUNS[("tune", "apply")]).returncode in (0, 1)
     args = [{"PID": idle_pid, "OUT": str(tmp_path / "out.json")}.get(a, a) for a in JSON_RUNS[command]]
     if "--" in args:
@@ -238,7 +239,7 @@ def test_exports_leave_a_detected_service_and_user_as_variables(sandbox, tmp_pat
     named = proxytune("tune", "export", "--format", "limits.d", "--user", "proxy").stdout
     assert "proxy\tsoft\tnofile" in named and "@PROXY_USER@" not in named          # given: written in
     drop_in = proxytune("tune", "export", "--format", "systemd").stdout
-    assert "# /etc/systemd/system/@PROXY_SERVICE@.service.d/proxytune.conf" in drop_in
+    assert "# /etc/systemd/system/@PROXY_SERVICE@.service.d/50-proxytune.conf" in drop_in
     book = proxytune("tune", "export", "--format", "ansible").stdout
     assert '    proxytune_service: "squid"' in book and '    proxytune_user: "proxy"' in book
     tasks = book.split("  tasks:", 1)[1]
@@ -270,7 +271,7 @@ def test_the_playbook_takes_service_and_user_from_its_variables(sandbox, tmp_pat
 
     r = run("ptuser\t-\tnofile\t100000\n", "ptuser")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
-    assert (tmp_path / "units/ptsvc.service.d/proxytune.conf").read_text().endswith("LimitNOFILE=65536\n")
+    assert (tmp_path / "units/ptsvc.service.d/50-proxytune.conf").read_text().endswith("LimitNOFILE=65536\n")
     assert not (tmp_path / "out.conf").exists()                   # ptuser's limit is already above: met
     r = run("ptuser\t-\tnofile\t1024\n", "ptuser")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr

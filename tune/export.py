@@ -224,8 +224,14 @@ def ansible(settings, profile, target=None):
         out += TASKS[s.backend](s, f"pt_{n}")
     text = "\n".join(out) + "\n"
     for k in target.variables:          # what is left: plain text (names, paths, YAML strings)
-        text = text.replace(STAND_INS[k], "{{ " + VAR_NAME[k] + " }}")
+        text = _untag_stand_in(text, STAND_INS[k]).replace(STAND_INS[k], "{{ " + VAR_NAME[k] + " }}")
     return text
+
+
+def _untag_stand_in(text: str, stand_in: str) -> str:
+    """A scalar holding a stand-in must be templated to take the variable, so it loses `!unsafe`.
+    Safe: load() refused every `{{`, `{%`, `{#` in the profile, and the stand-in is our own name."""
+    return re.sub(r'!unsafe ("(?:[^"\\]|\\.)*' + re.escape(stand_in) + r'(?:[^"\\]|\\.)*")', r"\1", text)
 
 
 def _variable_checks(variables: dict) -> list[str]:
