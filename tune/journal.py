@@ -124,18 +124,12 @@ def vet_dir(d: Path, what: str = "the state directory") -> bool:
 
 
 def _needs_root(d: Path, what: str) -> ProxytuneError:
-    """Root's own directory seen by another user: say root is the cause (never hint at a chown)."""
-    err = needs_root(f"{what} {d} is root's (running as uid {os.geteuid()})")
-    return ProxytuneError(err.message, f"{err.hint}; {_image_hint(what)}")
+    """Root's own directory seen by another user: root is the cause (never a hint at a chown)."""
+    return needs_root(f"{what} {d} is root's (running as uid {os.geteuid()})")
 
 
 def _needs_root_hint(what: str) -> str:
-    return f"run it as root: {command(root=True)}; {_image_hint(what)}"
-
-
-def _image_hint(what: str) -> str:
-    env = "PROXYTUNE_LOCK_DIR" if "lock" in what else "PROXYTUNE_STATE_DIR"
-    return f"a --root image build may use a directory of its own ({env})"
+    return f"run it as root: {command(root=True)}"
 
 
 def new_entry(state_dir: Path, profile: str, os_name: str, root: Path, steps: list[dict]) -> dict:

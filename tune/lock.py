@@ -40,8 +40,10 @@ def hold(host, command: str):
     """Hold the host lock and the state dir's lock for `command` (e.g. "tune apply"); refuse
     at once, saying who is in the way, when another run holds either."""
     with ExitStack() as stack:
-        lock_dir = journal.ensure_private_dir(Path(host.lock_dir), "the host lock directory")
-        stack.enter_context(_held(lock_dir / LOCK_NAME, command, host.state_dir, "the host lock", host_wide=True))
+        if os.geteuid() == 0:     # a user's run can change only what it owns (its --root image), never the host
+            lock_dir = journal.ensure_private_dir(Path(host.lock_dir), "the host lock directory")
+            stack.enter_context(_held(lock_dir / LOCK_NAME, command, host.state_dir, "the host lock",
+                                      host_wide=True))
         state_dir = journal.ensure_dirs(host.state_dir, journal_too=False)
         journal.vet_dir(journal.directory(state_dir))
         stack.enter_context(_held(state_dir / LOCK_NAME, command, host.state_dir, "the lock"))
