@@ -186,7 +186,7 @@ def test_non_root_files_only_apply_to_its_own_root_is_not_told_to_be_root(as_nob
     try:
         Path(roots.parent).mkdir(mode=0o755)
         r = as_nobody("--root", str(img), "--state-dir", str(roots), *apply)
-        assert_needs_root(r, "tune apply", f"cannot create the journal directory {roots} (Permission denied)")
+        assert_needs_root(r, "tune apply", f"cannot create the state directory {roots} (Permission denied)")
         assert not (img / "etc/security").exists()
     finally:
         shutil.rmtree(roots.parent, ignore_errors=True)

@@ -91,7 +91,7 @@ def ensure_private_dir(d: Path, what: str, parents: bool = False) -> Path:
     except OSError as e:
         vet_dir(d, what)            # root's own directory, seen by a user: "needs root"
         if isinstance(e, PermissionError) and os.geteuid() != 0:
-            raise _needs_root(d, what) from None
+            raise needs_root(f"cannot create {what} {d} ({e.strerror})") from None
         raise ProxytuneError(f"cannot create {what} {d}: {e.strerror}",
                              _needs_root_hint(what) if os.geteuid() else "check that filesystem (full? read-only?)")
     vet_dir(d, what)
