@@ -12,6 +12,7 @@ import select
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -44,6 +45,7 @@ def _answer_prompt(argv, env, action, answer: bytes, timeout=120):
         if not prompted and b"step(s)?" in out:
             prompted = True
             action()
+            _wait_reading_stdin(pid)
             os.write(fd, answer)
     else:
         os.kill(pid, signal.SIGKILL)
@@ -51,6 +53,21 @@ def _answer_prompt(argv, env, action, answer: bytes, timeout=120):
     os.close(fd)
     assert prompted, out.decode(errors="replace")
     return os.waitstatus_to_exitcode(status), out.decode(errors="replace").split("step(s)?", 1)[1]
+
+
+def _wait_reading_stdin(pid: int, timeout: float = 30) -> None:
+    """Until the child blocks in read(0, ...): a prompt on the screen is not yet a process waiting
+    for input, and a Ctrl-C landing between Python's signal check and its blocking read is only
+    seen at the next key (CPython's my_fgets), which a test never types."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            call = Path(f"/proc/{pid}/syscall").read_text().split()
+        except OSError:
+            return
+        if call[:2] == ["0", "0x0"]:            # x86-64 read(2) on fd 0
+            return
+        time.sleep(0.01)
 
 
 # -- tune apply: exactly what was confirmed -------------------------------------------------
