@@ -485,7 +485,8 @@ def test_the_profile_page_names_every_mode_backend_and_profile_key(deb_root):
     from proxytune.tune import backends, profile
     page = gzip.decompress((deb_root / "usr/share/man/man5/proxytune-profile.5.gz").read_bytes()).decode()
     assert page.startswith(".TH PROXYTUNE\\-PROFILE 5")
-    for word in [*profile.MODES, *profile.PROFILE_KEYS, *profile.SETTING_TEXT, *profile.PLACEHOLDERS]:
+    for word in [*profile.MODES, *profile.PROFILE_KEYS, *profile.SETTING_TEXT, *profile.PLACEHOLDERS,
+                 *profile.OPTIONAL_TEXT, "critical", "shipped:"]:
         assert word.replace("-", "\\-") in page, word
     for os_name, kind in backends.REGISTRY:
         assert f"{kind} ({os_name})" in page

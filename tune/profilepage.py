@@ -60,8 +60,13 @@ def proxytune_profile_5(version: str) -> str:
              ".SH THE [profile] TABLE", f"Keys: {esc(keys)}.",
              *items([("description", "One line shown by proxytune profiles list."),
                      ("os", esc(f"One of: {', '.join(backends.OSES)}.")),
-                     ("include", "Profiles (names, or paths relative to this file) read first; "
-                                 "settings here override theirs.")]),
+                     ("include", "Profiles read first; settings here override theirs. A name is "
+                                 "looked up in the directories above (never the current directory); "
+                                 "shipped:NAME names the shipped profile even where a site or user "
+                                 "profile of that name hides it (so a site profile can extend the "
+                                 "shipped one of its own name); a path (starting with /, ./ or ../, or "
+                                 "ending in .toml) is relative to this file and must pass the same "
+                                 "ownership check.")]),
              ".SH THE [params] TABLE",
              esc(f"Defaults for the parameters {', '.join(profile.PARAMS)}; the command line "
                  f"(--service, --user, --cache-dir) overrides them, and they are auto-detected from the "
@@ -71,6 +76,13 @@ def proxytune_profile_5(version: str) -> str:
              "Each setting is a table \\fB[\\fR\\fIbackend\\fR\\fB.\"\\fR\\fIkey\\fR\\fB\"]\\fR with exactly "
              "one mode and the strings " + esc(" and ".join(profile.SETTING_TEXT)) + ". Modes:",
              *items((esc(m), esc(MODES[m])) for m in profile.MODES),
+             ".PP", "Optional keys:",
+             *items([(profile.OPTIONAL_TEXT[0], "A reason to leave this setting as it is: tune check reports it "
+                               "\\fBwaived\\fR with the reason (never drift), tune apply never changes it."),
+                     ("critical", "true: drift of this setting is CRITICAL, not WARNING, in "
+                                  "tune check \\-\\-format nagios.")]),
+             ".PP", "Text an export's consumer would evaluate (" + esc("{{, {%, {#, ${") + ") is refused in "
+             "every key, value and string: an exported playbook or tuned profile never runs it.",
              ".SH BACKENDS", *items(backend_items()),
              ".SH EXAMPLE", ".nf", esc(EXAMPLE), ".fi",
              ".SH SEE ALSO", SEE_ALSO]
