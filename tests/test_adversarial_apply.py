@@ -263,7 +263,7 @@ $PT tune rollback --yes > {out}/second 2>&1; $PT tune history --json > {out}/his
     one_error(res, 2, "rolled back 4 step(s)", "the journal could not be saved", why, "still says applied")
     assert (out / "before").read_text() == (out / "after").read_text() != ""
     assert (out / "limits_d").read_text() == ""
-    assert json.loads((out / "history").read_text())[-1]["state"] == "rolled-back"
+    assert json.loads((out / "history").read_text())["data"]["entries"][-1]["state"] == "rolled-back"
 
 
 # ------------------------------------------------------------------ 4. SIGHUP (an ssh drop) mid-apply and mid-rollback

@@ -70,6 +70,10 @@ def run_event(stdout, event="ok", rc=0, task=fp.RUN_TASK):
     return {"event": event, "host": "h1", "task": task, "rc": rc, "stdout": stdout}
 
 
+APPLY = {"journal": None, "steps": [], "files_only": False, "notes": [], "verify": AUDIT}   # schema-valid
+ROLLBACK = {"journal": "x", "state": "rolled-back", "steps": [], "kept": [], "notes": [], "failures": []}
+
+
 @pytest.mark.parametrize("kind,stdout,why", [
     ("apply", envelope("apply", []), "does not fit the schema at data"),               # data is a list: crashed
     ("apply", "{}", "does not fit the schema"),                                         # {} counted as ok
@@ -77,14 +81,13 @@ def run_event(stdout, event="ok", rc=0, task=fp.RUN_TASK):
     ("audit", "Traceback (most recent call last):", "not a JSON document"),
     ("audit", "[1, 2]", "does not fit the schema"),
     ("apply", envelope("audit", AUDIT), "its audit result where its apply result was due"),
-    ("apply", envelope("apply", {"journal": 7, "steps": []}), "data/journal"),
-    ("apply", envelope("apply", {"journal": "../../x y", "steps": []}), "data/journal"),
-    ("apply", envelope("apply", {"journal": "-oProxyCommand=x", "steps": []}), "data/journal"),
-    ("apply", envelope("apply", {"journal": None, "steps": [], "verify": {"settings": ["x"], "summary": {}}}),
-     "data/verify"),
+    ("apply", envelope("apply", {**APPLY, "journal": 7}), "data/journal"),
+    ("apply", envelope("apply", {**APPLY, "journal": "../../x y"}), "data/journal"),
+    ("apply", envelope("apply", {**APPLY, "journal": "-oProxyCommand=x"}), "data/journal"),
+    ("apply", envelope("apply", {**APPLY, "verify": {"settings": ["x"], "summary": {}}}), "data/verify"),
     ("audit", envelope("audit", {**AUDIT, "summary": {"met": "many", "drift": 0, "n/a": 0, "error": 0}}),
      "data/summary/met"),
-    ("rollback", envelope("rollback", {"journal": "x", "steps": {}, "failures": []}), "data/steps"),
+    ("rollback", envelope("rollback", {**ROLLBACK, "steps": {}}), "data/steps"),
     ("caps", '{"capabilities": {"root": "yes"}}', "capabilities/root"),
 ])
 def test_a_malformed_answer_is_a_failed_host_never_a_crash_nor_ok(kind, stdout, why):
