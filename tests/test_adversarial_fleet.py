@@ -337,7 +337,7 @@ def test_a_host_answering_garbage_to_check_is_failed_not_ok(hosts, lie):
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     data = json.loads(r.stdout)["data"]
     assert data["hosts"]["pva"]["status"] == "failed" and "schema" in data["hosts"]["pva"]["error"]
-    assert data["hosts"]["pvb"]["status"] == "ok"
+    assert data["hosts"]["pvb"]["status"] == "ok", data["hosts"]["pvb"].get("error")
 
 
 @needs_root

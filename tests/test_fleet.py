@@ -250,3 +250,14 @@ def test_an_unwritable_fleet_record_is_one_error_line_not_a_traceback(fleet_host
                             "ANSIBLE_SSH_CONTROL_PATH_DIR": str(env_dir / "cp")}, timeout=240)
     assert r.returncode == 2 and r.stderr.startswith("proxytune: error: cannot record the fleet run"), r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_the_bundle_carries_what_the_wheel_carries():
+    """The bundle's data globs are pyproject's package-data: a data file added for the wheel (the
+    result schema was one) and forgotten here breaks every remote run with no JSON to show."""
+    import tomllib
+    from proxytune.tune import fleet_play
+    data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    wheel = {f"{pkg.removeprefix('proxytune.').replace('.', '/')}/{glob}" for pkg, globs in data.items()
+             for glob in globs if not glob.endswith(".py")}          # the bundle ships every .py anyway
+    assert wheel == set(fleet_play.DATA)

@@ -22,7 +22,7 @@ from .datafiles import PACKAGE_ROOT, data_root
 CODE = ("cli.py", "core", "tune", "reports", "profiles", "probes", "microbench")
 # what the wheel and the .deb carry besides the Python code (pyproject package-data)
 DATA = ("profiles/*/*.toml", "probes/*.bt", "probes/*.c", "microbench/*/*.c", "microbench/*/*.h",
-        "microbench/lua/*.lua")
+        "microbench/lua/*.lua", "reports/schemas/*.json")
 UNPACKER = Path(__file__).resolve().parent / "fleet_unpack.py"
 PROFILE_IN_BUNDLE = "fleet-profile.toml"
 RUN_TASK, ROLLBACK_TASK, MARK_TASK = "proxytune run", "proxytune rollback", "proxytune journal mark"
