@@ -114,7 +114,7 @@ def test_an_explicit_path_root_owns_in_a_safe_dir_is_used(tmp_path, sandbox):
     (tmp_path / "p.toml").write_text(GOOD.format(what="mine", include=""))
     r = run("profiles", "show", "./p.toml", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["description"] == "mine"
+    assert json.loads(r.stdout)["data"]["description"] == "mine"
 
 
 @needs_root
@@ -282,7 +282,7 @@ def test_a_relative_xdg_config_home_is_not_the_cwd(nobody_dir, sandbox):
                        capture_output=True, text=True, cwd=nobody_dir, timeout=60,
                        env={**os.environ, "XDG_CONFIG_HOME": "."})
     assert r.returncode == 0, r.stderr
-    assert {row["name"]: row["source"] for row in json.loads(r.stdout)}["linux/proxy"] == "shipped"
+    assert {row["name"]: row["source"] for row in json.loads(r.stdout)["data"]["profiles"]}["linux/proxy"] == "shipped"
 
 
 @needs_root

@@ -125,11 +125,11 @@ def test_a_site_profile_extends_the_shipped_profile_of_its_own_name(sandbox, tmp
     env = {"XDG_CONFIG_HOME": str(tmp_path / "none")}
     r = proxytune("--root", str(sandbox.root), "profiles", "show", "linux/proxy", "--json", env=env)
     assert r.returncode == 0, r.stderr
-    settings = {s["setting"]: s for s in json.loads(r.stdout)["settings"]}
+    settings = {s["setting"]: s for s in json.loads(r.stdout)["data"]["settings"]}
     assert settings["sysctl:net.core.somaxconn"]["wanted"] == 20000 and "sysctl:fs.nr_open" in settings
     # linux/squid includes linux/proxy: now the site's, which extends the shipped one
     r = proxytune("--root", str(sandbox.root), "profiles", "show", "linux/squid", "--json", env=env)
-    squid = {s["setting"]: s for s in json.loads(r.stdout)["settings"]}
+    squid = {s["setting"]: s for s in json.loads(r.stdout)["data"]["settings"]}
     assert squid["sysctl:net.core.somaxconn"]["wanted"] == 20000 and "sysctl:fs.nr_open" in squid
     # including its own name is a loop, and the line says how to extend instead
     (site_dir / "proxy.toml").write_text(EXTENDS.format(include="linux/proxy"))
