@@ -80,7 +80,8 @@ def directives(text: str | None, names: tuple[str, ...], section: str | None = N
 
 
 def as_int(d: dict, name: str, default: int | None = None) -> int | None:
-    n = as_number((d.get(name) or {}).get("value", ""))
+    """A directive's whole value as a number ('1²' and '10k' are none: the rule then stays silent)."""
+    n = uint((d.get(name) or {}).get("value", ""))
     return default if n is None else n
 
 

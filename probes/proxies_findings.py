@@ -9,7 +9,7 @@ so it is testable on recorded evidence. An unknown proxy keeps the
 generic advice unchanged.
 """
 
-from proxytune.core.numbers import leading_uint as as_number
+from proxytune.core.numbers import uint as as_number     # a directive's whole value, ASCII digits only
 
 from .findings import Finding
 
