@@ -85,7 +85,7 @@ def test_nagios_state_follows_drift_and_what_is_critical(sandbox, tmp_path):
 
 
 @pytest.mark.parametrize("args, said", [
-    (["-p", "/nonexistent/ptmon.toml"], "no such profile"),
+    (["-p", "/nonexistent/ptmon.toml"], "no such file"),
     (["--bogus-option"], "No such option"),
     (["--only"], "requires an argument"),
     (["-p", "BAD"], "critical is true or false"),
@@ -152,9 +152,15 @@ def test_prometheus_textfile_is_what_the_audit_says(sandbox, tmp_path):
 
 
 def test_hostile_label_values_stay_one_sample(sandbox, tmp_path):
-    """A profile path with a quote, a backslash and a newline, a cache directory with a quote and a
-    backslash: each stays one sample whose label reads back exactly."""
-    where = tmp_path / 'we"ird\\dir\nx'
+    """A profile path with a quote and a backslash, a cache directory with a quote and a backslash:
+    each stays one sample whose label reads back exactly (a newline in a profile path is refused
+    before any output: no sample at all)."""
+    newline = tmp_path / "new\nline"
+    newline.mkdir()
+    r = proxytune("tune", "check", "-p", write_profile(newline / "p.toml"), "--service", "ptmon",
+                  "--format", "prometheus")
+    assert r.returncode == 2 and "control character" in r.stderr and r.stdout == "", r.stderr
+    where = tmp_path / 'we"ird\\dir'
     where.mkdir()
     prof = write_profile(where / "p.toml")
     cache = tmp_path / 'ca"che\\dir'
@@ -163,7 +169,7 @@ def test_hostile_label_values_stay_one_sample(sandbox, tmp_path):
     fams = families(r.stdout)
     assert [labels["profile"] for labels, _ in fams["proxytune_setting_met"]] == [prof, prof]
     samples = [l for l in r.stdout.splitlines() if not l.startswith("#")]
-    assert len(samples) == 2 + 4 + 1 + 1, samples          # settings, statuses, proxy warnings, last run
+    assert len(samples) == 2 + 5 + 1 + 1, samples          # settings, statuses (waived too), warnings, last run
 
     r = proxytune("tune", "check", "-p", "linux/proxy", "--only", "mount:*", "--cache-dir", str(cache),
                   "--format", "prometheus")
