@@ -1,0 +1,33 @@
+"""Second attack round on issue 20: variants not used while building the fix.
+
+Each test is a local user (`nobody`, via setpriv or files it owns) against root
+running proxytune, or a tired operator's environment (`sudo -E` keeps PROXYTUNE_*).
+"""
+
+import subprocess
+
+import pytest
+
+from conftest import needs_root
+from test_adversarial_engine import prof  # noqa: F401
+from test_adversarial_profiles import AS_NOBODY, nobody_dir  # noqa: F401
+
+# ------------------------------------------- host lock / state dir inside a directory another user owns
+
+@needs_root
+@pytest.mark.parametrize("var", ["PROXYTUNE_LOCK_DIR", "PROXYTUNE_STATE_DIR"])
+def test_a_lock_or_state_dir_whose_parent_another_user_owns_is_refused(sandbox, prof, cli, nobody_dir, monkeypatch,
+                                                                      var):
+    """`sudo -E` with PROXYTUNE_LOCK_DIR (or STATE_DIR) under a directory nobody owns: root made the
+    directory itself (0700, its own), but nobody can rename it away at any time and let a second
+    apply take a fresh lock (two writers at once) or make rollback find no journal. Refused."""
+    target = nobody_dir / "pt"
+    monkeypatch.setenv(var, str(target))
+    r = cli("tune", "apply", "-p", str(prof), "--service", "squid", "--yes")
+    assert r.exit_code == 2, r.output
+    assert "uid 65534" in r.output and "Traceback" not in r.output
+    assert not target.exists()
+    assert not (sandbox.root / "etc/security/limits.d").exists()
+    # nobody can indeed move what root would have made there: the threat is real
+    subprocess.run(AS_NOBODY + ["mkdir", str(target)], check=True)
+    subprocess.run(AS_NOBODY + ["mv", str(target), str(nobody_dir / "moved")], check=True)
