@@ -31,3 +31,39 @@ def test_a_lock_or_state_dir_whose_parent_another_user_owns_is_refused(sandbox, 
     # nobody can indeed move what root would have made there: the threat is real
     subprocess.run(AS_NOBODY + ["mkdir", str(target)], check=True)
     subprocess.run(AS_NOBODY + ["mv", str(target), str(nobody_dir / "moved")], check=True)
+
+
+# ------------------------------------------- fleet: hostile JSON shapes that pass (or break) the parser
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("where", ["whole", "current"])
+def test_a_host_answer_nested_too_deeply_is_a_failed_host(where):
+    """A host prints 100000 nested arrays (json.loads raised RecursionError: the fleet crashed), or a
+    schema-valid audit whose setting's free-form `current` is 950 levels deep (it parses, but any later
+    json.dumps or render of the host rows from a few frames deeper recurses past Python's limit)."""
+    import json
+    from test_adversarial_fleet import AUDIT, SETTING, envelope, run_event
+    from proxytune.tune import fleet_play as fp, fleet_result
+    deep = json.loads(_nested(950))
+    if where == "whole":
+        stdout = _nested(100000)
+    else:
+        stdout = envelope("audit", {**AUDIT, "settings": [{**SETTING, "current": deep}]})
+    r = fleet_result.host_result([run_event(stdout)], fp.RUN_TASK, "audit")
+    assert r["status"] == "failed" and "nested too deeply" in r["error"], r["error"]
+    assert r["doc"] is None and r["settings"] == []
+
+    def deeper(n):      # what a renderer 60 frames down would have met, had the document passed
+        return deeper(n - 1) if n else json.dumps(deep)
+    with pytest.raises(RecursionError):
+        deeper(60)
+
+
+def test_a_host_answering_json_null_is_not_called_too_deep():
+    from test_adversarial_fleet import run_event
+    from proxytune.tune import fleet_play as fp, fleet_result
+    r = fleet_result.host_result([run_event("null")], fp.RUN_TASK, "audit")
+    assert r["status"] == "failed" and "does not fit the schema" in r["error"], r["error"]
