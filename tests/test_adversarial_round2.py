@@ -67,3 +67,19 @@ def test_a_host_answering_json_null_is_not_called_too_deep():
     from proxytune.tune import fleet_play as fp, fleet_result
     r = fleet_result.host_result([run_event("null")], fp.RUN_TASK, "audit")
     assert r["status"] == "failed" and "does not fit the schema" in r["error"], r["error"]
+
+
+# ------------------------------------------- exports: a payload in the profile's own file name
+
+@pytest.mark.parametrize("name", ["{{ lookup('pipe','id') }} proxytune-service-var.toml",
+                                  "{% if lookup('pipe','id') %}{% endif %} proxytune-user-var.toml"])
+def test_a_profile_file_name_that_would_be_templated_is_refused(tmp_path, sandbox, name):
+    """The reference goes into the playbook's play name. Alone it is tagged !unsafe, but with the
+    detected-service stand-in in it too, the scalar was untagged to take `{{ proxytune_service }}`:
+    the lookup became live Jinja in the play name. A reference with evaluable text is refused."""
+    from test_adversarial_profiles import GOOD, run
+    prof = tmp_path / name
+    prof.write_text(GOOD.format(what="d", include=""))
+    r = run("tune", "export", "--format", "ansible", "-p", f"./{name}", cwd=tmp_path)
+    assert r.returncode == 2, r.stdout
+    assert "lookup" not in r.stdout and "would evaluate" in r.stderr and len(r.stderr.splitlines()) <= 2
