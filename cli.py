@@ -171,10 +171,12 @@ Main.group_class = Group
 
 
 def say_error(message: str, hint: str | None = None, kind: str = "error") -> None:
+    """The one way an error reaches the terminal: each part one line, controls written as escapes
+    (an internal error's text, a hint quoting a path, may carry hostile bytes)."""
     try:
-        click.echo(f"proxytune: {kind}: {message}", err=True)
+        click.echo(f"proxytune: {kind}: {one_line(message)}", err=True)
         if hint:
-            click.echo(f"hint: {hint}", err=True)
+            click.echo(f"hint: {one_line(hint)}", err=True)
     except OSError:
         pass        # the terminal is gone (an ssh drop): the journal and syslog still say it
 

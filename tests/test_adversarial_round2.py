@@ -4,6 +4,7 @@ Each test is a local user (`nobody`, via setpriv or files it owns) against root
 running proxytune, or a tired operator's environment (`sudo -E` keeps PROXYTUNE_*).
 """
 
+import os
 import subprocess
 
 import pytest
@@ -126,3 +127,32 @@ def test_a_pid_recycled_by_a_root_process_is_never_read_as(tmp_path):
     assert "ROOT-SECRET" not in r.stdout
     assert r.returncode == 0, r.stderr
     assert "READ:''" in r.stdout and "WHY:pid" in r.stdout and "has exited" in r.stdout
+
+
+# ------------------------------------------- terminal escapes in error lines
+
+@needs_root
+def test_a_launcher_link_named_with_escapes_reaches_no_terminal(nobody_dir):
+    """PROXYTUNE_PROG (kept by `sudo -E`) names a link to this checkout's launcher whose name holds
+    ESC ] 0 ; ... BEL: it is believed (it resolves to the launcher) and quoted into the needs-root hint
+    of a permission-denied error, which was printed raw: the terminal's title was rewritten."""
+    from conftest import REPO
+    link = nobody_dir / "pt-\x1b]0;pwned\x07"
+    link.symlink_to(REPO / "proxytune")
+    env = {**os.environ, "PROXYTUNE_PROG": str(link), "HOME": str(nobody_dir / "none"),
+           "XDG_CONFIG_HOME": "/root/.config"}      # a directory nobody may list: PermissionError
+    r = subprocess.run([*AS_NOBODY, str(REPO / ".venv/bin/python"), str(REPO / "cli.py"), "tune", "plan",
+                        "-p", "linux/proxy"], capture_output=True, text=True, env=env, timeout=60)
+    assert "may not use it" in r.stderr, r.stderr
+    assert "\x1b" not in r.stderr and "\x07" not in r.stderr
+    assert "\\x1b]0;pwned\\x07" in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["error", "internal error"])
+def test_every_error_line_is_one_inert_line(capsys, kind):
+    """Whatever reaches say_error (an internal error's exception text quotes hostile input verbatim)."""
+    from proxytune.cli import say_error
+    say_error("bad \x1b[2J\rname\u202e", "run \x1b]0;t\x07 again", kind=kind)
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\r" not in err and "\u202e" not in err
+    assert len(err.splitlines()) == 2
