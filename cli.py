@@ -434,7 +434,7 @@ def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist,
     plan_mod.refuse_errors(plan)
     apply_mod.refuse_blocked(plan, files_only)
     for warning in plan_mod.boot_warnings(plan, persist):
-        click.echo(f"proxytune: warning: {warning}", err=True)
+        say_error(warning, kind="warning")
     steps, _ = apply_mod.steps_for(plan, host, persist, files_only)
     apply_mod.refuse_unprivileged(steps)
     if steps and not yes:
@@ -1240,7 +1240,7 @@ def profiles_list(host, as_json):
         console.print_rows("profiles", ["name", "source", "os", "settings", "description"],
                           [[r[k] for k in ("name", "source", "os", "settings", "description")] for r in rows])
     for note in warnings:
-        click.echo(f"proxytune: warning: {note}", err=True)
+        say_error(note, kind="warning")
 
 
 @profiles.command("show")

@@ -156,3 +156,14 @@ def test_every_error_line_is_one_inert_line(capsys, kind):
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\x07" not in err and "\r" not in err and "\u202e" not in err
     assert len(err.splitlines()) == 2
+
+
+def test_a_catalog_file_named_with_escapes_is_warned_about_inertly(sandbox, cli):
+    """A site profile whose file name holds ESC ] 0 ; ... BEL (unpacked from someone's tarball) is
+    skipped; the warning saying so printed the name raw (its own sink, not say_error's)."""
+    d = sandbox.root / "etc/proxytune/profiles"
+    d.mkdir(parents=True)
+    (d / "a\x1b]0;pwned\x07b.toml").write_text('[profile]\ndescription = "d"\nos = "linux"\n')
+    r = cli("profiles", "list")
+    assert "skipped" in r.output and "\\x1b]0;pwned\\x07" in r.output
+    assert "\x1b]0;" not in r.output and "\x07" not in r.output
