@@ -171,10 +171,12 @@ Main.group_class = Group
 
 
 def say_error(message: str, hint: str | None = None, kind: str = "error") -> None:
+    """The one way an error reaches the terminal: each part one line, controls written as escapes
+    (an internal error's text, a hint quoting a path, may carry hostile bytes)."""
     try:
-        click.echo(f"proxytune: {kind}: {message}", err=True)
+        click.echo(f"proxytune: {kind}: {one_line(message)}", err=True)
         if hint:
-            click.echo(f"hint: {hint}", err=True)
+            click.echo(f"hint: {one_line(hint)}", err=True)
     except OSError:
         pass        # the terminal is gone (an ssh drop): the journal and syslog still say it
 
@@ -432,7 +434,7 @@ def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist,
     plan_mod.refuse_errors(plan)
     apply_mod.refuse_blocked(plan, files_only)
     for warning in plan_mod.boot_warnings(plan, persist):
-        click.echo(f"proxytune: warning: {warning}", err=True)
+        say_error(warning, kind="warning")
     steps, _ = apply_mod.steps_for(plan, host, persist, files_only)
     apply_mod.refuse_unprivileged(steps)
     if steps and not yes:
@@ -1238,7 +1240,7 @@ def profiles_list(host, as_json):
         console.print_rows("profiles", ["name", "source", "os", "settings", "description"],
                           [[r[k] for k in ("name", "source", "os", "settings", "description")] for r in rows])
     for note in warnings:
-        click.echo(f"proxytune: warning: {note}", err=True)
+        say_error(note, kind="warning")
 
 
 @profiles.command("show")

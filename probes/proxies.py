@@ -17,8 +17,10 @@ target holds it, with one fixed request and one total deadline (sockets).
 
 import datetime
 import json
+import os
 import re
 import subprocess
+import weakref
 from pathlib import Path
 
 from proxytune.core import procfs
@@ -57,9 +59,9 @@ def as_numbers(d: dict, keep: tuple[str, ...]) -> dict:
     return {k: n for k in keep if (n := uint(str(d.get(k, "")).strip())) is not None}
 
 
-def read_config(pid: int, path: str | None) -> targetread.Read:
+def read_config(pid: int, path: str | None, proc: int | None = None) -> targetread.Read:
     """A file the target names, read as the target would (targetread)."""
-    return targetread.read(pid, path)
+    return targetread.read(pid, path, proc=proc)
 
 
 def directives(text: str | None, names: tuple[str, ...], section: str | None = None) -> dict:
@@ -92,7 +94,10 @@ class Proxy:
     def __init__(self, pid: int, exe: str, argv: list[str]):
         self.pid, self.exe, self.argv = pid, exe, argv
         self.logs: dict[str, int] = {}           # log path -> its size when first read (the window start)
-        got = read_config(pid, self.config_arg())
+        self.proc = targetread.open_proc(pid)      # every read is for this process only, never a recycled pid
+        if self.proc is not None:
+            weakref.finalize(self, os.close, self.proc)
+        got = read_config(pid, self.config_arg(), self.proc)
         self.config_path, self.config_text, self.config_unread = got.path, got.text, got.why
         self.conf = self.parse()
 
@@ -115,11 +120,11 @@ class Proxy:
         start) and returns nothing; later ones read from there, capped (from 0 if it was rotated)."""
         start = self.logs.get(path)
         if start is None:
-            got = targetread.read(self.pid, path, cap=0)
+            got = targetread.read(self.pid, path, cap=0, proc=self.proc)
             if got.size is not None:
                 self.logs[path] = got.size
             return ""
-        return targetread.read(self.pid, path, start=start).text or ""
+        return targetread.read(self.pid, path, start=start, proc=self.proc).text or ""
 
     def status_page(self, host_port: str, path: str) -> str:
         """The body of the target's own HTTP status page at host:port, within STATS_SECONDS;
@@ -283,7 +288,7 @@ class TrafficServer(Proxy):
         """A directory of the runroot the command line names (--run-root=FILE), else Debian's."""
         root = (option(self.argv, "--run-root") or [None])[0]
         if root:
-            text = read_config(self.pid, root).text
+            text = read_config(self.pid, root, self.proc).text
             m = re.search(rf"^{name}:\s*(/\S+)", text or "", re.M)
             if m:
                 return m.group(1)
@@ -297,7 +302,7 @@ class TrafficServer(Proxy):
         (older ones belong to an earlier run), with the connection count the last one gives. ATS logs it
         at most once every few minutes, so a short window may see none new while it still throttles."""
         text = targetread.read(self.pid, str(Path(self.layout("logdir", "/var/log/trafficserver")) / "diags.log"),
-                               start=-LOG_TAIL).text
+                               start=-LOG_TAIL, proc=self.proc).text
         since = procfs.started_at(self.pid)
         lines = [ln for ln in (text or "").splitlines() if "too many connections, throttling" in ln
                  and (since is None or (logged_at(ln) or since) >= since - 1)]
@@ -317,7 +322,7 @@ class TrafficServer(Proxy):
                 out[w[1]] = {"value": " ".join(w[3:]), "line": n}
         out.setdefault("proxy.config.net.connections_throttle", {"value": "30000", "line": None,
                                                                    "where": "Traffic Server default"})
-        plugins = read_config(self.pid, str(Path(self.config_dir()) / "plugin.config")).text
+        plugins = read_config(self.pid, str(Path(self.config_dir()) / "plugin.config"), self.proc).text
         out["stats_over_http"] = {"value": "on" if re.search(r"^\s*stats_over_http", plugins or "", re.M) else "off",
                                   "line": None}
         return out

@@ -43,11 +43,11 @@ class Creds:
     groups: tuple[int, ...]
 
 
-def creds_of(pid: int) -> Creds | None:
-    """The filesystem uid/gid and groups the kernel checks the target's file access with."""
+def creds_of(pid: int, proc: int | None = None) -> Creds | None:
+    """The filesystem uid/gid and groups the kernel checks the target's file access with
+    (read through `proc`, an open /proc/PID directory, when given)."""
     try:
-        with open(f"/proc/{int(pid)}/status", encoding="ascii", errors="replace") as fh:
-            text = fh.read(1 << 16)
+        text = _proc_text(proc, "status") if proc is not None else _proc_text(None, f"/proc/{int(pid)}/status")
     except (OSError, ValueError):
         return None
     uid = re.search(r"^Uid:\s+[0-9]+\s+[0-9]+\s+[0-9]+\s+([0-9]+)", text, re.M | re.A)
@@ -56,6 +56,12 @@ def creds_of(pid: int) -> Creds | None:
     if not (uid and gid and groups):
         return None
     return Creds(int(uid.group(1)), int(gid.group(1)), tuple(int(g) for g in groups.group(1).split()))
+
+
+def _proc_text(proc: int | None, name: str) -> str:
+    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc)
+    with os.fdopen(fd, encoding="ascii", errors="replace") as fh:
+        return fh.read(1 << 16)
 
 
 def run_as(pid: int) -> dict | None:
@@ -141,17 +147,39 @@ def shown_path(pid: int, path: str) -> str:
     return path if path.startswith("/") else f"{path} (in the cwd of pid {pid})"
 
 
-def read(pid: int, path: str | None, start: int = 0, cap: int = MAX_BYTES) -> Read:
+def read(pid: int, path: str | None, start: int = 0, cap: int = MAX_BYTES, proc: int | None = None) -> Read:
     """The file `path` as pid would read it, from byte `start` (past the end: from 0, the file was
-    rotated; negative: the last -start bytes), at most `cap` bytes, decoded with replacement."""
+    rotated; negative: the last -start bytes), at most `cap` bytes, decoded with replacement.
+    proc: /proc/PID opened when the process was found (open_proc): its credentials and cwd are read
+    through it, and it stops answering once that process exits, so a pid recycled since (maybe by a
+    root process with another cwd) is never read as."""
     if not path or "\0" in path or any(ord(c) < 32 for c in path):
         return Read(None, None, why="no usable path")
     shown = shown_path(pid, path)
-    creds = creds_of(pid)
+    mine = proc is None and (proc := open_proc(pid)) is not None
+    if proc is None:
+        return Read(shown, None, why=f"pid {pid} has exited")
+    try:
+        return _read_through(proc, pid, path, shown, start, cap)
+    finally:
+        if mine:
+            os.close(proc)
+
+
+def open_proc(pid: int) -> int | None:
+    """An fd of /proc/PID that stays this process's: reads through it fail once it exits."""
+    try:
+        return os.open(f"/proc/{int(pid)}", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+
+
+def _read_through(proc: int, pid: int, path: str, shown: str, start: int, cap: int) -> Read:
+    creds = creds_of(pid, proc)
     if creds is None:
         return Read(shown, None, why=f"pid {pid} has exited")
     try:
-        cwd = os.open(f"/proc/{int(pid)}/cwd" if not path.startswith("/") else "/", os.O_PATH | os.O_DIRECTORY)
+        cwd = os.open("cwd" if not path.startswith("/") else "/", os.O_PATH | os.O_DIRECTORY, dir_fd=proc)
     except OSError as e:
         return Read(shown, None, why=f"the cwd of pid {pid}: {e.strerror}")
     try:

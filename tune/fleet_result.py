@@ -16,6 +16,8 @@ from proxytune.core.errors import one_line
 from proxytune.reports import schema
 
 OK, UNREACHABLE, FAILED, SKIPPED = "ok", "unreachable", "failed", "skipped"
+MAX_DEPTH = 64                 # a result nests 5 or 6 levels; json.dumps and the renderers recurse
+TOO_DEEP = f"the host's answer is nested too deeply (more than {MAX_DEPTH} levels)"
 COUNT = {"type": "integer", "minimum": 0}
 SETTINGS = {"type": "array", "items": {
     "type": "object", "required": ["setting", "status", "current_text", "wanted_text"],
@@ -94,6 +96,10 @@ def checked_document(stdout, kind: str) -> tuple[dict | None, str]:
         doc = json.loads(stdout or "")
     except (TypeError, ValueError):
         return None, "the host's answer is not a JSON document"
+    except RecursionError:
+        return None, TOO_DEEP
+    if _depth(doc) > MAX_DEPTH:
+        return None, TOO_DEEP
     try:
         if kind == "caps":
             jsonschema.validate(doc, CAPS)
@@ -106,6 +112,17 @@ def checked_document(stdout, kind: str) -> tuple[dict | None, str]:
         where = "/".join(str(p) for p in e.absolute_path) or "the document"
         return None, f"the host's result does not fit the schema at {where}: {one_line(e.message[:120])}"
     return doc, ""
+
+
+def _depth(doc) -> int:
+    """How deeply lists and objects nest in doc, counted without recursion."""
+    deepest, todo = 0, [(doc, 1)]
+    while todo:
+        node, level = todo.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, level)
+            todo += [(child, level + 1) for child in (node.values() if isinstance(node, dict) else node)]
+    return deepest
 
 
 def _rows(doc: dict | None, kind: str) -> dict:

@@ -82,6 +82,7 @@ def ensure_dirs(state_dir: Path, journal_too: bool = True) -> Path:
 
 def ensure_private_dir(d: Path, what: str, parents: bool = False) -> Path:
     """d as a directory of ours, 0700 (made so whatever the umask), never through a symlink."""
+    _vet_parents(d, what)
     try:
         if parents:
             d.parent.mkdir(parents=True, exist_ok=True)
@@ -101,6 +102,22 @@ def ensure_private_dir(d: Path, what: str, parents: bool = False) -> Path:
         except OSError as e:
             raise ProxytuneError(f"cannot make {d} private (0700): {e.strerror}")
     return d
+
+
+def _vet_parents(d: Path, what: str) -> None:
+    """Refuse d when a directory above it (as named, and where links lead) is another user's or
+    others can write it (sticky /tmp aside): they could rename our private directory away at any
+    moment, and a second run would take a fresh lock or find no journal."""
+    for p in {*Path(os.path.abspath(d)).parents, *Path(os.path.realpath(d)).parents}:
+        try:
+            st = os.stat(p)
+        except (FileNotFoundError, PermissionError):
+            continue            # made below (ours), or not ours to reach: mkdir says so
+        open_to_others = st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getegid())
+        if st.st_uid not in (0, os.geteuid()) or (open_to_others and not st.st_mode & stat.S_ISVTX):
+            raise ProxytuneError(f"refusing {what} {d}: {p} is owned by uid {st.st_uid}, "
+                                 f"mode {stat.S_IMODE(st.st_mode):04o}",
+                                 "choose a directory whose parents only root (or you) can change")
 
 
 def vet_dir(d: Path, what: str = "the state directory") -> bool:

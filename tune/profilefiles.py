@@ -83,8 +83,9 @@ def scan(root: Path | None) -> tuple[dict[str, tuple[str, Path]], list[str]]:
 def locate(ref: str, including: Path | None = None, root: Path | None = None) -> Path:
     """The file a reference means: a catalog name, `shipped:NAME`, or a trusted path
     (relative to the including file's directory for an include, else to the cwd)."""
-    try:                # the reference is printed in export headers: it must stay one line there
-        names.no_control(ref, "profile reference")
+    try:                # the reference is printed in export headers and the playbook's play name:
+        names.no_control(ref, "profile reference")      # one line there, and never live Jinja
+        names.inert(ref, "profile reference")
     except ValueError as e:
         raise ProfileError(names.shown(ref), None, None, str(e))
     if ref.startswith(SHIPPED):
