@@ -167,3 +167,21 @@ def test_a_catalog_file_named_with_escapes_is_warned_about_inertly(sandbox, cli)
     r = cli("profiles", "list")
     assert "skipped" in r.output and "\\x1b]0;pwned\\x07" in r.output
     assert "\x1b]0;" not in r.output and "\x07" not in r.output
+
+
+@needs_root
+@pytest.mark.parametrize("owner", ["nobody", "root"])
+def test_a_log_socket_another_user_owns_never_gets_roots_record(sandbox, prof, tmp_path, monkeypatch, owner):
+    """PROXYTUNE_SYSLOG_SOCKET kept by `sudo -E` naming a user's socket: root's apply record (who,
+    profile, journal id) is not sent to that user; root's own socket still gets it."""
+    import pwd
+    from test_adversarial_apply import LogSocket, apply_argv, rollback, run
+    path = tmp_path / "log.sock"
+    sock = LogSocket(path)
+    if owner == "nobody":
+        os.chown(path, pwd.getpwnam("nobody").pw_uid, -1)
+    monkeypatch.setenv("PROXYTUNE_SYSLOG_SOCKET", str(path))
+    monkeypatch.setenv("PROXYTUNE_JOURNAL_SOCKET", str(tmp_path / "no-journald"))
+    assert run(apply_argv(prof)).returncode == 0
+    assert rollback().returncode == 0
+    assert len(sock.messages()) == (0 if owner == "nobody" else 2)

@@ -17,6 +17,7 @@ import os
 import pwd
 import re
 import socket
+import stat
 from contextlib import contextmanager
 
 from proxytune.core.errors import Interrupted, one_line
@@ -76,6 +77,16 @@ def _value(v) -> str:
     return text if _BARE.fullmatch(text) else json.dumps(text)
 
 
+def _ours(path: str) -> bool:
+    """A log socket root may tell who applied what: a socket (links followed: /dev/log is one) that
+    root or we own. A PROXYTUNE_*_SOCKET kept by `sudo -E` must not hand root's record to a user."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISSOCK(st.st_mode) and st.st_uid in (0, os.geteuid())
+
+
 def _to_journal(message: str, fields: dict, priority: int) -> bool:
     lines = [f"MESSAGE={IDENT}: {message}", f"PRIORITY={priority}", f"SYSLOG_IDENTIFIER={IDENT}",
              f"SYSLOG_PID={os.getpid()}"]
@@ -89,6 +100,8 @@ def _to_syslog(message: str, priority: int) -> bool:
 
 
 def _send(path: str, text: str) -> bool:
+    if not _ours(path):
+        return False
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
             s.settimeout(2)
