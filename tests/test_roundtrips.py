@@ -187,7 +187,7 @@ def test_rollback_removes_a_dropin_written_under_the_old_name(sandbox, monkeypat
         old_version.setattr(systemd, "DROPIN_NAME", "proxytune.conf")
         assert cli("tune", "apply", "--service", "squid", "--only", "service:*", "--yes").exit_code == 0
     legacy = dropins / "proxytune.conf"
-    entry = json.loads(proxytune("tune", "history", "--json").stdout)[-1]
+    entry = json.loads(proxytune("tune", "history", "--json").stdout)["data"]["entries"][-1]
     steps = json.loads(next((sandbox.state_dir / "journal").glob(f"{entry['id']}.json")).read_text())["steps"]
     assert [s["path"] for s in steps] == [str(legacy)]
     assert _service_check()["status"] == "met"                  # the old name still sorts after override.conf
