@@ -7,24 +7,12 @@ validate against before they trust a file are one and the same.
 """
 
 import copy
-import json
 import time
-from functools import cache
-from pathlib import Path
-
-import jsonschema
 
 from proxytune.core.errors import ProxytuneError
+from proxytune.core.resultschema import SCHEMA_FILE, SCHEMA_ID, result_schema, validate  # noqa: F401
 
 from .fingerprint import fingerprint
-
-SCHEMA_FILE = Path(__file__).resolve().parent / "schemas" / "result.json"
-SCHEMA_ID = "proxytune.result/1"
-
-
-@cache
-def result_schema() -> dict:
-    return json.loads(SCHEMA_FILE.read_text())
 
 
 def kinds() -> list[str]:
@@ -51,8 +39,3 @@ def envelope(kind: str, data: dict, paths: list[str] | None = None) -> dict:
            "host": fingerprint(paths), "data": data}
     validate(doc)
     return doc
-
-
-def validate(doc: dict) -> None:
-    """Raise jsonschema.ValidationError when a result does not fit the schema."""
-    jsonschema.validate(doc, result_schema())

@@ -13,7 +13,7 @@ import json
 import jsonschema
 
 from proxytune.core.errors import one_line
-from proxytune.reports import schema
+from proxytune.core import resultschema as schema
 
 OK, UNREACHABLE, FAILED, SKIPPED = "ok", "unreachable", "failed", "skipped"
 MAX_DEPTH = 64                 # a result nests 5 or 6 levels; json.dumps and the renderers recurse
