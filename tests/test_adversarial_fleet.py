@@ -88,7 +88,8 @@ ROLLBACK = {"journal": "x", "state": "rolled-back", "steps": [], "kept": [], "no
     ("audit", envelope("audit", {**AUDIT, "summary": {"met": "many", "drift": 0, "n/a": 0, "error": 0}}),
      "data/summary/met"),
     ("rollback", envelope("rollback", {**ROLLBACK, "steps": {}}), "data/steps"),
-    ("caps", '{"capabilities": {"root": "yes"}}', "capabilities/root"),
+    ("caps", envelope("probe", {"probe": "caps", "capabilities": {"root": {"ok": "yes"}}, "scripts": {}}),
+     "data/capabilities/root"),
 ])
 def test_a_malformed_answer_is_a_failed_host_never_a_crash_nor_ok(kind, stdout, why):
     task = fp.ROLLBACK_TASK if kind == "rollback" else fp.RUN_TASK
@@ -533,7 +534,7 @@ def test_a_host_without_the_debian_dependencies_is_one_line_naming_them(hosts, b
     assert data["hosts"]["pva"]["status"] == "failed"
     assert "python3-click python3-rich python3-jsonschema" in error and "ModuleNotFoundError" not in error, error
     assert ("still missing after apt" if install else "--no-install") in error
-    assert data["hosts"]["pvb"]["status"] == "ok"
+    assert data["hosts"]["pvb"]["status"] == "ok", data["hosts"]["pvb"].get("error")
     assert r.stderr.count("python3-click") == 1, r.stderr        # one line for the host
 
 

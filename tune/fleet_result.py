@@ -22,7 +22,7 @@ COUNT = {"type": "integer", "minimum": 0}
 SETTINGS = {"type": "array", "items": {
     "type": "object", "required": ["setting", "status", "current_text", "wanted_text"],
     "properties": {"setting": {"type": "string"}, "current_text": {"type": "string"},
-                   "wanted_text": {"type": "string"}, "status": {"enum": ["met", "drift", "n/a", "error"]}}}}
+                   "wanted_text": {"type": "string"}, "status": {"enum": ["met", "drift", "n/a", "error", "waived"]}}}}
 AUDIT = {"type": "object", "required": ["settings", "summary"],
          "properties": {"settings": SETTINGS, "summary": {
              "type": "object", "required": ["met", "drift", "n/a", "error"],
@@ -101,10 +101,10 @@ def checked_document(stdout, kind: str) -> tuple[dict | None, str]:
     if _depth(doc) > MAX_DEPTH:
         return None, TOO_DEEP
     try:
-        if kind == "caps":
-            jsonschema.validate(doc, CAPS)
-            return doc, ""
         schema.validate(doc)
+        if kind == "caps":                  # `probe caps --json`: a probe result whose data is the capabilities
+            jsonschema.validate(doc, {"type": "object", "properties": {"kind": {"const": "probe"}, "data": CAPS}})
+            return doc, ""
         if doc["kind"] != kind:
             return None, f"the host answered with its {doc['kind']} result where its {kind} result was due"
         jsonschema.validate(doc, {"type": "object", "properties": {"data": DATA[kind]}})
