@@ -94,7 +94,7 @@ def ensure_private_dir(d: Path, what: str, parents: bool = False) -> Path:
         if isinstance(e, PermissionError) and os.geteuid() != 0:
             raise needs_root(f"cannot create {what} {d} ({e.strerror})") from None
         raise ProxytuneError(f"cannot create {what} {d}: {e.strerror}",
-                             _needs_root_hint(what) if os.geteuid() else "check that filesystem (full? read-only?)")
+                             f"run it as root: {command(root=True)}" if os.geteuid() else "check that filesystem (full? read-only?)")
     vet_dir(d, what)
     if stat.S_IMODE(os.lstat(d).st_mode) != 0o700:
         try:
@@ -143,10 +143,6 @@ def vet_dir(d: Path, what: str = "the state directory") -> bool:
 def _needs_root(d: Path, what: str) -> ProxytuneError:
     """Root's own directory seen by another user: root is the cause (never a hint at a chown)."""
     return needs_root(f"{what} {d} is root's (running as uid {os.geteuid()})")
-
-
-def _needs_root_hint(what: str) -> str:
-    return f"run it as root: {command(root=True)}"
 
 
 def new_entry(state_dir: Path, profile: str, os_name: str, root: Path, steps: list[dict]) -> dict:
