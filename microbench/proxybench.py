@@ -189,7 +189,45 @@ def access_log(text: str) -> dict:
 
 
 def fd_warnings(cache_log: str) -> int:
-    return len(re.findall(r"running out of filedescriptors|Too many open files|accept failure", cache_log))
+    return len(re.findall(r"running out of filedescriptors|Too many open files|accept failure"
+                          r"|Reserved FD adjusted|serious shortage of filedescriptors", cache_log))
+
+
+class FdPeak:
+    """The most descriptors a process held, sampled from /proc/PID/fd every 10 ms while in the block.
+    Squid writes to cache.log only when an accept is deferred (below RESERVED_FD free, once per 15 s);
+    it refuses keep-alive and closes idle server connections earlier, silently: the peak shows both."""
+
+    def __init__(self, pid: int, every_s: float = 0.01):
+        self.pid, self.every_s, self.peak = pid, every_s, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.peak = max(self.peak, procfs.fd_count(self.pid) or 0)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        return False
+
+
+def squid_fd_pressure(limit: int, peak: int) -> str:
+    """Squid's own zones for descriptors in use (src/fd.cc fdUsageHigh, src/comm/TcpAcceptor.cc
+    okToAccept; RESERVED_FD is min(100, max_fd / 4)): below RESERVED_FD free it defers accepts; below
+    twice that, or a quarter of those in use, it stops client keep-alive and server pconns."""
+    reserved = min(100, limit // 4)
+    free = limit - peak
+    if free < reserved:
+        return "accepts deferred"
+    if free < 2 * reserved or free < peak // 4:
+        return "keep-alive refused"
+    return "none"
 
 
 def _drive(host: str, port: int, plan: dict, origin_port: int, workdir: Path, tag: str, progress=None,
@@ -243,10 +281,12 @@ def run_store(store: str, plan: dict, origin_port: int, workdir: Path, nofile: t
                 mark[0] = len(sq.log("access.log"))
             if progress:
                 progress(desc)
-        d = _drive("127.0.0.1", sq.port, plan, origin_port, workdir, f"squid {store}", step, cost_pid=sq.pid)
+        with FdPeak(sq.pid) as fds:
+            d = _drive("127.0.0.1", sq.port, plan, origin_port, workdir, f"squid {store}", step, cost_pid=sq.pid)
         log = access_log(sq.log("access.log")[mark[0]:])
         warnings = fd_warnings(sq.log("cache.log"))
-    return {"proxy": "squid", "store": store, "nofile": limits, "fill": d["fill"], "steady": d["steady"],
+    fd = {"peak": fds.peak, "pressure": squid_fd_pressure(limits[0], fds.peak) if limits and isinstance(limits[0], int) else None}
+    return {"proxy": "squid", "store": store, "nofile": limits, "fd": fd, "fill": d["fill"], "steady": d["steady"],
             "hit_ratio": log["hit_ratio"], "hit_ratio_from": "squid access.log", "byte_hit_ratio": log["byte_hit_ratio"],
             "codes": log["codes"], "errors": _errors(d, log["errors"], warnings), "error_count": d["error_count"],
             "latency_probe": d["latency_probe"], "cost": d["cost"]}

@@ -73,6 +73,20 @@ def counters(proxy: str, server) -> dict | None:
     return None
 
 
+# Varnish's own counts of what it failed to serve (varnish-counters(7)): a fetch that failed (a streamed
+# body is then cut short, which the client sees as a read error), a fetch that could not get storage
+# after nuke_limit evictions, sessions dropped for want of a thread, sessions closed on an error.
+VARNISH_FAILURES = ("MAIN.fetch_failed", "MAIN.n_lru_limited", "MAIN.sess_dropped", "MAIN.sess_closed_err")
+
+
+def failures(proxy: str, server) -> dict | None:
+    """Failures the proxy counted itself, or None when we read no such counter for it."""
+    if proxy != "varnish":
+        return None
+    st = server.stats()
+    return {k: st.get(k, 0) for k in VARNISH_FAILURES}
+
+
 def ats_stats(port: int) -> dict:
     """Traffic Server's counters from the stats_over_http plugin (values are strings)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stats", timeout=10) as r:
@@ -92,8 +106,9 @@ def run_proxy(proxy: str, store: str, plan: dict, origin_port: int, workdir, nof
         limits = proxybench._nofile_of(s.pid)
         mark: dict = {}
         d = proxybench._drive("127.0.0.1", s.port, plan, origin_port, workdir, f"{proxy} {store}", progress,
-                              cost_pid=s.pid, on_steady=lambda: mark.update(c=counters(proxy, s)))
-        after = counters(proxy, s)
+                              cost_pid=s.pid,
+                              on_steady=lambda: mark.update(c=counters(proxy, s), f=failures(proxy, s)))
+        after, failed = counters(proxy, s), failures(proxy, s)
     st = d["steady"]
     if after is not None:
         hits, misses = after["hits"] - mark["c"]["hits"], after["misses"] - mark["c"]["misses"]
@@ -103,4 +118,5 @@ def run_proxy(proxy: str, store: str, plan: dict, origin_port: int, workdir, nof
     return {"proxy": proxy, "store": store, "nofile": limits, "fill": d["fill"], "steady": st,
             "hit_ratio": hits / (hits + misses) if hits + misses else None, "hit_ratio_from": source,
             "byte_hit_ratio": None, "codes": {}, "errors": proxybench._errors(d, None, None),
-            "error_count": d["error_count"], "latency_probe": d["latency_probe"], "cost": d["cost"]}
+            "error_count": d["error_count"], "latency_probe": d["latency_probe"], "cost": d["cost"],
+            "proxy_failures": {k: v - mark["f"][k] for k, v in failed.items()} if failed else None}

@@ -79,11 +79,15 @@ def test_compare_profile_a_1024_fd_squid_fails_where_the_tuned_one_holds(tmp_pat
     r = json.loads((tmp_path / "r.json").read_text())["data"]
     before, after = r["before"], r["after"]
     assert before["nofile"][0] == 1024 and after["nofile"][0] > 4096
-    brief = json.dumps([{k: d.get(k) for k in ("nofile", "error_count", "errors", "steady")} for d in (before, after)])
-    # Squid itself says it ran out of descriptors at 1024 and never with the profile's limit. How that shows
-    # to clients varies: Squid defers accepts, so waiting clients mostly see time (half the req/s, p99.9 3 s
-    # seen) and only sometimes errors (2-7 seen on a quiet host, hundreds on others): one of the two, clearly
-    assert before["errors"]["fd_warnings_in_cache_log"] >= 1 and after["errors"]["fd_warnings_in_cache_log"] == 0, brief
+    brief = json.dumps([{k: d.get(k) for k in ("nofile", "fd", "error_count", "errors", "steady")}
+                        for d in (before, after)])
+    # At 1024 Squid runs into its own descriptor zones and never with the profile's limit. Which zone varies
+    # by host: below 100 free it defers accepts and says so in cache.log (once per 15 s); below 200 free it
+    # silently refuses keep-alive, which drops idle clients (a CI host: 210 dropped, no cache.log line).
+    assert before["fd"]["pressure"] in ("accepts deferred", "keep-alive refused"), brief
+    assert after["fd"]["pressure"] == "none" and after["errors"]["fd_warnings_in_cache_log"] == 0, brief
+    # How that shows to clients varies: deferred accepts mostly cost time (half the req/s, p99.9 3 s seen),
+    # refused keep-alive drops idle clients: one of the two, clearly
     assert after["error_count"] <= before["error_count"], brief
     assert (before["error_count"] > 10 * max(after["error_count"], 1)
             or before["steady"]["rps"] < 0.8 * after["steady"]["rps"]), brief
@@ -162,3 +166,13 @@ def test_target_loads_a_proxy_we_did_not_start(monkeypatch):
 def test_target_must_be_host_and_port(target):
     p = proxytune("bench", "proxy", "--target", target)
     assert p.returncode == 2 and "--target must be HOST:PORT" in p.stderr
+
+
+def test_squid_fd_pressure_follows_squids_own_zones():
+    from proxytune.microbench.proxybench import squid_fd_pressure
+    # RESERVED_FD = min(100, limit / 4): deferred below it, no keep-alive below twice it or a quarter in use
+    assert squid_fd_pressure(1024, 925) == "accepts deferred"
+    assert squid_fd_pressure(1024, 924) == squid_fd_pressure(1024, 820) == "keep-alive refused"
+    assert squid_fd_pressure(1024, 819) == squid_fd_pressure(20000, 900) == "none"
+    assert squid_fd_pressure(256, 150) == "keep-alive refused" and squid_fd_pressure(256, 193) == "accepts deferred"
+    assert squid_fd_pressure(4000, 3300) == "keep-alive refused"          # fewer free than a quarter in use
