@@ -133,3 +133,34 @@ def test_report_with_proxy_splits_the_cpu_of_a_proxy_it_starts_itself():
     row = seeds.cpu_split(d)
     assert row["verdict"] in ("holds", "grew", "shrank", "reversed") and row["today"].startswith("nginx (1 worker")
     assert not dirs() - before                                  # its nginx and temp dir are gone
+
+
+def _events_at(epoll: tuple[float, float], uring: tuple[float, float]) -> dict:
+    """The measured events section with epoll's and io_uring's cost at the largest N replaced by
+    (median, relative spread) each: everything else as measured."""
+    ev = copy.deepcopy(MEASURED["events"])
+    n = ev["scaling"]["poll"]["n_large"]
+    for p in ev["idle"]:
+        if p["n"] == n and p["k"] == 1 and p["ready"] == "hot" and p["backend"] in ("epoll", "io_uring"):
+            med, rel = epoll if p["backend"] == "epoll" else uring
+            p["available"] = True
+            p["ns_per_call"] = {"median": med, "iqr_rel": rel, "ci95": [med * (1 - rel / 2), med * (1 + rel / 2)]}
+    return ev
+
+
+@pytest.mark.parametrize("epoll, uring, said", [
+    ((500, 0.05), (480, 0.05), "epoll or io_uring: within noise here"),      # 4% apart, spreads overlap
+    ((480, 0.05), (500, 0.05), "epoll or io_uring: within noise here"),
+    ((500, 0.02), (250, 0.02), "cheaper still, but no proxy here waits for events with it"),
+    ((250, 0.02), (500, 0.02), None)])
+def test_the_event_action_names_the_mechanism_its_fix_uses(epoll, uring, said):
+    """The fix the proxies offer is epoll: the action never names io_uring as what to run on, and says when
+    io_uring was within noise of it (the report once said "run on io_uring" with the fix "use epoll")."""
+    item = summary.from_events(_events_at(epoll, uring))[0]
+    assert item["what"].startswith("run the proxy on epoll, not select/poll")
+    assert "epoll" in item["command"] and "io_uring" not in item["command"]
+    text = item["what"] + " " + item["why"]
+    if said:
+        assert said in text
+    else:
+        assert "within noise" not in text and "cheaper still" not in text
