@@ -57,8 +57,14 @@ def job_name(pattern: str, direct: int, engine: str) -> str:
     return f"{pattern}-{'direct' if direct else 'buffered'}-{engine}"
 
 
+def patterns(direct: int, every: bool = True) -> tuple[str, ...]:
+    """The patterns to run: all of them, or only those that bound a store's phase (limit_for):
+    O_DIRECT random mix writes bound nothing (the raw device's store writes whole stripes)."""
+    return PATTERNS if every or not direct else ("seqwrite-stripe", "randread-mix")
+
+
 def jobs(target: str, size_mb: int, read_mb: int, runtime: int, direct: int, bssplit: str,
-         engine: str) -> dict[str, str]:
+         engine: str, every: bool = True) -> dict[str, str]:
     """The stores' patterns for one store engine: writing twice the cache, as a fill does, at the
     mix's sizes (ufs's fill) or in whole 1 MiB stripes (a log store's), then fsync; and Zipf-popular
     reads over the file at the mix's sizes, as many bytes as a steady phase reads."""
@@ -67,7 +73,7 @@ def jobs(target: str, size_mb: int, read_mb: int, runtime: int, direct: int, bss
               f"numjobs={numjobs}\ngroup_reporting=1\ndirect={direct}\nruntime={runtime}\ninvalidate=1\n"
               f"randrepeat=1\nthread=1\nscramble_buffers=0\n")
     share = lambda mb: max(1, mb // numjobs)          # the bytes are the phase's, split over the jobs
-    return {
+    texts = {
         job_name("randwrite-mix", direct, engine): common + (
             f"[randwrite-mix]\nrw=randwrite\nbssplit={bssplit}\nio_size={share(2 * size_mb)}M\nend_fsync=1\n"),
         job_name("seqwrite-stripe", direct, engine): common + (
@@ -76,6 +82,7 @@ def jobs(target: str, size_mb: int, read_mb: int, runtime: int, direct: int, bss
             f"[randread-mix]\nrw=randread\nbssplit={bssplit}\nrandom_distribution=zipf:{UNIVERSE_ZIPF}\n"
             f"io_size={share(read_mb)}M\n"),
     }
+    return {job_name(p, direct, engine): texts[job_name(p, direct, engine)] for p in patterns(direct, every)}
 
 
 def run(name: str, job: str, workdir: Path) -> dict:

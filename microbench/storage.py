@@ -13,7 +13,6 @@ before the filesystems are benched, so a refusal comes first.
 
 import contextlib
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -26,8 +25,11 @@ from .runner import HarnessError, progress, unavailable
 
 ENGINES = ["sync", "threads", "posix-aio", "io_uring"]
 FS_STORES = ["ufs", "largefile"]
-QUICK = {"fs": ["ext4"], "capacity_mb": 64, "requests": 20000, "reps": 1, "fio_runtime": 2}
-FULL = {"fs": ["ext2", "ext4", "xfs", "btrfs"], "capacity_mb": 128, "requests": 40000, "reps": 2, "fio_runtime": 10}
+# quick: the headline effects in about 20 s here (docs/BENCHMARKS.md "report time per section"):
+# a smaller cache, fewer requests, and each fio limit once, only the patterns that bound a phase
+QUICK = {"fs": ["ext4"], "capacity_mb": 32, "requests": 6000, "reps": 1, "fio_runtime": 2, "fio_reps": 1,
+         "fio_all_patterns": False}
+FULL = {"fs": ["ext2", "ext4", "xfs", "btrfs"], "capacity_mb": 128, "requests": 40000, "reps": 2, "fio_runtime": 10, "fio_reps": 5, "fio_all_patterns": True}
 
 
 def disk_stat(dev: str) -> dict:
@@ -84,9 +86,9 @@ def run(quick: bool = False, fss: list[str] | None = None, device: str | None = 
         claimed = held.enter_context(rawdev.claim(sb.loop(image_mb, "rawdev") if device is None else device, force))
         exe, syscalls, result, usable = _prepare(plan, fss or plan["fs"], quick, engines)
         result["reaped_leftovers"] = sb.reaped
-        n_fio = len(fio.PATTERNS) * len(engines)
+        n_fio = lambda direct: len(fio.patterns(direct, plan["fio_all_patterns"])) * len(engines)
         reps = plan["reps"]
-        total = len(usable) * (2 * len(FS_STORES) * len(engines) * reps + n_fio) + len(engines) * reps + n_fio
+        total = len(usable) * (2 * len(FS_STORES) * len(engines) * reps + n_fio(0)) + len(engines) * reps + n_fio(1)
         bar = held.enter_context(progress(quiet))
         task = bar.add_task("bench storage", total=total)
         _bench_filesystems(result, sb, bar, task, exe, usable, plan, image_mb, read_mb, engines, syscalls)
@@ -115,38 +117,39 @@ def _prepare(plan: dict, fss: list[str], quick: bool, engines: list[str]):
 
 
 def _bench_filesystems(result, sb, bar, task, exe, usable, plan, image_mb, read_mb, engines, syscalls) -> None:
-    """ufs and largefile on each filesystem, relatime then noatime; fio's buffered limit on each."""
+    """ufs and largefile on each filesystem, relatime then noatime, each run on a filesystem of its
+    own; fio's buffered limit on each filesystem."""
     for fs in usable:
-        dev = sb.loop(image_mb, fs)
-        sb.mkfs(fs, dev)
         for atime in ("relatime", "noatime"):
-            mp = sb.mount(dev, f"{fs}-{atime}", atime)
             for store in FS_STORES:
                 for engine in engines:
                     for rep in range(plan["reps"]):
                         bar.update(task, description=f"{fs} {atime} {store} {engine} #{rep + 1}")
-                        result["runs"].append(_fs_run(sb, exe, dev, mp, fs, atime, store, engine, rep, plan, syscalls))
+                        dev, mp = sb.fresh(fs, image_mb, f"{fs}-{atime}-{store}-{engine}-{rep}", atime)
+                        try:
+                            result["runs"].append(_fs_run(sb, exe, dev, mp, fs, atime, store, engine, rep, plan,
+                                                          syscalls))
+                        finally:
+                            sb.discard(dev, mp)
                         bar.advance(task)
-            if atime == "relatime":         # each filesystem's own limit
-                bar.update(task, description=f"fio (buffered, on {fs})")
-                for engine in engines:
-                    for name, job in fio.jobs(str(mp / "fio.dat"), plan["capacity_mb"], read_mb, plan["fio_runtime"],
-                                              0, result["bssplit"], engine).items():
-                        result["fio"].append({**fio.best_of(name, job, sb.dir), "fs": fs, "target": f"{fs} file",
-                                              "engine": engine})
-                        bar.advance(task)
-                (mp / "fio.dat").unlink(missing_ok=True)
-            sb.umount(mp)
+        bar.update(task, description=f"fio (buffered, on {fs})")          # each filesystem's own limit
+        dev, mp = sb.fresh(fs, image_mb, f"{fs}-fio", "relatime")
+        for engine in engines:
+            for name, job in fio.jobs(str(mp / "fio.dat"), plan["capacity_mb"], read_mb, plan["fio_runtime"],
+                                      0, result["bssplit"], engine, plan["fio_all_patterns"]).items():
+                result["fio"].append({**fio.best_of(name, job, sb.dir, plan["fio_reps"]), "fs": fs,
+                                      "target": f"{fs} file", "engine": engine})
+                bar.advance(task)
+        sb.discard(dev, mp)
 
 
 def _fs_run(sb, exe, dev, mp, fs, atime, store, engine, rep, plan, syscalls) -> dict:
-    """One fill / steady / hit sequence of a store on a mounted filesystem, each from a cold page cache."""
+    """One fill / steady / hit sequence of a store on a new filesystem, each phase from a cold page cache."""
     cap, requests = plan["capacity_mb"], plan["requests"]
     path = mp / (f"ufs-{engine}" if store == "ufs" else f"cache-{engine}.log")
     if store == "ufs":
         path.mkdir()
     state = sb.dir / f"{fs}-{atime}-{store}-{engine}.state"
-    sb.remount_cold(dev, mp, atime)     # the last run's deletions are on disk, not in this fill's sync
     fill = run_phase(exe, store, engine, "fill", path, state, cap, requests, syscalls.ok, dev)
     steady = hit = None
     if fill.get("available"):
@@ -155,7 +158,6 @@ def _fs_run(sb, exe, dev, mp, fs, atime, store, engine, rep, plan, syscalls) -> 
         if store == "ufs":      # reads alone, from a cold page cache: the atime question
             sb.remount_cold(dev, mp, atime)
             hit = run_phase(exe, store, engine, "hit", path, state, cap, requests, syscalls.ok, dev)
-    shutil.rmtree(path, ignore_errors=True) if store == "ufs" else path.unlink(missing_ok=True)
     state.unlink(missing_ok=True)
     return {"fs": fs, "atime": atime, "store": store, "engine": engine, "rep": rep, "fill": fill, "steady": steady,
             "hit": hit}
@@ -182,9 +184,10 @@ def _bench_rawdev(result, sb, bar, task, exe, claimed, device, plan, read_mb, en
             bar.advance(task)
     bar.update(task, description="fio (direct, on the raw device)")
     for engine in engines:
-        for name, job in fio.jobs(raw, cap, read_mb, plan["fio_runtime"], 1, result["bssplit"], engine).items():
-            result["fio"].append({**fio.best_of(name, job, sb.dir), "fs": "raw", "target": "raw device",
-                                  "engine": engine})
+        for name, job in fio.jobs(raw, cap, read_mb, plan["fio_runtime"], 1, result["bssplit"], engine,
+                                  plan["fio_all_patterns"]).items():
+            result["fio"].append({**fio.best_of(name, job, sb.dir, plan["fio_reps"]), "fs": "raw",
+                                  "target": "raw device", "engine": engine})
             bar.advance(task)
 
 
