@@ -1276,25 +1276,31 @@ def profiles_show(host, name, as_json):
 @click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, metavar="NAME|PATH", shell_complete=complete_profiles,
               help="Profile for the host audit.")
 @click.option("--no-bench", is_flag=True, help="Only the host audit, no benchmarks.")
-@click.option("--with-proxy", is_flag=True, help="Also bench proxy --quick (squid ufs/aufs/rock under load, ~2 min) and the doctor on an nginx it starts (the CPU-per-request split).")
+@click.option("--with-proxy", is_flag=True, help="Also bench proxy --quick (squid ufs/aufs/rock under load, ~2 min) and the doctor on an nginx it starts.")
+@click.option("--full", is_flag=True, help="The longer, more precise run of the same sections: every filesystem, "
+              "engine and N, more repetitions (about 15 min here, against about 1 min).")
 @click.option("--from", "from_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               metavar="FILE", help="Use a saved bench (or report) result instead of running it (repeatable).")
 @click.pass_context
-def report(ctx, out_dir, profile_ref, no_bench, with_proxy, from_files):
+def report(ctx, out_dir, profile_ref, no_bench, with_proxy, from_files, full):
     """Audit this host, run the quick benchmarks, write the report.
 
     \b
-    The main job. Sections: the host audit against the profile (with the
-    running proxy's limits, backlogs and cache-directory mounts), the event
-    mechanisms (bench events --quick), Mogul's comm_select study (bench
-    fdscan --quick), the object stores (bench storage --quick, as root) and,
-    with --with-proxy, Squid under load. Writes report.html (self-contained:
-    figures embedded, nothing fetched), report.md with its PNG figures, and
-    report.json (the result schema).
+    The main job, about a minute here (--full: the same sections, longer
+    and more precise). Sections: the host audit against the profile (with
+    the running proxy's limits, backlogs and cache-directory mounts; its
+    summary is printed first), the event mechanisms (bench events), Mogul's
+    comm_select study (bench fdscan), the object stores (bench storage, as
+    root) and, as root, Cooper's host settings: a Squid the report starts in
+    a private network namespace, before and after the profile's fd limit
+    and net.* settings, watched by the doctor for its CPU split. Nothing of
+    the host changes. Writes report.html (self-contained: figures embedded,
+    nothing fetched), report.md with its PNG figures, and report.json.
 
     \b
     Examples:
       proxytune report                          audit and quick benchmarks, into ./proxytune-report
+      proxytune report --full -o /var/tmp/report
       proxytune report --no-bench -p linux/squid -o /tmp/audit
       proxytune report compare A.json B.json    hosts side by side
     """
@@ -1303,7 +1309,8 @@ def report(ctx, out_dir, profile_ref, no_bench, with_proxy, from_files):
     from proxytune.reports import build
     saved = build.saved_benches(list(from_files)) if from_files else None
     paths, doc = build.write_report(ctx.obj, profile_ref, out_dir, benches=not no_bench and not saved,
-                                    with_proxy=with_proxy and not (saved and "proxy" in saved), saved=saved)
+                                    with_proxy=with_proxy and not (saved and "proxy" in saved), saved=saved,
+                                    full=full, on_audit=_host_summary)
     for item in doc["data"]["summary"][:5]:
         what, why, do = (console.term_text(item[k], markup=False) for k in ("what", "why", "command"))
         click.echo(f"{item['rank']}. {what}\n   why: {why}\n   do:  {do}")
@@ -1313,6 +1320,20 @@ def report(ctx, out_dir, profile_ref, no_bench, with_proxy, from_files):
         click.echo(f"proxytune: {doc['data']['skipped']['plots']}", err=True)
     for p in paths:
         click.echo(f"wrote {p}")
+
+
+def _host_summary(audit: dict) -> None:
+    """The audit's verdict and its commands, printed before the benchmarks start."""
+    from proxytune.reports import summary
+    items = summary.from_audit(audit)
+    counts = {}
+    for r in audit["settings"]:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    click.echo(console.term_text(f"host: profile {audit['profile']}: "
+                                 + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), markup=False))
+    for item in items:
+        what, do = (console.term_text(item[k], markup=False) for k in ("what", "command"))
+        click.echo(f"  {what}\n  do: {do}")
 
 
 @report.command("compare")

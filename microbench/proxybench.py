@@ -231,9 +231,10 @@ def squid_fd_pressure(limit: int, peak: int) -> str:
 
 
 def _drive(host: str, port: int, plan: dict, origin_port: int, workdir: Path, tag: str, progress=None,
-           cost_pid: int | None = None, on_steady=None) -> dict:
+           cost_pid: int | None = None, on_steady=None, around_steady=contextlib.nullcontext) -> dict:
     """Fill, then steady with idle clients and the latency probe, against a proxy at host:port.
-    With cost_pid (a proxy we started), syscalls and device writes of its processes during steady."""
+    With cost_pid (a proxy we started), syscalls and device writes of its processes during steady;
+    around_steady(): a context held while wrk's steady load runs (the doctor watching)."""
     n = len(list(workdir.glob("polymix-*.lua")))
     run = re.sub(r"[^\w]+", "-", tag)          # it goes into URLs and file names
     fill_script = lua_script(workdir, origin_port, plan["files"], f"{run}-{n}-f")
@@ -251,7 +252,8 @@ def _drive(host: str, port: int, plan: dict, origin_port: int, workdir: Path, ta
         t = threading.Thread(target=latency_probe, args=(host, port, origin_port, plan["files"],
                                                          plan["steady_s"] - 1, probe), daemon=True)
         t.start()
-        steady = run_wrk(f"{host}:{port}", script, plan["steady_s"], plan["concurrency"])
+        with around_steady():
+            steady = run_wrk(f"{host}:{port}", script, plan["steady_s"], plan["concurrency"])
         t.join()
         idle_open = idle.still_open()
         idle_failed = dict(idle.failed)
@@ -270,8 +272,9 @@ def _errors(d: dict, squid_codes: dict | None, warnings: int | None) -> dict:
 
 
 def run_store(store: str, plan: dict, origin_port: int, workdir: Path, nofile: tuple[int, int] | None = None,
-              progress=None) -> dict:
-    """One Squid with this store, started here; hit ratio and errors from its own logs."""
+              progress=None, watch: bool = False) -> dict:
+    """One Squid with this store, started here; hit ratio and errors from its own logs. With watch,
+    the doctor watches Squid through the steady load: its CPU split goes in "watched"."""
     with servers.Squid(store, cache_mb=plan["cache_mb"], mem_mb=plan["mem_mb"], nofile=nofile) as sq:
         limits = _nofile_of(sq.pid)
         mark = [0]
@@ -281,15 +284,51 @@ def run_store(store: str, plan: dict, origin_port: int, workdir: Path, nofile: t
                 mark[0] = len(sq.log("access.log"))
             if progress:
                 progress(desc)
+        box: dict = {}
+        around = (lambda: _watching(sq.pid, box)) if watch else contextlib.nullcontext
         with FdPeak(sq.pid) as fds:
-            d = _drive("127.0.0.1", sq.port, plan, origin_port, workdir, f"squid {store}", step, cost_pid=sq.pid)
+            d = _drive("127.0.0.1", sq.port, plan, origin_port, workdir, f"squid {store}", step, cost_pid=sq.pid,
+                       around_steady=around)
         log = access_log(sq.log("access.log")[mark[0]:])
         warnings = fd_warnings(sq.log("cache.log"))
     fd = {"peak": fds.peak, "pressure": squid_fd_pressure(limits[0], fds.peak) if limits and isinstance(limits[0], int) else None}
     return {"proxy": "squid", "store": store, "nofile": limits, "fd": fd, "fill": d["fill"], "steady": d["steady"],
             "hit_ratio": log["hit_ratio"], "hit_ratio_from": "squid access.log", "byte_hit_ratio": log["byte_hit_ratio"],
             "codes": log["codes"], "errors": _errors(d, log["errors"], warnings), "error_count": d["error_count"],
-            "latency_probe": d["latency_probe"], "cost": d["cost"]}
+            "latency_probe": d["latency_probe"], "cost": d["cost"],
+            **({"watched": _watched(box, f"squid ({store}, started by the report, under the mix)")}
+               if watch else {})}
+
+
+@contextlib.contextmanager
+def _watching(pid: int, out: dict):
+    """perf samples the whole host while the proxy's load runs (cpu-clock: no hardware counters
+    needed); its split of the proxy's samples (kernel, its own code, libraries) lands in out.
+    No call graphs: the split needs the sampled frame only, and unwinding costs seconds."""
+    from proxytune.core import procgroup
+    from proxytune.probes import caps, perf, proc
+    sampling = caps.perf_sampling()
+    if not sampling.ok:
+        out["perf"] = sampling.to_result()
+        yield
+        return
+    pids = proc.resolve(pid, None)
+    with procgroup.Children() as kids:
+        rec = perf.Record(kids, callgraph=False)
+        time.sleep(0.3)                              # perf has opened its events
+        t0 = time.monotonic()
+        yield
+        out["window_s"] = time.monotonic() - t0
+        out["perf"] = rec.stop(pids)
+
+
+def _watched(box: dict, label: str) -> dict:
+    """The CPU split of a proxy we loaded, in the shape the doctor's evidence has (seeds.cpu_split)."""
+    prof = box.get("perf") or {"available": False, "reason": "not watched"}
+    loop = {"cpu_split": {k: round(v, 3) for k, v in prof["split"].items()}} if prof.get("split") else {}
+    return {"proxy": label, "window_s": round(box.get("window_s", 0.0), 2),
+            "evidence": {"loop": loop, "perf": {k: v for k, v in prof.items()
+                                                if k in ("available", "reason", "split", "samples", "hz")}}}
 
 
 def run_target(target: str, plan: dict, origin_port: int, workdir: Path, progress=None) -> dict:
@@ -327,8 +366,14 @@ def run(quick: bool = False, stores: list[str] | None = None, concurrency: int |
         target: str | None = None, proxies: list[str] | None = None) -> dict:
     """Every (proxy, store) asked for, one after the other, behind one origin and docroot: each proxy
     runs the given stores that are its own, or all of its stores (proxyruns.runs_for)."""
+    return run_plan(_plan_for(quick, concurrency, idle), stores, nofile, quiet, target, proxies, quick=quick)
+
+
+def run_plan(plan: dict, stores: list[str] | None = None, nofile: tuple[int, int] | None = None, quiet: bool = False,
+             target: str | None = None, proxies: list[str] | None = None, quick: bool = True,
+             watch: str | None = None) -> dict:
+    """run() with its plan given; watch="doctor": the doctor watches each Squid's steady load."""
     from .runner import progress as progress_bar
-    plan = _plan_for(quick, concurrency, idle)
     runs = [] if target else proxyruns.runs_for(proxies or ["squid"], stores)
     result = {"bench": "proxy", "quick": quick, "plan": plan, "repeat": REPEAT, "stores": []}
     with tempfile.TemporaryDirectory(prefix="proxytune-proxybench-") as d, progress_bar(quiet) as bar:
@@ -343,10 +388,14 @@ def run(quick: bool = False, stores: list[str] | None = None, concurrency: int |
                 result["stores"].append(run_target(target, plan, og.port, root, progress=step))
             for proxy, store in runs:
                 if proxy == "squid":
-                    result["stores"].append(run_store(store, plan, og.port, root, nofile, progress=step))
+                    result["stores"].append(run_store(store, plan, og.port, root, nofile, progress=step,
+                                                      watch=watch == "doctor"))
                 else:
                     result["stores"].append(proxyruns.run_proxy(proxy, store, plan, og.port, root, nofile, step))
                 bar.update(task, completed=2 * len(result["stores"]))
+    watched = [s.pop("watched") for s in result["stores"] if "watched" in s]
+    if watched:
+        result["watched"] = watched[-1]
     return result
 
 

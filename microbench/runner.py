@@ -5,6 +5,7 @@ A harness that fails to build, crashes, hangs or prints no JSON raises
 HarnessError; the benches catch it and record the part it hit as
 {"available": false, "reason": ...}, so their own JSON never breaks."""
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -52,6 +53,37 @@ def failed_point(result: dict, where: dict, err: HarnessError) -> None:
     result.setdefault("unavailable_points", []).append({**where, "available": False, "reason": err.message})
 
 
+_step_sink = None      # set by steps_to(): a display that shows the current step itself
+
+
+class _Forwarding(Progress):
+    """A bar that also hands each step's description and count to the report's section display."""
+
+    def update(self, task_id, **kwargs):
+        super().update(task_id, **kwargs)
+        self._forward(task_id)
+
+    def advance(self, task_id, advance=1):
+        super().advance(task_id, advance)
+        self._forward(task_id)
+
+    def _forward(self, task_id):
+        if _step_sink is not None:
+            t = self._tasks[task_id]
+            _step_sink(t.description, t.completed, t.total)
+
+
+@contextlib.contextmanager
+def steps_to(sink):
+    """While inside, benches draw no bar of their own: their steps go to sink(description, done, total)."""
+    global _step_sink
+    _step_sink = sink
+    try:
+        yield
+    finally:
+        _step_sink = None
+
+
 def progress(quiet: bool) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                    TimeElapsedColumn(), disable=quiet, transient=True)
+    return _Forwarding(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                       TimeElapsedColumn(), disable=quiet or _step_sink is not None, transient=True)

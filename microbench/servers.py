@@ -6,6 +6,7 @@ the temp dir, also on Ctrl-C."""
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -58,8 +59,10 @@ class _Server:
     def pid(self) -> int:
         return self.proc.pid
 
+    stop_signal = signal.SIGTERM
+
     def __exit__(self, *exc):
-        _stop(self.proc, self.grace)
+        _stop(self.proc, self.grace, self.stop_signal)
         shutil.rmtree(self.dir, ignore_errors=True)
         return False
 
@@ -105,6 +108,9 @@ class Squid(_Server):
         self.store = store
         self.nofile = nofile            # (soft, hard) to start with, as a service's LimitNOFILE would
         self.grace = 15
+        # SIGINT, not SIGTERM: Squid then shuts down without waiting out shutdown_lifetime
+        # (src/main.cc shut_down: SIGINT asks for an immediate shutdown), a second saved per run
+        self.stop_signal = signal.SIGINT
         levels = "" if store == "rock" else " 16 256"
         (self.dir / "squid.conf").write_text(
             f"http_port 127.0.0.1:{self.port}\ncache_dir {store} {self.cache} {cache_mb}{levels}\n"
@@ -136,11 +142,11 @@ class Squid(_Server):
         return self
 
 
-def _stop(proc: subprocess.Popen | None, grace: float) -> None:
+def _stop(proc: subprocess.Popen | None, grace: float, sig: int = signal.SIGTERM) -> None:
     if proc is None or proc.poll() is not None:
         return
     try:
-        os.killpg(proc.pid, 15)
+        os.killpg(proc.pid, sig)
         proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)

@@ -18,6 +18,7 @@ from proxytune.core.numbers import DIGITS, is_uint, uint
 SAMPLE_HZ = 199
 STACK_BYTES = 8192      # user stack copied per sample for DWARF unwinding (Debian's squid/nginx have no frame pointers)
 HEADER = re.compile(r"^\s*(\d+)/(\d+)\s*$")
+ONE_LINE = re.compile(r"^\s*(\d+)/(\d+)\s+([0-9a-f]+)\s+(.*?)\s+\((.*)\)\s*$")
 FRAME = re.compile(r"^\s+([0-9a-f]+)\s+(.*?)\s+\((.*)\)\s*$")
 
 
@@ -65,9 +66,15 @@ def classify(dso: str, exes: set[str]) -> str:
 
 
 def samples(script_out: str):
-    """perf script output -> [(pid, [(sym, dso), ...leaf first])]."""
+    """perf script output -> [(pid, [(sym, dso), ...leaf first])]; a sample without a call graph
+    is one line, pid/tid then its frame."""
     out, cur = [], None
     for line in script_out.splitlines():
+        one = ONE_LINE.match(line)
+        if one:
+            out.append((int(one.group(1)), [(one.group(4) or "[unknown]", one.group(5))]))
+            cur = None
+            continue
         m = HEADER.match(line)
         if m:
             cur = (int(m.group(1)), [])

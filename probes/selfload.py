@@ -14,7 +14,12 @@ def cpu_split_on_nginx(seconds: float = 5.0, connections: int = 50) -> dict:
     with servers.Nginx(workers=1) as ng:
         with overhead.attached("doctor", proc.resolve(ng.pid, None), seconds) as box:
             servers.wrk(f"http://127.0.0.1:{ng.port}/", seconds + 1, connections)   # outlasts the window
+    return watched(box, "nginx (1 worker, started by the report, under wrk)")
+
+
+def watched(box: dict, label: str) -> dict:
+    """What a doctor window on a proxy we loaded says about its CPU: the loop's split and perf's."""
     ev = box["evidence"]
-    return {"proxy": "nginx (1 worker, started by the report, under wrk)", "window_s": round(ev["window_s"], 2),
+    return {"proxy": label, "window_s": round(ev["window_s"], 2),
             "evidence": {"loop": ev["loop"], "perf": {k: v for k, v in ev["perf"].items()
                                                       if k in ("available", "reason", "split")}}}

@@ -17,34 +17,67 @@ from .schema import envelope
 from .tables import sections
 
 
-def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = False, with_proxy: bool = False,
-            saved: dict | None = None) -> tuple[dict, dict]:
-    """(sections, parts that could not run, with why). `saved` holds bench results already
-    measured (from --from files), which are used instead of running those benches."""
+# Each section's label and its time budget on a 2-core VM, warm, in seconds (docs/BENCHMARKS.md
+# "report time per section"): the live display's estimate of what remains.
+SECTION_PLAN = {"audit": ("host audit", 3, 3),
+                "events": ("event mechanisms: select, poll, epoll, io_uring", 12, 150),
+                "fdscan": ("Mogul's comm_select scan", 6, 40),
+                "storage": ("object stores: file per object, large file, raw device, atime", 25, 600),
+                "host_settings": ("Squid before/after the host settings (Cooper), CPU split", 20, 60),
+                "proxy": ("bench proxy: Squid's stores under load", 120, 120),
+                "cpu_split": ("the doctor on an nginx it starts", 10, 10)}
+
+
+def _parts(host: Host, profile_ref: str, benches: bool, quiet: bool, with_proxy: bool, full: bool) -> dict:
     import os
-    from proxytune.microbench import events, fdscan, proxybench, storage
+    from proxytune.microbench import events, fdscan, hostsettings, proxybench, storage
+    root = os.geteuid() == 0
     parts = {"audit": lambda: audit_mod.build(host, profile_ref).to_json()}
     if benches:
-        parts["events"] = lambda: events.run(quick=True, quiet=quiet)
-        parts["fdscan"] = lambda: fdscan.run(quick=True, quiet=quiet)
-        parts["storage"] = lambda: storage.run(quick=True, quiet=quiet) if os.geteuid() == 0 else _needs_root()
+        parts["events"] = lambda: events.run(quick=not full, quiet=quiet)
+        parts["fdscan"] = lambda: fdscan.run(quick=not full, quiet=quiet)
+        parts["storage"] = lambda: storage.run(quick=not full, quiet=quiet) if root else _needs_root()
+        parts["host_settings"] = lambda: (hostsettings.run(host, full=full) if root
+                                          else _needs_root("Squid before/after the host settings"))
     if with_proxy:
         from proxytune.probes import selfload
-        parts["proxy"] = lambda: proxybench.run(quick=True, quiet=quiet) if os.geteuid() == 0 else _needs_root("bench proxy")
-        parts["cpu_split"] = lambda: selfload.cpu_split_on_nginx() if os.geteuid() == 0 else _needs_root("the doctor")
+        parts["proxy"] = lambda: proxybench.run(quick=True, quiet=quiet) if root else _needs_root("bench proxy")
+        parts["cpu_split"] = lambda: selfload.cpu_split_on_nginx() if root else _needs_root("the doctor")
+    return parts
+
+
+def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = False, with_proxy: bool = False,
+            saved: dict | None = None, full: bool = False, on_audit=None) -> tuple[dict, dict]:
+    """(sections, parts that could not run, with why). `saved` holds bench results already
+    measured (from --from files), which are used instead of running those benches. on_audit(audit)
+    is called as soon as the audit is done, before any benchmark: the host summary comes first."""
+    from proxytune.microbench import runner
+    from .progress import Sections
+    parts = _parts(host, profile_ref, benches, quiet, with_proxy, full)
     for name, data in (saved or {}).items():
         parts[name] = lambda data=data: data
+    plan = []
+    for n in parts:
+        label, quick_s, full_s = SECTION_PLAN.get(n, (n, 5, 5))
+        plan.append((n, label, full_s if full else quick_s))
     done, skipped = {}, {}
-    for name, run in parts.items():
-        try:
-            data = run()
-        except ProxytuneError as e:
-            skipped[name] = e.message
-            continue
-        if data.get("available") is False:
-            skipped[name] = data["reason"]
-        else:
+    with Sections(plan, quiet) as display, runner.steps_to(display.on_step if display.live else None):
+        for name, run in parts.items():
+            display.begin(name)
+            try:
+                data = run()
+            except ProxytuneError as e:
+                skipped[name] = e.message
+                display.end(name, e.message)
+                continue
+            if data.get("available") is False:
+                skipped[name] = data["reason"]
+                display.end(name, data["reason"])
+                continue
             done[name] = data
+            display.end(name, "done")
+            if name == "audit" and on_audit:
+                on_audit(data)
     return done, skipped
 
 
@@ -107,9 +140,10 @@ def saved_benches(paths: list[Path]) -> dict:
 def write_doc(doc: dict, out_dir: Path) -> list[Path]:
     """report.{json,md,html} and the figures, each written atomically through the safe file layer
     (out_dir may be a relative default in a directory another user owns)."""
-    texts = {"report.json": json.dumps(doc, indent=1, default=str) + "\n", "report.md": markdown.render(doc),
-             "report.html": html.render(doc)}
-    texts.update({f.name: f.png for s in sections(doc) for f in s.drawn_figures()})
+    secs = sections(doc)            # once: each figure is drawn once, for the three files that show it
+    texts = {"report.json": json.dumps(doc, indent=1, default=str) + "\n", "report.md": markdown.render(doc, secs),
+             "report.html": html.render(doc, secs)}
+    texts.update({f.name: f.png for s in secs for f in s.drawn_figures()})
     return write_files(out_dir, texts)
 
 
@@ -124,11 +158,12 @@ def write_files(out_dir: Path, texts: dict[str, str | bytes]) -> list[Path]:
 
 
 def write_report(host: Host, profile_ref: str, out_dir: Path, benches: bool = True, quiet: bool = False,
-                 with_proxy: bool = False, saved: dict | None = None) -> tuple[list[Path], dict]:
+                 with_proxy: bool = False, saved: dict | None = None, full: bool = False,
+                 on_audit=None) -> tuple[list[Path], dict]:
     from proxytune.tune import files
     for name in ("report.json", "report.md", "report.html"):     # refused now, not after the benches ran
         files.check_output(out_dir / name)
-    done, skipped = collect(host, profile_ref, benches, quiet, with_proxy, saved)
+    done, skipped = collect(host, profile_ref, benches, quiet, with_proxy, saved, full, on_audit)
     if "audit" not in done:
         raise ProxytuneError(f"the host audit failed: {skipped['audit']}")
     done["seeds"] = {"rows": seeds.rows(done)}

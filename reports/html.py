@@ -60,9 +60,9 @@ def section(s: Section) -> str:
     return "\n".join(out) + "</section>"
 
 
-def render(doc: dict) -> str:
+def render(doc: dict, secs: list | None = None) -> str:
     d = doc["data"]
     body = [f"<h1>{html_text(d['title'])}</h1>", f"<p class=sub>created {html_text(doc['created'])}</p>",
-            table(host_table(doc["host"]), "h2")] + [section(s) for s in sections(doc)]
+            table(host_table(doc["host"]), "h2")] + [section(s) for s in (sections(doc) if secs is None else secs)]
     return ("<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content='width=device-width,initial-scale=1'><title>proxytune report</title>"
             f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -45,8 +45,8 @@ def section(s: Section) -> str:
     return "\n".join(out) + "\n"
 
 
-def render(doc: dict) -> str:
+def render(doc: dict, secs: list | None = None) -> str:
     d = doc["data"]
     out = [f"# {md_text(d['title'])}\n", f"Created {md_text(doc['created'])}.\n", table(host_table(doc["host"]), "##")]
-    out += [section(s) for s in sections(doc)]
+    out += [section(s) for s in (sections(doc) if secs is None else secs)]
     return "\n".join(out)

@@ -161,7 +161,12 @@ def cooper(px: dict | None) -> dict:
     ratio = after["steady"]["rps"] / before["steady"]["rps"]
     today = (f"{before['steady']['rps']:,.0f} -> {after['steady']['rps']:,.0f} req/s, errors "
              f"{before['error_count']:,} -> {after['error_count']:,} with {px['compare_profile']}")
-    return row(seed, claim, original, today, ratio, 2.0, "same squid and load, before and after the profile")
+    fd = [s.get("fd") for s in (before, after)]
+    if all(fd):
+        today += (f"; Squid's own fd zone at nofile {before['nofile'][0]:,}: {fd[0]['pressure']} "
+                  f"(peak {fd[0]['peak']:,}), then {fd[1]['pressure']} (peak {fd[1]['peak']:,})")
+    return row(seed, claim, original, today, ratio, 2.0,
+               "same squid and load, before and after the profile, one run each (req/s carries no spread)")
 
 
 def cpu_split(doc: dict | None) -> dict:
@@ -182,7 +187,9 @@ def rows(sections: dict) -> list[dict]:
     """One row per headline, from the report's own sections."""
     ev, st = sections.get("events"), sections.get("storage")
     seeds = [(select_poll, ev), (mogul, sections.get("fdscan")), (kqueue, ev), (largefile, st), (noatime, st),
-             (cooper, sections.get("proxy")), (cpu_split, sections.get("doctor") or sections.get("cpu_split"))]
+             (cooper, sections.get("host_settings") or sections.get("proxy")),
+             (cpu_split, sections.get("doctor") or (sections.get("host_settings") or {}).get("cpu_split")
+              or sections.get("cpu_split"))]
     return [_guarded(fn, part) for fn, part in seeds]
 
 

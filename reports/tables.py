@@ -223,7 +223,7 @@ def seeds_section(r: dict) -> Section:
 
 
 SECTIONS = {"seeds": seeds_section, "audit": audit.section, "events": events_section, "fdscan": fdscan_section, "storage": storage_section,
-            "proxy": proxy_section}
+            "proxy": proxy_section, "host_settings": proxy_section}
 
 
 def section_for(name: str, data: dict) -> Section:

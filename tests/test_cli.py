@@ -120,11 +120,16 @@ def test_report_with_benchmarks_has_every_section_and_figure(sandbox, cli, tmp_p
     doc = json.loads((out / "report.json").read_text())
     validate(doc)
     import os
-    expected = {"audit", "seeds", "events", "fdscan"} | ({"storage"} if os.geteuid() == 0 else set())
+    root = os.geteuid() == 0
+    expected = {"audit", "seeds", "events", "fdscan"} | ({"storage", "host_settings"} if root else set())
     assert set(doc["data"]["sections"]) == expected, doc["data"].get("skipped")
     figures = ["events-cost.png", "events-batching.png", "fdscan.png"]
-    if "storage" in expected:
-        figures += ["storage-throughput.png", "storage-latency.png", "storage-fs.png"]
+    if root:
+        figures += ["storage-throughput.png", "storage-latency.png", "storage-fs.png", "proxy.png"]
+        # every classic result this host can measure is measured: all but kqueue, which Linux lacks
+        rows = {r["seed"]: r for r in doc["data"]["sections"]["seeds"]["rows"]}
+        unmeasured = {k for k, r in rows.items() if r["verdict"] == "not measurable here"}
+        assert unmeasured == {"kqueue"}, {k: rows[k]["reason"] for k in unmeasured}
     else:
         assert "needs root" in doc["data"]["skipped"]["storage"]
     html = (out / "report.html").read_text()

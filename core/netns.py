@@ -1,0 +1,89 @@
+"""Run a function in a forked child inside a new network namespace with only loopback up.
+
+Why: the report measures a proxy before and after a profile's net.* settings without
+touching the host. net.* sysctls under /proc/sys/net belong to the namespace that opens them
+(Documentation/admin-guide/sysctl/net.rst; namespaces(7)), so written in a private namespace
+they change nothing outside it, and a proxy started there cannot send a packet off the host:
+its only interface is lo. The child dies with us (PR_SET_PDEATHSIG) and its result comes back
+as JSON over a pipe; an exception in it comes back as its message.
+"""
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import traceback
+
+from .errors import ProxytuneError
+
+CLONE_NEWNET = 0x40000000
+PR_SET_PDEATHSIG = 1
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _enter_private_netns() -> None:
+    libc = _libc()
+    libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if libc.unshare(CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), f"unshare(CLONE_NEWNET): {os.strerror(ctypes.get_errno())}")
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True, capture_output=True, timeout=10)
+
+
+def call(fn, *args, **kwargs):
+    """fn(*args, **kwargs) in a private network namespace; its JSON-able result, or ProxytuneError."""
+    rd, wr = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                   # the child: never returns into the caller's code
+        os.close(rd)
+        code = 0
+        try:
+            _enter_private_netns()
+            out = {"ok": fn(*args, **kwargs)}
+        except ProxytuneError as e:
+            out, code = {"error": e.message}, 1
+        except BaseException as e:                 # noqa: BLE001 - reported to the parent, which decides
+            out, code = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-2000:]}, 1
+        try:
+            with os.fdopen(wr, "w") as f:
+                json.dump(out, f, default=str)
+        finally:
+            os._exit(code)
+    os.close(wr)
+    try:
+        with os.fdopen(rd) as f:
+            text = f.read()
+        os.waitpid(pid, 0)
+    except BaseException:
+        _stop(pid)
+        raise
+    try:
+        out = json.loads(text)
+    except ValueError:
+        raise ProxytuneError("the private-namespace run died before it answered") from None
+    if "error" in out:
+        raise ProxytuneError(f"in a private network namespace: {out['error']}")
+    return out["ok"]
+
+
+def _stop(pid: int, grace: float = 20.0) -> None:
+    """On Ctrl-C the child got SIGINT too (or gets it now) and stops its own servers: give it that
+    time, then kill it, so nothing it started is left behind or left running."""
+    import time
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGINT)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        with contextlib.suppress(KeyboardInterrupt):
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return
+            time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)

@@ -1,0 +1,40 @@
+"""Cooper's host settings as the report measures them: a Squid it starts in a private network
+namespace, before and after the profile, changing nothing of the host."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import IS_ROOT
+
+pytestmark = pytest.mark.skipif(not (IS_ROOT and shutil.which("wrk") and Path("/usr/sbin/squid").exists()
+                                     and shutil.which("bpftrace")), reason="needs root, squid, wrk and bpftrace")
+
+NET = ("core/somaxconn", "ipv4/tcp_max_syn_backlog", "ipv4/ip_local_port_range", "ipv4/tcp_fin_timeout")
+
+
+def _host_state() -> dict:
+    return {k: Path("/proc/sys/net", k).read_text() for k in NET}
+
+
+def test_before_and_after_in_a_namespace_the_host_never_sees(sandbox):
+    from proxytune.microbench import hostsettings
+    from proxytune.reports import seeds
+    state = _host_state()
+    etc = sorted(p.name for p in (sandbox.root / "etc").rglob("*"))
+    r = hostsettings.run(sandbox)
+    before, after = r["before"], r["after"]
+    brief = {k: (before.get(k), after.get(k)) for k in ("nofile", "fd", "error_count")}
+    assert before["nofile"][0] == 1024 and after["nofile"][0] > 4096, brief
+    # Squid's own descriptor zones (microbench/proxybench.squid_fd_pressure): 1100 clients do not fit in 1024
+    assert before["fd"]["pressure"] != "none" and after["fd"]["pressure"] == "none", brief
+    assert any(a.startswith("net.") for a in r["applied"]), r["applied"]      # net.* written, in the namespace
+    assert _host_state() == state                                             # ...and not here
+    assert sorted(p.name for p in (sandbox.root / "etc").rglob("*")) == etc   # no drop-in, no file
+    assert not sandbox.state_dir.exists() or not any(sandbox.state_dir.iterdir())   # no journal entry
+    row = seeds.cooper(r)
+    assert row["verdict"] != "not measurable here" and "req/s" in row["today"], row
+    split = r["cpu_split"]["evidence"]["loop"]["cpu_split"]
+    assert abs(sum(split.values()) - 1) < 0.02 and split["kernel"] > 0 and split["proxy"] > 0, split
+    assert seeds.cpu_split(r["cpu_split"])["today"].startswith("squid (ufs")
