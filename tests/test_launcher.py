@@ -12,8 +12,8 @@ import pytest
 
 from conftest import REPO
 
-REPORT = "gcc libc6-dev liburing-dev valgrind linux-perf iproute2 fio".split()
-BENCH = REPORT + ["wrk"]
+REPORT = "gcc libc6-dev liburing-dev valgrind linux-perf iproute2 fio wrk squid nginx-light".split()
+BENCH = REPORT
 
 
 def fake(path, body):
@@ -88,3 +88,12 @@ def test_no_install_names_the_packages_and_installs_nothing(checkout):
     r, apt, python = checkout("report", env={"PROXYTUNE_NO_INSTALL": "1"})
     assert apt == [] and python
     assert f"report would use the Debian packages: {' '.join(REPORT)}" in r.stderr
+
+
+def test_bench_proxy_installs_each_proxy_it_is_asked_to_start(checkout):
+    """`bench proxy` stopped at "varnishd is not installed" while it installed fio itself."""
+    _, apt, _ = checkout("bench", "proxy", "--proxy", "varnish", "--proxy=trafficserver", "--proxy", "nginx",
+                         "--proxy", "squid")
+    assert installed(apt) == [BENCH + ["varnish", "trafficserver"]]
+    r, apt, _ = checkout("bench", "proxy", "--proxy", "haproxy", env={"PROXYTUNE_NO_INSTALL": "1"})
+    assert apt == [] and "haproxy" in r.stderr.split("Debian packages:")[1]
