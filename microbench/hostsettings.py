@@ -20,7 +20,6 @@ import resource
 
 from proxytune.core import netns
 from proxytune.core.errors import ProxytuneError
-from proxytune.core.numbers import uint
 
 PROFILE = "linux/squid"
 ONLY = ("sysctl:net.*", "service:*")
@@ -28,7 +27,6 @@ ONLY = ("sysctl:net.*", "service:*")
 # client socket, and most of them a server one (Mogul: idle long-RTT clients are what labs miss).
 PLAN = {"files": 500, "cache_mb": 32, "mem_mb": 8, "fill_s": 1, "steady_s": 4, "concurrency": 400, "idle": 1000}
 FULL = {**PLAN, "files": 3000, "cache_mb": 256, "fill_s": 8, "steady_s": 20, "concurrency": 400, "idle": 1000}
-DEFAULT_SERVICE_NOFILE = 1024       # systemd's soft RLIMIT_NOFILE default (systemd-system.conf(5))
 
 
 def run(host, profile_ref: str = PROFILE, quiet: bool = True, plan: dict | None = None, full: bool = False) -> dict:
@@ -38,22 +36,13 @@ def run(host, profile_ref: str = PROFILE, quiet: bool = True, plan: dict | None 
     return netns.call(_measure, host, profile_ref, dict(plan or (FULL if full else PLAN)), quiet)
 
 
-def _service_nofile(changes) -> tuple[int, int]:
-    """(before, after): the squid service's LimitNOFILE as it is and as the profile wants it."""
-    c = next((c for c in changes if c.setting.address == "service:squid:LimitNOFILE"), None)
-    now = uint(str(c.current)) if c is not None and c.current is not None else None
-    want = uint(str(c.setting.wanted)) if c is not None else None
-    before = now or DEFAULT_SERVICE_NOFILE
-    return before, max(before, want or before)
-
-
 def _measure(host, profile_ref: str, plan: dict, quiet: bool) -> dict:
     """In the private namespace: Squid as the service would run it, then with the profile's settings."""
     from proxytune.tune import backends, plan as plan_mod
     from . import proxybench
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     pl = plan_mod.build(profile_ref, host, {"service": "squid"}, ONLY)
-    before_nofile, after_nofile = _service_nofile(pl.changes)
+    before_nofile, after_nofile = proxybench.service_nofile(pl.changes, "squid")
     before = proxybench.run_plan(plan, ["ufs"], (min(before_nofile, hard), hard), quiet)
     written = []
     for c in pl.changes:

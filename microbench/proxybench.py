@@ -408,6 +408,19 @@ def _plan_for(quick: bool, concurrency: int | None, idle: int | None) -> dict:
     return plan
 
 
+DEFAULT_SERVICE_NOFILE = 1024       # systemd's soft RLIMIT_NOFILE default (systemd-system.conf(5))
+
+
+def service_nofile(changes, service: str) -> tuple[int, int]:
+    """(as it is, as the profile wants it) for the service's LimitNOFILE; a service that sets none
+    (Debian's squid.service) gets systemd's soft default."""
+    c = next((c for c in changes if c.setting.address == f"service:{service}:LimitNOFILE"), None)
+    now = uint(str(c.current)) if c is not None and isinstance(c.current, (int, str)) else None
+    now = DEFAULT_SERVICE_NOFILE if now is None else now
+    want = uint(str(c.setting.wanted)) if c is not None else None
+    return now, max(now, want or now)
+
+
 def compare_profile(host, profile_ref: str, store: str | None = "ufs", quick: bool = False, concurrency: int | None = None,
                     idle: int | None = None, only: tuple = (), skip: tuple = (), quiet: bool = False,
                     proxy: str = "squid") -> dict:
@@ -425,20 +438,14 @@ def compare_profile(host, profile_ref: str, store: str | None = "ufs", quick: bo
     plan = plan_mod.build(profile_ref, host, params, only, skip)
     apply_mod.refuse_blocked(plan)
 
-    def service_limit(p) -> int:
-        c = next((c for c in p.changes if c.setting.address == f"service:{service}:LimitNOFILE"), None)
-        cur = c.current if c else None
-        n = uint(str(cur)) if isinstance(cur, (int, str)) else None
-        return 1024 if n is None else n
-
-    limit_before = service_limit(plan)
+    limit_before = service_nofile(plan.changes, service)[0]
     load = (concurrency or (400 if quick else 600), idle if idle is not None else 1000)
     stores = [store or proxyruns.STORES[proxy][0]]
     before = run(quick, stores, *load, (min(limit_before, hard), hard), quiet, proxies=[proxy])
     outcome = apply_mod.apply_plan(plan, host, persist=False)
     try:
         applied = plan_mod.build(profile_ref, host, params, only, skip)
-        limit_after = service_limit(applied)
+        limit_after = service_nofile(applied.changes, service)[0]
         after = run(quick, stores, *load, (min(limit_after, hard), hard), quiet, proxies=[proxy])
     finally:
         undone = apply_mod.rollback(host, outcome.entry["id"]) if outcome.entry else None

@@ -11,11 +11,16 @@ from conftest import IS_ROOT
 pytestmark = pytest.mark.skipif(not (IS_ROOT and shutil.which("wrk") and Path("/usr/sbin/squid").exists()
                                      and shutil.which("bpftrace")), reason="needs root, squid, wrk and bpftrace")
 
-NET = ("core/somaxconn", "ipv4/tcp_max_syn_backlog", "ipv4/ip_local_port_range", "ipv4/tcp_fin_timeout")
-
-
 def _host_state() -> dict:
-    return {k: Path("/proc/sys/net", k).read_text() for k in NET}
+    """Every net.core and net.ipv4 sysctl of the host's namespace (the test's own)."""
+    out = {}
+    for d in ("core", "ipv4"):
+        for f in Path("/proc/sys/net", d).iterdir():
+            try:
+                out[f"{d}/{f.name}"] = f.read_text()
+            except OSError:        # write-only (route flush) or not readable
+                pass
+    return out
 
 
 def test_before_and_after_in_a_namespace_the_host_never_sees(sandbox):
