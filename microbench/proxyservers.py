@@ -137,14 +137,17 @@ class TrafficServer(_Server):
                # nothing leaves the host (records.config(5)): with an address to bind, traffic_server names
                # itself from that address (one reverse lookup of 127.0.0.1, answered by /etc/hosts) instead
                # of a reverse lookup of every interface address through the host's resolver; its own DNS
-               # client asks proxy.config.dns.nameservers instead of /etc/resolv.conf
+               # client asks proxy.config.dns.nameservers, and also the servers of proxy.config.dns.resolv_conf
+               # (seen: a name it could not resolve was asked of /etc/resolv.conf's server too), ours: none
                "proxy.local.incoming_ip_to_bind": ("STRING", "127.0.0.1"),
                "proxy.local.outgoing_ip_to_bind": ("STRING", "127.0.0.1"),
-               "proxy.config.dns.nameservers": ("STRING", dead_resolver())}
+               "proxy.config.dns.nameservers": ("STRING", dead_resolver()),
+               "proxy.config.dns.resolv_conf": ("STRING", str(etc / "resolv.conf"))}
         if throttle:
             rec["proxy.config.net.connections_throttle"] = ("INT", throttle)
         rec.update(records or {})
         (etc / "records.config").write_text("".join(f"CONFIG {k} {t} {v}\n" for k, (t, v) in rec.items()))
+        (etc / "resolv.conf").write_text(f"nameserver {dead_resolver().split(':')[0]}\n")
         self.raw = raw_device
         (etc / "storage.config").write_text(f"{raw_device}\n" if raw_device else f"{self.dir / 'cache'} {cache_mb}M\n")
         (etc / "ip_allow.yaml").write_text("ip_allow:\n  - apply: in\n    ip_addrs: 127.0.0.1\n    action: allow\n"

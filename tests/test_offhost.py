@@ -105,6 +105,26 @@ def bench() -> dict:
     return {"stores": [[s["proxy"], s["store"], s["steady"]["requests"]] for s in r["stores"]]}
 
 
+def lookups() -> dict:
+    """A name asked of the forward proxies, Squid and Traffic Server, which resolve it with their own
+    DNS clients (the reverse proxies only ever reach their origin's IP literal): each answers an error."""
+    import urllib.error
+    import urllib.request
+    sys.path.insert(0, str(REPO))
+    import cli  # noqa: F401
+    from proxytune.microbench import proxyservers, servers
+    out = {}
+    for name, make in (("squid", lambda: servers.Squid("ufs", cache_mb=64)),
+                       ("trafficserver", lambda: proxyservers.TrafficServer(cache_mb=64))):
+        with make() as s:
+            via = urllib.request.build_opener(urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{s.port}"}))
+            try:
+                out[name] = via.open(f"http://offhost-{os.getpid()}.invalid/", timeout=30).status
+            except urllib.error.HTTPError as e:
+                out[name] = e.code
+    return out
+
+
 def in_sandbox(what: str, tmp_path: Path) -> dict:
     resolv = tmp_path / "resolv.conf"
     resolv.write_text(f"nameserver {RESOLVER}\noptions timeout:1 attempts:1\n")
@@ -146,5 +166,15 @@ def test_bench_proxy_sends_nothing_off_the_host(tmp_path):
     assert set(r["sent"].values()) == {0}, r["sent"]
 
 
+@needs_sandbox
+@pytest.mark.skipif(not all(Path(p).exists() for p in PROXY_BINARIES[::4]), reason="needs squid and trafficserver")
+def test_a_name_the_forward_proxies_resolve_stays_on_the_host(tmp_path):
+    """Squid's and Traffic Server's own DNS clients ask loopback, not the resolver of /etc/resolv.conf."""
+    r = in_sandbox("lookups", tmp_path)
+    assert all(code >= 500 for code in r["detail"].values()), r["detail"]     # tried, and failed to resolve
+    assert r["captured"] == [], r["captured"]
+    assert set(r["sent"].values()) == {0}, r["sent"]
+
+
 if __name__ == "__main__":
-    print(json.dumps(measured({"control": control, "bench": bench}[sys.argv[1]])))
+    print(json.dumps(measured({"control": control, "bench": bench, "lookups": lookups}[sys.argv[1]])))
