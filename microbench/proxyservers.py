@@ -138,16 +138,18 @@ class TrafficServer(_Server):
                # itself from that address (one reverse lookup of 127.0.0.1, answered by /etc/hosts) instead
                # of a reverse lookup of every interface address through the host's resolver; its own DNS
                # client asks proxy.config.dns.nameservers, and also the servers of proxy.config.dns.resolv_conf
-               # (seen: a name it could not resolve was asked of /etc/resolv.conf's server too), ours: none
+               # (seen: a name it could not resolve was asked of /etc/resolv.conf's server too): ours names loopback
                "proxy.local.incoming_ip_to_bind": ("STRING", "127.0.0.1"),
                "proxy.local.outgoing_ip_to_bind": ("STRING", "127.0.0.1"),
                "proxy.config.dns.nameservers": ("STRING", dead_resolver()),
-               "proxy.config.dns.resolv_conf": ("STRING", str(etc / "resolv.conf"))}
+               "proxy.config.dns.resolv_conf": ("STRING", str(etc / "resolv.conf")),
+               # and a name it cannot resolve fails in 2 s, not 30 (hostdb.lookup_timeout), as Squid's in a few
+               "proxy.config.hostdb.lookup_timeout": ("INT", 2)}
         if throttle:
             rec["proxy.config.net.connections_throttle"] = ("INT", throttle)
         rec.update(records or {})
         (etc / "records.config").write_text("".join(f"CONFIG {k} {t} {v}\n" for k, (t, v) in rec.items()))
-        (etc / "resolv.conf").write_text(f"nameserver {dead_resolver().split(':')[0]}\n")
+        (etc / "resolv.conf").write_text("nameserver 127.0.0.1\n")
         self.raw = raw_device
         (etc / "storage.config").write_text(f"{raw_device}\n" if raw_device else f"{self.dir / 'cache'} {cache_mb}M\n")
         (etc / "ip_allow.yaml").write_text("ip_allow:\n  - apply: in\n    ip_addrs: 127.0.0.1\n    action: allow\n"
@@ -197,7 +199,8 @@ class NginxCache(_Server):
             f"worker_processes {workers};\ndaemon off;\npid {self.dir}/nginx.pid;\nerror_log {self.dir}/error.log;\n"
             f"events {{ worker_connections {connections}; }}\n"
             # as servers.Nginx: nginx resolves through `resolver` only, and here every address is an IP literal
-            f"http {{ access_log off; resolver {dead_resolver()}; proxy_cache_path {self.cache} levels=1:2 keys_zone=c:16m max_size={cache_mb}m "
+            f"http {{ access_log off; resolver {dead_resolver()};\n"
+            f"  proxy_cache_path {self.cache} levels=1:2 keys_zone=c:16m max_size={cache_mb}m "
             f"inactive=1d use_temp_path=off;\n  server {{ listen 127.0.0.1:{self.port} backlog=4096;\n"
             f"    location / {{ proxy_pass http://127.0.0.1:{origin_port}; proxy_cache c; proxy_cache_key $uri; "
             "add_header X-Cache $upstream_cache_status; } } }\n")

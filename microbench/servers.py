@@ -2,7 +2,8 @@
 target with its own limits) and Squid (ufs / aufs / rock), each from
 Debian's package with a generated config, its own pid file, logs and spool
 in a temp dir. A context manager: leaving it stops the server and removes
-the temp dir, also on Ctrl-C."""
+the temp dir, also on Ctrl-C. Nothing they do leaves the host: each one's
+own DNS client is pinned to loopback (tests/test_offhost.py)."""
 
 import os
 import shutil

@@ -119,7 +119,8 @@ def lookups() -> dict:
         with make() as s:
             via = urllib.request.build_opener(urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{s.port}"}))
             try:
-                out[name] = via.open(f"http://offhost-{os.getpid()}.invalid/", timeout=30).status
+                # the proxies give up on the name after seconds (their dns_timeout / dns.lookup_timeout)
+                out[name] = via.open(f"http://offhost-{os.getpid()}.invalid/", timeout=120).status
             except urllib.error.HTTPError as e:
                 out[name] = e.code
     return out
