@@ -5,7 +5,7 @@ SHELL := /bin/bash
 DEBIAN_TEST_PACKAGES := ansible openssh-server tuned dbus-daemon e2fsprogs iproute2 procps systemd util-linux \
 	gcc libc6-dev valgrind linux-perf bpftrace fio wrk nginx-light squid chromium haproxy varnish trafficserver \
 	python3-venv python3-click python3-rich python3-jsonschema python3-matplotlib python3-apt lintian \
-	debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools liburing-dev
+	debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools liburing-dev tcpdump
 PYTEST_ARGS ?=
 
 .PHONY: test deps venv clean dist deb-src

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from proxytune.core.errors import ProxytuneError
 
-from .servers import _need, _Server, free_port
+from .servers import _need, _Server, dead_resolver, free_port
 
 TS_LOG_FORMAT = "%<cqtq> %<ttms> %<chi> %<crc>/%<pssc> %<psql> %<cqhm> %<cquc> %<caun> %<phr>/%<shn> %<psct>"
 
@@ -49,6 +49,9 @@ class HAProxy(_Server):
         (self.dir / "haproxy.cfg").write_text(
             f"global\n    maxconn {maxconn}\n    stats socket {self.stats_socket} mode 600 level admin\n"
             f"    pidfile {self.dir}/haproxy.pid\n{cache}"
+            # HAProxy builds a resolvers section "default" from /etc/resolv.conf unless one of that name is
+            # declared (configuration.txt 5.3.2 "The resolvers section"): ours asks loopback only
+            f"resolvers default\n    nameserver dead {dead_resolver()}\n"
             # idle keep-alive clients are held 2 minutes, as Squid and Traffic Server do (the client timeout
             # would otherwise close them after 30 s)
             "defaults\n    mode http\n    timeout connect 5s\n    timeout client 120s\n    timeout server 30s\n"
@@ -79,6 +82,8 @@ class Varnish(_Server):
         self.storage = f"malloc,{cache_mb}m" if store == "malloc" else f"file,{self.dir / 'storage.bin'},{cache_mb}m"
         # idle keep-alive clients are held 2 minutes, as Squid and Traffic Server do (varnishd's default: 5 s)
         self.params, self.nofile = {"timeout_idle": 120, **(params or {})}, nofile
+        # varnishd has no DNS client: the backend and -a addresses are IP literals, which getaddrinfo
+        # turns into addresses without a lookup (vcl(7) "Backend definition": .host)
         (self.dir / "default.vcl").write_text(
             f'vcl 4.1;\nbackend origin {{ .host = "127.0.0.1"; .port = "{origin_port}"; }}\n'
             'sub vcl_deliver { if (obj.hits > 0) { set resp.http.X-Cache = "HIT"; } '
@@ -128,11 +133,23 @@ class TrafficServer(_Server):
                "proxy.config.log.max_space_mb_headroom": ("INT", 10),
                "proxy.config.crash_log_helper": ("STRING", "/bin/true"),
                "proxy.config.exec_thread.autoconfig": ("INT", 0),
-               "proxy.config.exec_thread.limit": ("INT", 2)}
+               "proxy.config.exec_thread.limit": ("INT", 2),
+               # nothing leaves the host (records.config(5)): with an address to bind, traffic_server names
+               # itself from that address (one reverse lookup of 127.0.0.1, answered by /etc/hosts) instead
+               # of a reverse lookup of every interface address through the host's resolver; its own DNS
+               # client asks proxy.config.dns.nameservers, and also the servers of proxy.config.dns.resolv_conf
+               # (seen: a name it could not resolve was asked of /etc/resolv.conf's server too): ours names loopback
+               "proxy.local.incoming_ip_to_bind": ("STRING", "127.0.0.1"),
+               "proxy.local.outgoing_ip_to_bind": ("STRING", "127.0.0.1"),
+               "proxy.config.dns.nameservers": ("STRING", dead_resolver()),
+               "proxy.config.dns.resolv_conf": ("STRING", str(etc / "resolv.conf")),
+               # and a name it cannot resolve fails in 2 s, not 30 (hostdb.lookup_timeout), as Squid's in a few
+               "proxy.config.hostdb.lookup_timeout": ("INT", 2)}
         if throttle:
             rec["proxy.config.net.connections_throttle"] = ("INT", throttle)
         rec.update(records or {})
         (etc / "records.config").write_text("".join(f"CONFIG {k} {t} {v}\n" for k, (t, v) in rec.items()))
+        (etc / "resolv.conf").write_text("nameserver 127.0.0.1\n")
         self.raw = raw_device
         (etc / "storage.config").write_text(f"{raw_device}\n" if raw_device else f"{self.dir / 'cache'} {cache_mb}M\n")
         (etc / "ip_allow.yaml").write_text("ip_allow:\n  - apply: in\n    ip_addrs: 127.0.0.1\n    action: allow\n"
@@ -181,7 +198,9 @@ class NginxCache(_Server):
         (self.dir / "nginx.conf").write_text(
             f"worker_processes {workers};\ndaemon off;\npid {self.dir}/nginx.pid;\nerror_log {self.dir}/error.log;\n"
             f"events {{ worker_connections {connections}; }}\n"
-            f"http {{ access_log off; proxy_cache_path {self.cache} levels=1:2 keys_zone=c:16m max_size={cache_mb}m "
+            # as servers.Nginx: nginx resolves through `resolver` only, and here every address is an IP literal
+            f"http {{ access_log off; resolver {dead_resolver()};\n"
+            f"  proxy_cache_path {self.cache} levels=1:2 keys_zone=c:16m max_size={cache_mb}m "
             f"inactive=1d use_temp_path=off;\n  server {{ listen 127.0.0.1:{self.port} backlog=4096;\n"
             f"    location / {{ proxy_pass http://127.0.0.1:{origin_port}; proxy_cache c; proxy_cache_key $uri; "
             "add_header X-Cache $upstream_cache_status; } } }\n")

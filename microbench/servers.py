@@ -2,7 +2,8 @@
 target with its own limits) and Squid (ufs / aufs / rock), each from
 Debian's package with a generated config, its own pid file, logs and spool
 in a temp dir. A context manager: leaving it stops the server and removes
-the temp dir, also on Ctrl-C."""
+the temp dir, also on Ctrl-C. Nothing they do leaves the host: each one's
+own DNS client is pinned to loopback (tests/test_offhost.py)."""
 
 import os
 import shutil
@@ -20,6 +21,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def dead_resolver() -> str:
+    """127.0.0.1:PORT of a UDP port nothing listens on, for the DNS client of every server we start:
+    a query it might send is refused on loopback at once, and never reaches the host's resolver."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
 
 
 def wait_port(port: int, timeout: float = 20.0) -> None:
@@ -79,7 +88,10 @@ class Nginx(_Server):
         (self.dir / "nginx.conf").write_text(
             f"worker_processes {workers};\n{rl}daemon off;\npid {self.dir}/nginx.pid;\n"
             f"error_log {self.dir}/error.log;\nevents {{ worker_connections {connections}; }}\n"
-            f"http {{ access_log off; server {{ listen 127.0.0.1:{self.port} backlog=4096; "
+            # nginx resolves names itself only through `resolver` (ngx_http_core_module, "resolver"); the
+            # listen and any upstream here are IP literals, which need no lookup
+            f"http {{ access_log off; resolver {dead_resolver()}; "
+            f"server {{ listen 127.0.0.1:{self.port} backlog=4096; "
             f"location / {{ {body} }} }} }}\n")
 
     def __enter__(self):
@@ -118,7 +130,12 @@ class Squid(_Server):
             f"pid_filename {self.dir}/squid.pid\ncache_log {self.dir}/cache.log\n"
             f"access_log stdio:{self.dir}/access.log\ncache_store_log none\ncoredump_dir {self.dir}\n"
             f"http_access allow all\ncache_effective_user {user}\nshutdown_lifetime 1 seconds\n"
-            "workers 1\n")
+            "workers 1\n"
+            # nothing leaves the host (squid.conf.documented): Squid's own DNS client asks dns_nameservers
+            # instead of /etc/resolv.conf (port 53 is fixed there); visible_hostname spares the lookup of
+            # this host's own name at start; pinger_enable off: no ICMP helper; dns_timeout: a name asked
+            # of it fails in a second (nothing answers there) instead of holding the request 30 s
+            "dns_nameservers 127.0.0.1\ndns_timeout 1 seconds\nvisible_hostname localhost\npinger_enable off\n")
         shutil.chown(self.dir, user, user) if os.geteuid() == 0 else None
         shutil.chown(self.cache, user, user) if os.geteuid() == 0 else None
 
