@@ -26,7 +26,15 @@ def _libc():
     return ctypes.CDLL(None, use_errno=True)
 
 
+def _interrupt_once(signum, frame):
+    """Ctrl-C stops the child's work once; a second SIGINT (the parent passing it on) must not
+    cut short the cleanup that stops the servers it started."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def _enter_private_netns() -> None:
+    signal.signal(signal.SIGINT, _interrupt_once)
     libc = _libc()
     libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     if libc.unshare(CLONE_NEWNET) != 0:

@@ -2,7 +2,9 @@
 and a private network namespace for what it runs there."""
 
 import io
+import os
 import socket
+import time
 
 import pytest
 
@@ -84,3 +86,52 @@ def _fails():
 def test_an_error_in_the_namespace_comes_back_as_one_line():
     with pytest.raises(ProxytuneError, match="in a private network namespace: no squid here"):
         netns.call(_fails)
+
+
+CTRL_C_CHILD = r"""
+import sys, time, importlib.machinery, importlib.util
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+spec = importlib.machinery.ModuleSpec("proxytune", None, is_package=True)
+spec.submodule_search_locations = [sys.argv[1]]
+sys.modules["proxytune"] = importlib.util.module_from_spec(spec)
+from proxytune.core import netns
+marks = Path(sys.argv[2])
+
+def work():
+    (marks / "started").touch()
+    try:
+        time.sleep(60)
+    finally:
+        time.sleep(1)                       # stopping a server takes a moment
+        (marks / "cleaned").touch()
+
+try:
+    netns.call(work)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@needs_root
+def test_ctrl_c_lets_the_namespace_child_clean_up_and_then_stops(tmp_path):
+    """A terminal's Ctrl-C reaches the parent and the child (and the parent passes it on): the
+    child's cleanup (stopping its Squid) must finish, not be cut short by a second one."""
+    import signal
+    import subprocess
+    import sys
+    from conftest import REPO
+    p = subprocess.Popen([sys.executable, "-c", CTRL_C_CHILD, str(REPO), str(tmp_path)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (tmp_path / "started").exists()
+        os.killpg(p.pid, signal.SIGINT)          # as the terminal does: the whole foreground group
+        time.sleep(0.3)
+        os.killpg(p.pid, signal.SIGINT)          # an impatient second Ctrl-C, during the cleanup
+        assert p.wait(timeout=30) == 130
+        assert (tmp_path / "cleaned").exists()
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
