@@ -1278,7 +1278,7 @@ def profiles_show(host, name, as_json):
 @click.option("--no-bench", is_flag=True, help="Only the host audit, no benchmarks.")
 @click.option("--with-proxy", is_flag=True, help="Also bench proxy --quick (squid ufs/aufs/rock under load, ~2 min) and the doctor on an nginx it starts.")
 @click.option("--full", is_flag=True, help="The longer, more precise run of the same sections: every filesystem, "
-              "engine and N, more repetitions (about 15 min here, against about 1 min).")
+              "engine and N, more repetitions (about 27 min here, against about 1 min).")
 @click.option("--from", "from_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               metavar="FILE", help="Use a saved bench (or report) result instead of running it (repeatable).")
 @click.pass_context

@@ -22,8 +22,8 @@ from .tables import sections
 SECTION_PLAN = {"audit": ("host audit", 1, 1),
                 "events": ("event mechanisms: select, poll, epoll, io_uring", 11, 480),
                 "fdscan": ("Mogul's comm_select scan", 4, 8),
-                "storage": ("object stores: file per object, large file, raw device, atime", 22, 600),
-                "host_settings": ("Squid before/after the host settings (Cooper), CPU split", 21, 60),
+                "storage": ("object stores: file per object, large file, raw device, atime", 22, 1050),
+                "host_settings": ("Squid before/after the host settings (Cooper), CPU split", 21, 70),
                 "proxy": ("bench proxy: Squid's stores under load", 120, 120),
                 "cpu_split": ("the doctor on an nginx it starts", 10, 10)}
 
