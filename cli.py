@@ -30,6 +30,7 @@ from proxytune.core import console, monitoring
 from proxytune.core.errors import ProxytuneError, one_line
 from proxytune.core.invocation import command, needs_root, require_root
 from proxytune.tune.host import Host
+from proxytune.probes import kinds as proxy_kinds
 from proxytune.probes.target import MAX_SECONDS, duration_option
 
 __version__ = "0.1.0"
@@ -865,12 +866,12 @@ def bench_storage(quick, fss, engines, device, force_destroy_data, output, as_js
 @bench.command("proxy")
 @click.option("--quick", is_flag=True, help="8 s fill + 12 s steady per store, 100 connections (about 2 minutes).")
 @click.option("--proxy", "proxies", multiple=True,
-              type=click.Choice(["squid", "nginx", "haproxy", "varnish", "trafficserver", "all"]),
+              type=click.Choice(proxy_kinds.names() + ["all"]),
               help="Proxy to start from Debian's package (repeatable; all = every one, every store) [squid].")
 @click.option("--store", "stores", multiple=True,
-              type=click.Choice(["ufs", "aufs", "rock", "diskd", "proxy_cache", "cache", "malloc", "file", "raw"]),
-              help="Store (repeatable): squid ufs/aufs/rock/diskd, nginx proxy_cache, haproxy cache, "
-                   "varnish malloc/file, trafficserver file/raw [every store of each proxy].")
+              type=click.Choice([s for k in proxy_kinds.KINDS for s in k.stores + k.optional_stores]),
+              help="Store (repeatable): " + ", ".join(f"{k.kind} {'/'.join(k.stores + k.optional_stores)}"
+                                                       for k in proxy_kinds.KINDS) + " [every store of each proxy].")
 @click.option("--concurrency", type=click.IntRange(1, 20000), metavar="N", help="wrk connections [100, full 200; with --compare-profile 400, full 600].")
 @click.option("--idle", type=click.IntRange(0, 20000), metavar="N",
               help="Idle keep-alive client connections during steady [200, full 1000; --compare-profile 1000].")

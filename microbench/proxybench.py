@@ -391,12 +391,33 @@ def run_plan(plan: dict, stores: list[str] | None = None, nofile: tuple[int, int
                     result["stores"].append(run_store(store, plan, og.port, root, nofile, progress=step,
                                                       watch=watch == "doctor"))
                 else:
-                    result["stores"].append(proxyruns.run_proxy(proxy, store, plan, og.port, root, nofile, step))
+                    result["stores"].append(run_proxy(proxy, store, plan, og.port, root, nofile, step))
                 bar.update(task, completed=2 * len(result["stores"]))
     watched = [s.pop("watched") for s in result["stores"] if "watched" in s]
     if watched:
         result["watched"] = watched[-1]
     return result
+
+
+def run_proxy(proxy: str, store: str, plan: dict, origin_port: int, workdir, nofile=None, progress=None) -> dict:
+    """One proxy other than Squid with one store under the plan's load; hits from its own counters."""
+    with proxyruns.start(proxy, store, plan, origin_port, nofile) as s:
+        limits = _nofile_of(s.pid)
+        mark: dict = {}
+        d = _drive("127.0.0.1", s.port, plan, origin_port, workdir, f"{proxy} {store}", progress, cost_pid=s.pid,
+                   on_steady=lambda: mark.update(c=proxyruns.counters(proxy, s), f=proxyruns.failures(proxy, s)))
+        after, failed = proxyruns.counters(proxy, s), proxyruns.failures(proxy, s)
+    st = d["steady"]
+    if after is not None:
+        hits, misses = after["hits"] - mark["c"]["hits"], after["misses"] - mark["c"]["misses"]
+        source = "varnishstat MAIN.cache_hit/cache_miss" if proxy == "varnish" else "traffic_server /_stats"
+    else:
+        hits, misses, source = st["x_cache_hits"], st["x_cache_misses"], "X-Cache headers seen by wrk"
+    return {"proxy": proxy, "store": store, "nofile": limits, "fill": d["fill"], "steady": st,
+            "hit_ratio": hits / (hits + misses) if hits + misses else None, "hit_ratio_from": source,
+            "byte_hit_ratio": None, "codes": {}, "errors": _errors(d, None, None),
+            "error_count": d["error_count"], "latency_probe": d["latency_probe"], "cost": d["cost"],
+            "proxy_failures": {k: v - mark["f"][k] for k, v in failed.items()} if failed else None}
 
 
 def _plan_for(quick: bool, concurrency: int | None, idle: int | None) -> dict:

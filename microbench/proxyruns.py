@@ -1,6 +1,7 @@
-"""`bench proxy --proxy nginx|haproxy|varnish|trafficserver`: the same
-PolyMix-like load as for Squid (proxybench._drive), against each proxy's
-stores started here from Debian's packages. Hit ratios come from the
+"""`bench proxy --proxy nginx|haproxy|varnish|trafficserver`: each proxy's
+stores (from its module in probes/kinds, which also says how to start it
+here from Debian's packages) and the counters read from it after the
+PolyMix-like load (proxybench drives it). Hit ratios come from the
 proxy's own counters where it has them (varnishstat, Traffic Server's
 /_stats), else from the X-Cache header every generated config sets.
 """
@@ -11,14 +12,12 @@ import urllib.request
 
 from proxytune.core.errors import ProxytuneError
 
-from . import proxyservers
+from proxytune.probes import kinds
 
-PROXIES = ("squid", "nginx", "haproxy", "varnish", "trafficserver")
-SERVICES = {"squid": "squid", "nginx": "nginx", "haproxy": "haproxy", "varnish": "varnish",
-            "trafficserver": "trafficserver"}         # Debian's unit names
-STORES = {"squid": ["ufs", "aufs", "rock"], "nginx": ["proxy_cache"], "haproxy": ["cache"], "varnish": ["malloc", "file"],
-          "trafficserver": ["file", "raw"]}
-OPTIONAL_STORES = {"squid": ["diskd"]}      # run only when asked for
+PROXIES = tuple(kinds.names())
+SERVICES = {k.kind: k.unit for k in kinds.KINDS}          # Debian's unit names
+STORES = {k.kind: list(k.stores) for k in kinds.KINDS}
+OPTIONAL_STORES = {k.kind: list(k.optional_stores) for k in kinds.KINDS if k.optional_stores}
 STORE_NAMES = sorted({s for v in [*STORES.values(), *OPTIONAL_STORES.values()] for s in v})
 
 
@@ -42,25 +41,9 @@ def runs_for(proxies: list[str], stores: list[str] | None) -> list[tuple[str, st
 
 @contextlib.contextmanager
 def start(proxy: str, store: str, plan: dict, origin_port: int, nofile: tuple | None):
-    """The proxy with this store; Traffic Server's raw store gets a loop device of its own."""
-    mb = plan["cache_mb"]
-    if proxy == "nginx":
-        with proxyservers.NginxCache(origin_port, mb, nofile=nofile) as s:
-            yield s
-    elif proxy == "haproxy":
-        with proxyservers.HAProxy(origin_port, cache_mb=min(mb, 4095), nofile=nofile) as s:
-            yield s
-    elif proxy == "varnish":
-        with proxyservers.Varnish(origin_port, store, mb, nofile=nofile) as s:
-            yield s
-    elif store == "raw":
-        from .devices import Sandbox
-        with Sandbox() as sb:
-            with proxyservers.TrafficServer(origin_port, raw_device=sb.loop(mb, "ats-raw"), nofile=nofile) as s:
-                yield s
-    else:
-        with proxyservers.TrafficServer(origin_port, cache_mb=mb, nofile=nofile) as s:
-            yield s
+    """The proxy with this store, started the way its module says (probes/kinds)."""
+    with kinds.by_kind(proxy).bench(store, plan, origin_port, nofile) as s:
+        yield s
 
 
 def counters(proxy: str, server) -> dict | None:
@@ -98,25 +81,3 @@ def ats_hits(g: dict) -> dict:
     hits = sum(num(k) for k in g if k.startswith("proxy.process.http.cache_hit_") and "_mem_" not in k)
     misses = sum(num(k) for k in g if k.startswith("proxy.process.http.cache_miss_"))
     return {"hits": hits, "misses": misses}
-
-
-def run_proxy(proxy: str, store: str, plan: dict, origin_port: int, workdir, nofile=None, progress=None) -> dict:
-    from . import proxybench
-    with start(proxy, store, plan, origin_port, nofile) as s:
-        limits = proxybench._nofile_of(s.pid)
-        mark: dict = {}
-        d = proxybench._drive("127.0.0.1", s.port, plan, origin_port, workdir, f"{proxy} {store}", progress,
-                              cost_pid=s.pid,
-                              on_steady=lambda: mark.update(c=counters(proxy, s), f=failures(proxy, s)))
-        after, failed = counters(proxy, s), failures(proxy, s)
-    st = d["steady"]
-    if after is not None:
-        hits, misses = after["hits"] - mark["c"]["hits"], after["misses"] - mark["c"]["misses"]
-        source = "varnishstat MAIN.cache_hit/cache_miss" if proxy == "varnish" else "traffic_server /_stats"
-    else:
-        hits, misses, source = st["x_cache_hits"], st["x_cache_misses"], "X-Cache headers seen by wrk"
-    return {"proxy": proxy, "store": store, "nofile": limits, "fill": d["fill"], "steady": st,
-            "hit_ratio": hits / (hits + misses) if hits + misses else None, "hit_ratio_from": source,
-            "byte_hit_ratio": None, "codes": {}, "errors": proxybench._errors(d, None, None),
-            "error_count": d["error_count"], "latency_probe": d["latency_probe"], "cost": d["cost"],
-            "proxy_failures": {k: v - mark["f"][k] for k, v in failed.items()} if failed else None}

@@ -3,19 +3,10 @@ checked against one `bench proxy --proxy all` run. A prediction compares
 two runs of the same result (same host, load and docroot); when either run
 is missing the verdict is "n/a", never a guess."""
 
-# (proxy, store): the design in a few words
-DESIGN = {
-    ("squid", "ufs"): "one file per object, open/create/unlink in the event loop",
-    ("squid", "aufs"): "one file per object, the file calls on a thread pool",
-    ("squid", "rock"): "one database file of fixed slots, disker process",
-    ("squid", "diskd"): "one file per object, the file calls in helper processes",
-    ("nginx", "proxy_cache"): "one file per object (temp file + rename), metadata in shared memory",
-    ("haproxy", "cache"): "small objects in shared memory only",
-    ("varnish", "malloc"): "objects in memory (malloc)",
-    ("varnish", "file"): "objects in one mmap'd file, written back by the page cache",
-    ("trafficserver", "file"): "one large file: its own directory, aggregated writes",
-    ("trafficserver", "raw"): "a raw block device: the same layout with no filesystem",
-}
+from proxytune.probes import kinds
+
+# (proxy, store): the design in a few words, from each proxy's module
+DESIGN = {(k.kind, store): design for k in kinds.KINDS for store, design in k.store_design.items()}
 
 # (claim, metric, lower run, higher run, factor): holds when lower * factor <= higher
 PREDICTIONS = [

@@ -17,7 +17,8 @@ from proxytune.core import procfs, procgroup
 from proxytune.core.capability import no
 from proxytune.tune import audit as audit_mod, observe, params
 
-from . import bpftrace, caps, findings, netstat, perf, proc, proxies, proxies_findings, sockets, target
+from . import bpftrace, caps, connsample, findings, netstat, owncap, perf, proc, proxies, proxies_findings, sockets, \
+    target
 
 DEFAULT_SCRIPTS = ["pollscan", "fd_errors", "connect_errors", "file_lifecycle", "loop_blocking"]
 DEEP_SCRIPTS = ["epoll_events", "biolatency", "runqlat"]
@@ -77,6 +78,7 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
     dirs = list(cache_dirs or []) or squid_cache_dirs(watched)
     ev: dict = {"pids": pids, "comm": comm, "skipped_scripts": skipped,
                 "scripts": [s.name for s in scripts], "port_range": port_range(pids[0])}
+    sampler = connsample.Sampler(pids + (watched.processes() if watched else []), ev["port_range"])
     ev["audit"] = audit(host, profile_ref, service, dirs) if host is not None else {"available": False,
                                                                                     "reason": "not asked"}
     nspath = f"/proc/{pids[0]}/net/netstat"
@@ -88,7 +90,8 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
         stats0 = watched.stats() if watched else None
         watch = target.Watch(pids)
         before, ns0 = proc.snapshot(pids, watch.ids), netstat.snapshot(nspath)
-        window = watch.wait(duration, tick)
+        sampler.sample()
+        window = watch.wait(duration, lambda t: (sampler.sample(), tick and tick(t)))
         after, ns1 = proc.snapshot(pids, watch.ids), (netstat.snapshot(nspath) if Path(nspath).exists() else ns0)
         ev["proxy"] = ({**watched.describe(), "stats_before": stats0, "stats_after": watched.stats()}
                        if watched else None)
@@ -115,6 +118,7 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
     ev["cpu_cores"] = cpu / window if window > 0 else 0.0
     ev["listeners"] = sockets.listeners(pids)
     ev["connections"] = sockets.connections({l["local"].rsplit(":", 1)[-1] for l in ev["listeners"]}, pids)
+    ev["conns"] = sampler.summary()
     ev["cache_dirs"] = observe.observe("", dirs, None)["cache_dirs"] if dirs else []
     ev["perf"] = prof
     ev["loop"] = loop_summary(ev)
@@ -140,7 +144,11 @@ def diagnose(pids: list[int], duration: float, **kw) -> dict:
     ev = gather(pids, duration, **kw)
     if ev["all_exited"]:
         raise target.gone_error(pids, ev["exited"], duration)
-    found = proxies_findings.refine(findings.evaluate(ev), ev)
+    found = proxies_findings.cpu_bound(proxies_findings.refine(findings.evaluate(ev), ev), ev)
+    limited = any(f["severity"] in ("high", "medium") for f in (x.to_json() for x in found))
     return {"target": {"pids": pids, "comm": ev["comm"], "exited": ev["exited"]},
             "window_s": round(ev["window_s"], 2),
-            "findings": [f.to_json() for f in found], "evidence": ev}
+            "findings": [f.to_json() for f in found],
+            "verdict": "limited" if limited else "no limit found",
+            "headroom": owncap.headroom(proxies_findings.caps(ev) if ev.get("proxy") else [], ev),
+            "evidence": ev}

@@ -62,8 +62,10 @@ def doctor_report(r: dict) -> None:
         out.print(f"[dim]skipped {term_text(name)}: {term_text(why)}[/]")
     for pid, at in r["target"].get("exited", {}).items():
         out.print(f"[yellow]pid {pid} exited {at:g} s into the window[/]: its figures end there")
-    if not r["findings"]:
-        out.print("[green]no findings[/]: nothing in this window crossed a rule's threshold")
+    if r.get("verdict") == "no limit found":
+        out.print("[green]no limit found[/]: no cap of the proxy and no kernel limit held it back in this window"
+                  + ("" if not r["findings"] else " (only low findings below)"))
+        headroom(out, r.get("headroom") or [])
     for i, f in enumerate(r["findings"], 1):
         out.print(f"\n{i}. [{SEV_STYLE[f['severity']]}]{f['severity']}[/] [bold]{term_text(f['id'])}[/]: "
                   + term_text(f["title"]))
@@ -85,6 +87,16 @@ def doctor_report(r: dict) -> None:
             out.print("  " + term_text(f"{d['setting']}: {d['current']} -> {d['wanted']}"))
     else:
         out.print(f"\n[dim]host audit: {term_text(a.get('reason'))}[/]")
+
+
+def headroom(out, rows: list[dict]) -> None:
+    """One line per cap and kernel resource: used of limit."""
+    if rows:
+        out.print("[bold]headroom[/] (peak in the window, of the limit):")
+    for h in rows:
+        share = f" ({h['share']:.0%})" if h.get("share") is not None else ""
+        stops = f", stops at {h['stops_at']}" if h.get("stops_at") not in (None, h.get("limit")) else ""
+        out.print("  " + term_text(f"{h['what']}: {h['used']} of {h['limit']}{share}{stops}; {h['where']}"))
 
 
 def probe_maps(name: str, maps: dict) -> None:

@@ -41,21 +41,27 @@ class Deadline:
         return left
 
 
-def socket_inodes(pid: int) -> set[int]:
-    """Inodes of the sockets pid holds open (socket:[INODE] in /proc/PID/fd); empty when gone."""
-    out = set()
+def fd_inventory(pid: int) -> tuple[int, set[int]] | None:
+    """(open fds, inodes of the sockets among them: socket:[INODE] in /proc/PID/fd); None when gone."""
     try:
         names = os.listdir(f"/proc/{int(pid)}/fd")
     except OSError:
-        return out
+        return None
+    socks = set()
     for fd in names:
         try:
             link = os.readlink(f"/proc/{int(pid)}/fd/{fd}")
         except OSError:
             continue
         if m := re.fullmatch(r"socket:\[([0-9]+)\]", link, re.A):
-            out.add(int(m.group(1)))
-    return out
+            socks.add(int(m.group(1)))
+    return len(names), socks
+
+
+def socket_inodes(pid: int) -> set[int]:
+    """Inodes of the sockets pid holds open; empty when gone."""
+    got = fd_inventory(pid)
+    return got[1] if got else set()
 
 
 def held(pids: list[int]) -> set[int]:

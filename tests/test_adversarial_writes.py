@@ -453,10 +453,10 @@ def test_proxy_caps_with_unicode_digits_are_not_read_as_numbers(value):
     from proxytune.probes import proxies_findings as pf
     ev = {"proxy": {"directives": {"maxconn": {"value": value}, "worker_connections": {"value": value},
                                    "proxy.config.net.connections_throttle": {"value": value}}, "config": "/c"},
-          "procs": {"1": {"fds_open": 600}}, "listeners": []}
-    assert pf.haproxy_maxconn(ev, {}) is None
-    found = pf.nginx_worker_connections(ev, {})
-    assert found is not None and found.evidence["worker_connections"] == 512
+          "procs": {"1": {"fds_open": 600}}, "listeners": [], "conns": {"pids": {"1": {"sockets_peak": 600}}}}
+    assert pf.caps({**ev, "proxy": {**ev["proxy"], "kind": "haproxy"}}) == []
+    found = pf.own_findings({**ev, "proxy": {**ev["proxy"], "kind": "nginx"}}, {})
+    assert [f.id for f in found] == ["nginx-worker-connections"] and found[0].evidence["limit"] == 512
 
 
 # ------------------------------------------------------------ Low: renderers on odd but schema-valid results

@@ -102,8 +102,8 @@ def test_haproxy_at_its_maxconn_is_the_finding_not_somaxconn():
     own = f["haproxy-maxconn"]
     assert doc["findings"][0]["id"] == "haproxy-maxconn"
     assert "`maxconn 50`" in own["fix"] and f"{conf}:2" in own["fix"]
-    assert own["evidence"]["Maxconn"] == 50 and own["evidence"]["CurrConns"] >= 48
-    assert own["evidence"]["stats"].startswith("show info on ")
+    assert own["evidence"]["limit"] == 50 and own["evidence"]["used_peak"] >= 48
+    assert own["evidence"]["counted"].startswith("sessions: the larger of `show info` CurrConns")
     assert "accept-queue-overflow" not in f            # folded into the finding as its kernel symptom
     assert own["evidence"]["kernel_symptom"]["finding"] == "accept-queue-overflow"
     assert not any("somaxconn" in x["fix"] for x in doc["findings"] if x["id"] != "haproxy-maxconn")
@@ -169,8 +169,8 @@ def test_varnish_out_of_worker_threads_names_thread_pool_max(tmp_path):
     assert doc["findings"][0]["id"] == "varnish-thread-pool"
     assert "thread_pool_max (now 10, varnishd command line (-p))" in own["fix"]
     ev = own["evidence"]
-    assert ev["thread_limit"] == 20 and ev["threads"] <= 20
-    assert (ev["threads_limited"] or 0) > 0 or (ev["sess_dropped"] or 0) > 0 or ev["thread_queue_len"] > 0
+    assert ev["limit"] == 20 and ev["used_peak"] <= 20
+    assert ev["used_peak"] == 20 or sum(ev["refused_in_window"].values()) > 0
     assert doc["data"]["evidence"]["proxy"]["stats_after"]["source"] == "varnishstat -j"
 
 
@@ -185,7 +185,7 @@ def test_nginx_out_of_worker_connections_names_the_directive():
     assert "nginx-worker-connections" in f, doc["findings"]
     own = f["nginx-worker-connections"]
     assert "`worker_connections 64`" in own["fix"] and f"{conf}:5" in own["fix"]
-    assert own["evidence"]["busiest_worker_fds"] >= 60
+    assert own["evidence"]["used_peak"] >= own["evidence"]["refuses_at"] == 64 - 4 - 8 - 1
 
 
 @needs_doctor
@@ -198,10 +198,10 @@ def test_squid_short_of_fds_is_told_its_max_filedescriptors():
     f = by_id(doc)
     assert doc["findings"][0]["id"] == "squid-fd-limit", [(x["id"], x["evidence"]) for x in doc["findings"]]
     own = f["squid-fd-limit"]
-    assert own["evidence"]["max_fds"] == 256 and own["evidence"]["fds_in_use"] > 256 - 2 * 64 - 5
+    assert own["evidence"]["limit"] == 256 and own["evidence"]["used_peak"] >= 256 - 2 * 64 - 5
     # the cache manager answers when squid still accepts; at its cap only /proc does
-    src = own["evidence"]["source"]
-    assert src.endswith("/squid-internal-mgr/info") or src.startswith("/proc fd count"), src
+    src = own["evidence"]["counted"]
+    assert src.startswith("Number of file desc") or src.startswith("its open fds in /proc"), src
     for fid in ("squid-fd-limit", "low-nofile-limit"):
         assert f"set `max_filedescriptors 65536` in {conf} (not set now" in f[fid]["fix"], f[fid]["fix"]
 
@@ -281,7 +281,7 @@ def test_squid_silent_at_its_cap_is_judged_from_proc():
     assert proxies_findings.refine([], ev(100)) == []
     out = proxies_findings.refine([], ev(205))          # 51 free, under twice squid's reserve of 64
     assert [f.id for f in out] == ["squid-fd-limit"]
-    assert out[0].evidence["max_fds"] == 256 and out[0].evidence["source"].startswith("/proc fd count")
+    assert out[0].evidence["limit"] == 256 and out[0].evidence["counted"].startswith("its open fds in /proc")
 
 
 def test_diags_log_times_have_no_year_and_older_runs_do_not_count():

@@ -1,0 +1,120 @@
+"""Connections as the proxy counts them, sampled through the doctor's window.
+
+A proxy's caps count connections, not fds, and the count moves faster than
+one snapshot can catch: HAProxy's sessions are the client sockets it
+accepted on its own listeners; an nginx worker's connections are every
+socket it holds (clients, upstreams, listeners, its channel); Traffic
+Server's throttle counts client and origin sockets. So every tick (0.25 s)
+one `ss -tanHe` in the target's network namespace is matched by socket
+inode against each process's /proc/PID/fd, giving per process: sockets,
+accepted clients (sockets on one of its listening ports), upstreams, fds;
+per listening port: the accept queue and its backlog; and the ephemeral
+ports in use in the namespace. Peaks over the samples go into the evidence.
+"""
+
+import os
+import re
+import subprocess
+
+from proxytune.core.numbers import uint
+
+from .sockets import fd_inventory
+
+TICK_S = 0.25
+
+
+def netns_prefix(pid: int) -> list[str]:
+    """`nsenter -t PID -n` when the target lives in another network namespace than ours."""
+    try:
+        if os.readlink(f"/proc/{int(pid)}/ns/net") != os.readlink("/proc/self/ns/net"):
+            return ["nsenter", "-t", str(int(pid)), "-n"]
+    except OSError:
+        pass
+    return []
+
+
+def tcp_rows(prefix: list[str]) -> list[tuple[str, int, int, str, int | None]]:
+    """(state, recv-q, send-q, local port, inode) of every TCP socket in the namespace."""
+    try:
+        out = subprocess.run([*prefix, "ss", "-tanHe"], capture_output=True, text=True, timeout=10).stdout
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return []
+    rows = []
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) < 5 or uint(f[1]) is None or uint(f[2]) is None or uint(f[3].rsplit(":", 1)[-1]) is None:
+            continue
+        ino = next((uint(w[4:]) for w in f[5:] if w.startswith("ino:")), None)
+        rows.append((f[0], uint(f[1]), uint(f[2]), f[3].rsplit(":", 1)[-1], ino or None))
+    return rows
+
+
+def parse_range(text: str | None) -> tuple[int, int] | None:
+    m = re.fullmatch(r"\s*([0-9]+)\s+([0-9]+)\s*", text or "", re.A)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+class Sampler:
+    """Call sample() every tick; summary() is the evidence."""
+
+    def __init__(self, pids: list[int], port_range: str | None = None):
+        self.pids = list(dict.fromkeys(pids))
+        self.prefix = netns_prefix(self.pids[0]) if self.pids else []
+        self.range = parse_range(port_range)
+        self.n = 0
+        self.per_pid: dict[int, dict] = {}
+        self.ports: dict[str, dict] = {}
+        self.clients_peak = self.upstream_peak = self.ephemeral_peak = 0
+
+    def sample(self) -> None:
+        inv = {p: got for p in self.pids if (got := fd_inventory(p)) is not None}
+        owner: dict[int, list[int]] = {}
+        for pid, (_, socks) in inv.items():
+            for ino in socks:
+                owner.setdefault(ino, []).append(pid)
+        rows = tcp_rows(self.prefix)
+        listening = {port for state, _, _, port, ino in rows if state == "LISTEN" and ino in owner}
+        counts = {pid: {"clients": 0, "upstream": 0} for pid in inv}
+        eph = 0
+        for state, recvq, sendq, port, ino in rows:
+            if state == "LISTEN":
+                if ino in owner:
+                    self._listener(port, recvq, sendq)
+                continue
+            if self.range and self.range[0] <= int(port) <= self.range[1] and port not in listening:
+                eph += 1
+            for pid in owner.get(ino, ()):
+                counts[pid]["clients" if port in listening else "upstream"] += 1
+        for pid, (fds, socks) in inv.items():
+            peak = self.per_pid.setdefault(pid, {"fds_peak": 0, "sockets_peak": 0, "clients_peak": 0,
+                                                 "upstream_peak": 0})
+            for key, v in (("fds_peak", fds), ("sockets_peak", len(socks)),
+                           ("clients_peak", counts[pid]["clients"]), ("upstream_peak", counts[pid]["upstream"])):
+                peak[key] = max(peak[key], v)
+        self.clients_peak = max(self.clients_peak, sum(c["clients"] for c in counts.values()))
+        self.upstream_peak = max(self.upstream_peak, sum(c["upstream"] for c in counts.values()))
+        self._clients_by_port(rows, owner, listening)
+        self.ephemeral_peak = max(self.ephemeral_peak, eph)
+        self.n += 1
+
+    def _listener(self, port: str, queued: int, backlog: int) -> None:
+        r = self.ports.setdefault(port, {"queued_peak": 0, "queued_samples": 0, "backlog": backlog,
+                                         "clients_peak": 0})
+        r["queued_peak"] = max(r["queued_peak"], queued)
+        r["queued_samples"] += queued > 0
+        r["backlog"] = backlog
+
+    def _clients_by_port(self, rows, owner, listening) -> None:
+        per: dict[str, int] = {}
+        for state, _, _, port, ino in rows:
+            if state != "LISTEN" and port in listening and ino in owner:
+                per[port] = per.get(port, 0) + 1
+        for port, n in per.items():
+            if port in self.ports:
+                self.ports[port]["clients_peak"] = max(self.ports[port]["clients_peak"], n)
+
+    def summary(self) -> dict:
+        size = self.range[1] - self.range[0] + 1 if self.range else None
+        return {"samples": self.n, "tick_s": TICK_S, "pids": {str(p): v for p, v in self.per_pid.items()},
+                "ports": self.ports, "clients_peak": self.clients_peak, "upstream_peak": self.upstream_peak,
+                "ephemeral": {"peak": self.ephemeral_peak, "range_size": size}}

@@ -1,0 +1,267 @@
+"""What every proxy module shares: reading the target's config as the
+target would (with its includes, each directive kept with its `file:line`),
+its command-line options, its own HTTP status page, and the base class a
+proxy module fills in.
+
+A proxy module is one class: how to recognise it (`exe_names`, `unit`,
+`user`, `package`, `profile`), where its config is (`config_arg`,
+`include_keyword`), what it reads there (`parse`), its statistics
+(`stats`), its caps as data (`caps(ev)`, pure over recorded evidence), and
+its fixes in its own terms (`fd_fix`, `port_fix`). Everything read here
+comes from a process we do not trust (see targetread and sockets).
+"""
+
+import glob
+import os
+import re
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+from proxytune.core import procfs
+from proxytune.core.numbers import uint
+
+from .. import sockets, targetread
+
+STATS_SECONDS = 3.0             # the whole of one statistics call: connect, ask, every byte of the answer
+LOG_TAIL = 4 << 20              # a log's last bytes, for what it said since the proxy started
+MAX_CONFIG_FILES = 64           # included files read per config: more than any real layout
+MAX_INCLUDE_DEPTH = 8
+
+
+def argv_of(pid: int) -> list[str]:
+    """The command line; nginx's master rewrites it to one string 'nginx: master process ARGV...'."""
+    argv = procfs.argv_of(pid) or []
+    if len(argv) == 1 and argv[0].startswith("nginx: master process "):
+        argv = argv[0].removeprefix("nginx: master process ").split()
+    return argv
+
+
+def option(argv: list[str], *names: str) -> list[str]:
+    """Values of an option given as `-f X`, `-fX`, `--name=X` or `--name X`, in order."""
+    out = []
+    for i, a in enumerate(argv[1:], 1):
+        for n in names:
+            if a == n and i + 1 < len(argv):
+                out.append(argv[i + 1])
+            elif n.startswith("--") and a.startswith(n + "="):
+                out.append(a[len(n) + 1:])
+            elif not n.startswith("--") and a.startswith(n) and len(a) > len(n):
+                out.append(a[len(n):])
+    return out
+
+
+def as_numbers(d: dict, keep: tuple[str, ...]) -> dict:
+    """The `keep` keys of d whose values are whole ASCII numbers, as ints."""
+    return {k: n for k in keep if (n := uint(str(d.get(k, "")).strip())) is not None}
+
+
+def read_config(pid: int, path: str | None, proc: int | None = None) -> targetread.Read:
+    """A file the target names, read as the target would (targetread)."""
+    return targetread.read(pid, path, proc=proc)
+
+
+@dataclass(frozen=True)
+class Line:
+    file: str
+    number: int
+    text: str
+
+
+def _include_targets(pattern: str, base_dir: str) -> list[str]:
+    """The files an include names: a glob, relative to the main config's directory. Only names are
+    listed here; every file is then read as the target would read it."""
+    if any(ord(c) < 32 for c in pattern):
+        return []
+    path = pattern if pattern.startswith("/") else os.path.join(base_dir, pattern)
+    if not glob.has_magic(path):
+        return [path]
+    return sorted(glob.glob(path))[:MAX_CONFIG_FILES]
+
+
+def config_lines(pid: int, path: str | None, proc: int | None, include_re: re.Pattern | None,
+                 text: str | None = None) -> tuple[list[Line], list[str]]:
+    """Every line of the config and of the files it includes (in place, in order), each with its file
+    and line number; and the included files that could not be read (with why)."""
+    out, unread, budget = [], [], [MAX_CONFIG_FILES]
+    base_dir = os.path.dirname(path or "") or "/"
+
+    def walk(file: str, body: str | None, depth: int) -> None:
+        if body is None:
+            got = read_config(pid, file, proc)
+            if got.text is None:
+                unread.append(f"{file}: {got.why}")
+                return
+            body = got.text
+        for n, raw in enumerate(body.splitlines(), 1):
+            m = include_re.match(raw) if include_re else None
+            if m and depth < MAX_INCLUDE_DEPTH:
+                for inc in _include_targets(m.group(1), base_dir):
+                    if budget[0] > 0:
+                        budget[0] -= 1
+                        walk(inc, None, depth + 1)
+                continue
+            out.append(Line(file, n, raw))
+
+    if path:
+        walk(path, text, 0)
+    return out, unread
+
+
+def directives(lines, names: tuple[str, ...], section: str | None = None) -> dict:
+    """First `name value` of each directive (optionally only inside a top-level `section`), with its
+    file and line. `lines` is config_lines' list, or a text (one file, no includes)."""
+    if isinstance(lines, str) or lines is None:
+        lines = [Line("", n, t) for n, t in enumerate((lines or "").splitlines(), 1)]
+    out: dict = {}
+    current = None
+    for ln in lines:
+        code = ln.text.split("#", 1)[0]
+        if code.strip() and not ln.text[:1].isspace() and section is not None:
+            current = code.split()[0]
+        for statement in re.split(r"[;{}]", code):          # nginx: `events { worker_connections 64; }`
+            words = statement.split()
+            if words and words[0] in names and words[0] not in out and (section is None or current == section):
+                out[words[0]] = {"value": " ".join(words[1:]), "line": ln.number, **({"file": ln.file}
+                                                                                    if ln.file else {})}
+    return out
+
+
+def where(d: dict, name: str, conf: str | None) -> str:
+    """`file:line` of a directive, or where its value comes from when it is not written anywhere."""
+    item = d.get(name) or {}
+    if item.get("line"):
+        return f"{item.get('file') or conf}:{item['line']}"
+    return item.get("where") or (f"{conf} (not set)" if conf else "not set")
+
+
+def peak(p: dict, key: str) -> int | None:
+    """The larger of a statistic read at the window's start and end."""
+    vals = [s.get(key) for s in (p.get("stats_before") or {}, p.get("stats_after") or {}) if s.get("available")]
+    vals = [v for v in vals if isinstance(v, int)]
+    return max(vals) if vals else None
+
+
+def delta(p: dict, key: str) -> int | None:
+    """A statistic's growth over the window (None when either end is missing)."""
+    a, b = p.get("stats_before") or {}, p.get("stats_after") or {}
+    if not isinstance(a.get(key), int) or not isinstance(b.get(key), int):
+        return None
+    return b[key] - a[key]
+
+
+def as_int(d: dict, name: str, default: int | None = None) -> int | None:
+    """A directive's whole value as a number ('1²' and '10k' are none: the rule then stays silent)."""
+    n = uint((d.get(name) or {}).get("value", ""))
+    return default if n is None else n
+
+
+def thread_count(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{int(pid)}/task"))
+    except (OSError, ValueError):
+        return 0
+
+
+class Proxy:
+    """One proxy kind. Subclasses fill in the class attributes and override what they read."""
+    kind = "unknown"
+    exe_names: tuple[str, ...] = ()
+    unit = user = package = ""                  # Debian's unit, the user its limits are for, its package
+    service_user = ""                             # the user its service starts as, when not `user`
+    include_re: re.Pattern | None = None
+
+    def __init__(self, pid: int, exe: str, argv: list[str]):
+        self.pid, self.exe, self.argv = pid, exe, argv
+        self.logs: dict[str, int] = {}           # log path -> its size when first read (the window start)
+        self.proc = targetread.open_proc(pid)      # every read is for this process only, never a recycled pid
+        if self.proc is not None:
+            weakref.finalize(self, os.close, self.proc)
+        got = read_config(pid, self.config_arg(), self.proc)
+        self.config_path, self.config_text, self.config_unread = got.path, got.text, got.why
+        self.lines, self.includes_unread = (config_lines(pid, got.path, self.proc, self.include_re, got.text)
+                                            if got.text is not None else ([], []))
+        for more in self.more_configs()[:MAX_CONFIG_FILES]:
+            lines, unread = config_lines(pid, more, self.proc, self.include_re)
+            self.lines += lines
+            self.includes_unread += unread
+        self.conf = self.parse()
+
+    @classmethod
+    def profile(cls) -> str:
+        return f"linux/{cls.kind}"
+
+    def config_arg(self) -> str | None:
+        return None
+
+    def more_configs(self) -> list[str]:
+        """Config files read after the main one (haproxy's further -f)."""
+        return []
+
+    def parse(self) -> dict:
+        return {}
+
+    def processes(self) -> list[int]:
+        """The pids that hold this proxy's connections (a master's workers too)."""
+        return [p for p in procfs.descendants(self.pid) if p == self.pid or procfs.exe_of(p) == self.exe]
+
+    def stats(self) -> dict:
+        return {"available": False, "reason": f"{self.kind} has no statistics we read"}
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "pid": self.pid, "exe": self.exe, "argv": self.argv[:40],
+                "config": self.config_path, "config_read": self.config_text is not None,
+                "config_unread": self.config_unread, "includes_unread": self.includes_unread[:20],
+                "config_files": sorted({ln.file for ln in self.lines})[:MAX_CONFIG_FILES],
+                "threads": thread_count(self.pid), "directives": self.conf}
+
+    def appended(self, path: str) -> str:
+        """What the log at `path` gained in the window: the first call notes its size (the window
+        start) and returns nothing; later ones read from there, capped (from 0 if it was rotated)."""
+        start = self.logs.get(path)
+        if start is None:
+            got = targetread.read(self.pid, path, cap=0, proc=self.proc)
+            if got.size is not None:
+                self.logs[path] = got.size
+            return ""
+        return targetread.read(self.pid, path, start=start, proc=self.proc).text or ""
+
+    def status_page(self, host_port: str, path: str) -> str:
+        """The body of the target's own HTTP status page at host:port, within STATS_SECONDS;
+        OSError (with the reason) when the target does not hold that port or does not answer."""
+        host, _, port = host_port.rpartition(":")
+        host = host.strip("[]") or "127.0.0.1"
+        try:
+            if not sockets.holds_tcp(self.pid, host, int(port)):
+                raise PermissionError(f"{host_port} is not held by pid {self.pid}: not contacted")
+        except ValueError:
+            raise OSError(f"{host_port} is no IP address and port") from None
+        status, body = sockets.http_get(host, int(port), path, sockets.Deadline(STATS_SECONDS))
+        if status != 200:
+            raise ConnectionError(f"HTTP status {status}")
+        return body
+
+    # ---- `bench proxy`: its stores, and how one is started here (microbench.proxyservers)
+    stores: tuple[str, ...] = ()
+    optional_stores: tuple[str, ...] = ()        # run only when asked for
+    store_design: dict[str, str] = {}           # store -> its design in a few words (the storage question)
+
+    @staticmethod
+    def bench(store: str, plan: dict, origin_port: int, nofile: tuple | None):
+        """A context manager: this proxy with `store`, in front of the origin, for `bench proxy`."""
+        raise NotImplementedError
+
+    # ---- rules over recorded evidence (no live process): see probes/owncap.py
+
+    @staticmethod
+    def caps(ev: dict) -> list:
+        """This proxy's caps with their usage in the window (owncap.Cap)."""
+        return []
+
+    @staticmethod
+    def fd_fix(p: dict) -> str | None:
+        return None
+
+    @staticmethod
+    def port_fix(p: dict) -> str | None:
+        return None

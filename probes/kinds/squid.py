@@ -1,0 +1,99 @@
+"""Squid: `squid -f CONF`, `include` followed, the cache manager's `info`
+page, and its fd cap.
+
+How it counts and refuses (src/fd.cc, src/comm.cc; squid.conf.documented
+max_filedescriptors): Squid counts every descriptor it opens against
+Squid_MaxFD (max_filedescriptors, or the process limit at start) and keeps
+RESERVED_FD = min(100, Squid_MaxFD / 4) back; with fewer than twice that
+free, fdUsageHigh() holds and it defers accepting, so the kernel's queue
+fills long before any EMFILE. At the cap its cache manager is deferred
+too: /proc's count of its fds stands in.
+"""
+
+import re
+
+from ..owncap import Cap
+from .base import Proxy, directives, option, peak, where
+
+INCLUDE = re.compile(r"\s*include\s+(\S+)\s*$")
+SOURCE = "squid src/fd.cc fdUsageHigh/RESERVED_FD, src/comm.cc (accept deferral); max_filedescriptors"
+OUTSIDE_TABLE = 5        # fds squid opened outside its fd table (stdio, its log and pid files): /proc counts them
+
+
+def reserve(max_fds: int) -> int:
+    return min(100, max_fds // 4)
+
+
+class Squid(Proxy):
+    kind, exe_names = "squid", ("squid",)
+    unit, user, package = "squid", "proxy", "squid"
+    include_re = INCLUDE
+    stores = ("ufs", "aufs", "rock")
+    optional_stores = ("diskd",)
+    store_design = {"ufs": "one file per object, open/create/unlink in the event loop",
+                    "aufs": "one file per object, the file calls on a thread pool",
+                    "rock": "one database file of fixed slots, disker process",
+                    "diskd": "one file per object, the file calls in helper processes"}
+
+    @staticmethod
+    def bench(store, plan, origin_port, nofile):
+        from proxytune.microbench import servers
+        return servers.Squid(store, cache_mb=plan["cache_mb"], mem_mb=plan["mem_mb"], nofile=nofile)
+
+    def config_arg(self):
+        return (option(self.argv, "-f") or ["/etc/squid/squid.conf"])[0]
+
+    def parse(self):
+        return directives(self.lines, ("max_filedescriptors", "http_port", "workers", "cache_dir",
+                                       "server_persistent_connections"))
+
+    def stats(self):
+        port = re.search(r"(?:^|:)([0-9]+)$", ((self.conf.get("http_port") or {}).get("value") or "-").split()[0],
+                         re.A)
+        if not port:
+            return {"available": False, "reason": "no http_port to reach the cache manager"}
+        url = f"http://127.0.0.1:{port.group(1)}/squid-internal-mgr/info"
+        try:
+            text = self.status_page(f"127.0.0.1:{port.group(1)}", "/squid-internal-mgr/info")
+        except OSError as e:
+            return {"available": False, "reason": f"cache manager {url}: {e}"}
+        num = lambda label: int(m.group(1)) if (m := re.search(label + r":\s*([0-9]+)", text, re.A)) else None
+        return {"available": True, "source": url,
+                "max_fds": num("Maximum number of file descriptors"),
+                "fds_in_use": num("Number of file desc currently in use"),
+                "fds_available": num("Available number of file descriptors")}
+
+    @staticmethod
+    def caps(ev: dict) -> list[Cap]:
+        p = ev["proxy"]
+        d, conf = p["directives"], p.get("config")
+        used, most = peak(p, "fds_in_use"), peak(p, "max_fds")
+        counted = "Number of file desc currently in use (cache manager)"
+        worst = max((ev.get("procs") or {}).values(), key=lambda pr: pr.get("fd_use", 0), default={})
+        sampled = max((v.get("fds_peak", 0) for v in ((ev.get("conns") or {}).get("pids") or {}).values()),
+                      default=0)
+        if not used:
+            used, most = max(worst.get("fds_open") or 0, sampled), worst.get("nofile_soft")
+            counted = "its open fds in /proc (the cache manager is deferred at the cap)"
+        if not isinstance(most, int) or not most:
+            return []
+        v = d.get("max_filedescriptors", {}).get("value", "not set")
+        return [Cap("squid-fd-limit", "squid", "file-descriptor limit", f"max_filedescriptors {v}", most,
+                    where(d, "max_filedescriptors", conf), used, counted,
+                    most - 2 * reserve(most) - OUTSIDE_TABLE,
+                    "with fewer than twice its reserve free it defers accepting: clients wait in the kernel's "
+                    "queue", SOURCE, Squid.fd_fix(p))]
+
+    @staticmethod
+    def fd_fix(p: dict) -> str:
+        from .nginx import set_or_raise
+        d, conf = p["directives"], p.get("config")
+        return (set_or_raise(d, "max_filedescriptors", conf, 65536) + " and the service's LimitNOFILE with it "
+                "(profile linux/squid); squid -k reconfigure does not raise it: restart squid")
+
+    @staticmethod
+    def port_fix(p: dict) -> str:
+        d, conf = p["directives"], p.get("config")
+        v = d.get("server_persistent_connections", {}).get("value", "on (default)")
+        return (f"keep server connections open: `server_persistent_connections on` (now {v}, "
+                f"{where(d, 'server_persistent_connections', conf)}), and a longer `server_idle_pconn_timeout`")

@@ -1,0 +1,112 @@
+"""The one rule for a proxy's own cap, stated once for every proxy.
+
+A cap is data a proxy module gives (kinds/*.py `caps(ev)`): the directive,
+its value and `file:line`, how the proxy counts usage against it, the usage
+at which the proxy stops accepting, queues or refuses, what it does there,
+and the source that says so. The signature is the same for all: the proxy
+holds its own cap (usage by its own counting at the point where its source
+says it stops) or counts refusals of its own, and its listener's accept
+queue is non-empty (or overflowed) in the window. The cap, not the kernel's
+queue, is then the finding; the queue is its evidence. A cap reached with
+no one waiting is medium (the next burst waits); with clients waiting or
+refused it is high.
+
+When nothing limits the proxy, `headroom` says how far each cap and kernel
+resource is from its limit: silence is not an answer.
+"""
+
+from dataclasses import asdict, dataclass, field
+
+from .findings import Finding
+
+
+@dataclass
+class Cap:
+    id: str                    # the finding's id, e.g. "haproxy-maxconn"
+    proxy: str
+    what: str                  # "global maxconn", "worker_connections (busiest worker, pid 12)"
+    directive: str             # as the operator writes it: "maxconn 200"
+    limit: int | None
+    where: str                 # file:line, or where the value comes from
+    used: int | None           # peak usage in the window, counted as the proxy counts it
+    counted: str               # how `used` was counted
+    refuses_at: int | None     # usage at which the proxy stops accepting, queues or refuses
+    at_cap: str                # what the proxy does there
+    source: str                # the proxy's source file/function or documentation section that says so
+    fix: str
+    refused: dict = field(default_factory=dict)    # the proxy's own count of refusals in the window
+    ports: tuple = ()          # the listener ports this cap governs; () = all of the proxy's
+    estimate: bool = False     # the limit is derived by us, not read from the proxy
+    extra: dict = field(default_factory=dict)      # more counters for the evidence (not refusals)
+
+    def reached(self) -> bool:
+        return self.used is not None and self.refuses_at is not None and self.used >= self.refuses_at
+
+    def refusals(self) -> int:
+        return sum(v for v in self.refused.values() if isinstance(v, int) and v > 0)
+
+
+def accept_queue(ev: dict, ports: tuple = ()) -> dict:
+    """The proxy's listeners in the window: the accept queue's peak over the samples (and at the end),
+    the backlog, and the namespace's ListenOverflows."""
+    sampled = (ev.get("conns") or {}).get("ports") or {}
+    rows = {}
+    for port, s in sampled.items():
+        if not ports or port in ports:
+            rows[port] = {"queued_peak": s.get("queued_peak", 0), "backlog": s.get("backlog"),
+                          "samples_with_queue": s.get("queued_samples", 0)}
+    for l in ev.get("listeners") or []:
+        port = l["local"].rsplit(":", 1)[-1]
+        if not ports or port in ports:
+            r = rows.setdefault(port, {"queued_peak": 0, "backlog": l["backlog"], "samples_with_queue": 0})
+            r["queued_peak"] = max(r["queued_peak"], l["queued"])
+    return {"listeners": rows, "queued_peak": max((r["queued_peak"] for r in rows.values()), default=0),
+            "ListenOverflows": (ev.get("netstat") or {}).get("ListenOverflows", 0)}
+
+
+def kernel_symptom(generic: dict) -> dict | None:
+    f = generic.get("accept-queue-overflow")
+    return {"finding": "accept-queue-overflow", **f.evidence} if f else None
+
+
+def finding(cap: Cap, ev: dict, generic: dict) -> Finding | None:
+    """The cap as a finding when the proxy holds it or refuses by its own count; else None."""
+    refused = cap.refusals()
+    if not (cap.reached() or refused):
+        return None
+    q = accept_queue(ev, cap.ports)
+    waiting = q["queued_peak"] > 0 or q["ListenOverflows"] > 0
+    limit = f"{cap.limit}{' (estimated)' if cap.estimate else ''}"
+    return Finding(cap.id, "high" if refused or waiting else "medium",
+                   f"{cap.proxy} is at its {cap.what} {limit}: {cap.at_cap}",
+                   {"cap": cap.directive, "limit": cap.limit, "where": cap.where, "used_peak": cap.used,
+                    "counted": cap.counted, "refuses_at": cap.refuses_at, "at_cap": cap.at_cap,
+                    "source": cap.source, "refused_in_window": cap.refused, "accept_queue": q,
+                    "limit_estimated": cap.estimate, **cap.extra, "kernel_symptom": kernel_symptom(generic)},
+                   cap.fix, impact=1e6 + refused + q["ListenOverflows"])
+
+
+def headroom(caps: list[Cap], ev: dict) -> list[dict]:
+    """How far the proxy is from each of its caps and the kernel's limits, for the answer
+    'no limit found'."""
+    rows = [{"what": f"{c.proxy} {c.what}", "used": c.used, "limit": c.limit, "stops_at": c.refuses_at,
+             "where": c.where} for c in caps]
+    for p in (ev.get("procs") or {}).values():
+        if isinstance(p.get("nofile_soft"), int):
+            rows.append({"what": f"fds of pid {p['pid']} ({p.get('comm')})", "used": p.get("fds_open"),
+                         "limit": p["nofile_soft"], "where": "its soft RLIMIT_NOFILE"})
+    q = accept_queue(ev)
+    for port, l in q["listeners"].items():
+        rows.append({"what": f"accept queue of port {port}", "used": l["queued_peak"], "limit": l["backlog"],
+                     "where": "listen backlog (capped by net.core.somaxconn)"})
+    eph = (ev.get("conns") or {}).get("ephemeral")
+    if eph and eph.get("range_size"):
+        rows.append({"what": "ephemeral ports in use in its network namespace", "used": eph.get("peak"),
+                     "limit": eph["range_size"], "where": f"net.ipv4.ip_local_port_range {ev.get('port_range')}"})
+    for r in rows:
+        r["share"] = round(r["used"] / r["limit"], 3) if isinstance(r["used"], int) and r["limit"] else None
+    return rows
+
+
+def as_json(caps: list[Cap]) -> list[dict]:
+    return [asdict(c) for c in caps]
