@@ -71,6 +71,8 @@ def doctor_report(r: dict) -> None:
             if v not in (None, {}, []):
                 out.print(f"     {term_text(k)}: {_short(v)}")
         out.print(f"   [green]fix[/]: {term_text(f['fix'])}")
+    if ev.get("kernel"):
+        out.print("\n[bold]kernel[/]: " + term_text(kernel_headroom(ev["kernel"])))
     loop = ev["loop"]
     out.print("\n[bold]event loop[/]: " + term_text(
         f"{loop['waits_per_s']} waits/s, {loop['events_per_s']} events/s ({loop['events_per_wait']} per wait), "
@@ -85,6 +87,24 @@ def doctor_report(r: dict) -> None:
             out.print("  " + term_text(f"{d['setting']}: {d['current']} -> {d['wanted']}"))
     else:
         out.print(f"\n[dim]host audit: {term_text(a.get('reason'))}[/]")
+
+
+def kernel_headroom(k: dict) -> str:
+    """The namespace's kernel resources against their caps, also when no rule fired (silence is not an answer)."""
+    s, ss, ct = k.get("sysctl") or {}, k.get("sockstat") or {}, k.get("conntrack") or {}
+    parts = []
+    if s.get("net.ipv4.tcp_max_tw_buckets") is not None and ss.get("tw") is not None:
+        parts.append(f"TIME_WAIT {ss['tw']} of {s['net.ipv4.tcp_max_tw_buckets']} buckets")
+    parts.append(f"conntrack {ct['count']} of {ct['max']} entries" if ct.get("available")
+                 else f"conntrack unavailable ({ct.get('reason')})")
+    mem = s.get("net.ipv4.tcp_mem")
+    if isinstance(mem, list) and len(mem) == 3 and ss.get("mem") is not None:
+        parts.append(f"TCP memory {ss['mem']} pages (pressure above {mem[1]}, max {mem[2]}; host-wide)")
+    if s.get("net.ipv4.tcp_max_orphans") is not None and ss.get("orphan") is not None:
+        parts.append(f"orphans {ss['orphan']} of {s['net.ipv4.tcp_max_orphans']} (host-wide)")
+    if k.get("sysctl_error"):
+        parts.append(f"the target's sysctls not read: {k['sysctl_error']}")
+    return ", ".join(parts)
 
 
 def probe_maps(name: str, maps: dict) -> None:

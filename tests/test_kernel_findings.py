@@ -233,3 +233,13 @@ def test_netstat_reads_ip_out_no_routes_beside_tcpext(tmp_path):
     assert netstat.snapshot(str(tmp_path / "netstat")) == {"ListenDrops": 5, "TCPTimeWaitOverflow": 7}
     (tmp_path / "snmp").write_text("Ip: Forwarding OutNoRoutes\nIp: 1 9\nTcp: RtoMin\nTcp: 200\n")
     assert netstat.snapshot(str(tmp_path / "netstat"))["OutNoRoutes"] == 9
+
+
+def test_the_report_shows_kernel_headroom_also_without_findings():
+    from proxytune.probes import render
+    k = kernel(sockstat={"tw": 8}, sysctl={"net.ipv4.tcp_max_tw_buckets": 8})
+    line = render.kernel_headroom(k)
+    assert "TIME_WAIT 8 of 8 buckets" in line and f"conntrack 100 of {CT_MAX}" in line
+    assert "pressure above 383867" in line and "orphans 10 of 131072" in line
+    k["conntrack"] = nsstate.conntrack({}, None, None, None)
+    assert "conntrack unavailable (nf_conntrack is not loaded" in render.kernel_headroom(k)
