@@ -243,3 +243,29 @@ def test_the_report_shows_kernel_headroom_also_without_findings():
     assert "pressure above 383867" in line and "orphans 10 of 131072" in line
     k["conntrack"] = nsstate.conntrack({}, None, None, None)
     assert "conntrack unavailable (nf_conntrack is not loaded" in render.kernel_headroom(k)
+
+
+@pytest.mark.skipif(not (IS_ROOT and shutil.which("unshare") and shutil.which("nsenter")), reason="needs root")
+def test_the_reading_is_the_targets_namespace_and_global_knobs_come_from_the_host():
+    p, pid = start(["unshare", "-n", "sh", "-c",
+                    "echo 5 > /proc/sys/net/ipv4/tcp_max_tw_buckets && echo ready $$ && exec sleep 60"])
+    try:
+        k = nsstate.read(pid, nsstate.conntrack_stats(pid))
+    finally:
+        stop(p)
+    host = nsstate.read(os.getpid(), None)
+    assert k["sysctl_error"] is None and k["sysctl"]["net.ipv4.tcp_max_tw_buckets"] == 5
+    assert host["sysctl"]["net.ipv4.tcp_max_tw_buckets"] == int(Path("/proc/sys/net/ipv4/tcp_max_tw_buckets").read_text())
+    assert k["sysctl"]["net.ipv4.tcp_mem"] == host["sysctl"]["net.ipv4.tcp_mem"]     # global: one value for all
+    assert k["sockstat"]["inuse"] == 0 and k["sockstat"]["tw"] == 0                  # nothing runs in it
+    if Path("/proc/sys/net/netfilter/nf_conntrack_count").exists():
+        assert k["conntrack"]["available"] and k["conntrack"]["count"] == 0
+        assert k["conntrack"]["stats_delta"] == {"drop": 0, "insert_failed": 0, "early_drop": 0}
+    else:
+        assert not k["conntrack"]["available"] and "not loaded" in k["conntrack"]["reason"]
+
+
+def test_a_namespace_that_cannot_be_entered_is_said_so():
+    values, error = nsstate.sysctls(2 ** 22 + 1)                # above any pid_max: no such process
+    assert error and not any(n in values for n in nsstate.PER_NS)
+    assert "could not read the target's namespace" in nsstate.conntrack(values, error, None, None)["reason"]
