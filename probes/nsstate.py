@@ -107,11 +107,11 @@ def conntrack_stats(pid: int) -> dict | None:
 
 def conntrack(values: dict, error: str | None, before: dict | None, after: dict | None) -> dict:
     """The namespace's conntrack table: entries against the cap and the drops in the window, or why not."""
-    if "net.netfilter.nf_conntrack_count" not in values or "net.netfilter.nf_conntrack_max" not in values:
+    count, cap = values.get("net.netfilter.nf_conntrack_count"), values.get("net.netfilter.nf_conntrack_max")
+    if not (isinstance(count, int) and isinstance(cap, int)):
         return {"available": False,
                 "reason": f"could not read the target's namespace: {error}" if error else
                 "nf_conntrack is not loaded (no net.netfilter.nf_conntrack_count in the target's namespace)"}
-    count, cap = values["net.netfilter.nf_conntrack_count"], values["net.netfilter.nf_conntrack_max"]
     return {"available": True, "count": count, "max": cap, "buckets": values.get("net.netfilter.nf_conntrack_buckets"),
             "use": round(count / cap, 4) if cap else None,
             "stats_delta": ({k: after[k] - before.get(k, 0) for k in after} if before is not None and after
