@@ -1163,6 +1163,9 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, fm
       fd-exhaustion, low-nofile-limit, accept-queue-overflow,
       syn-backlog-overflow, ephemeral-port-exhaustion, poll-scan,
       blocking-disk-io, file-per-object-churn, cache-dir-atime, cpu-hotspot,
+      time-wait-overflow, conntrack-full, tcp-memory-pressure,
+      orphan-sockets, listen-drops (the kernel's tables and counters in the
+      target's network namespace),
       and the proxy's own caps: haproxy-maxconn, varnish-thread-pool,
       nginx-worker-connections, squid-fd-limit,
       trafficserver-connections-throttle (read from its config and stats)

@@ -17,8 +17,8 @@ from proxytune.core import procfs, procgroup
 from proxytune.core.capability import no
 from proxytune.tune import audit as audit_mod, observe, params
 
-from . import bpftrace, caps, connsample, findings, netstat, owncap, perf, proc, proxies, proxies_findings, sockets, \
-    target
+from . import bpftrace, caps, connsample, findings, netstat, nsstate, owncap, perf, proc, proxies, proxies_findings, \
+    sockets, target
 
 DEFAULT_SCRIPTS = ["pollscan", "fd_errors", "connect_errors", "file_lifecycle", "loop_blocking"]
 DEEP_SCRIPTS = ["epoll_events", "biolatency", "runqlat"]
@@ -90,9 +90,11 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
         stats0 = watched.stats() if watched else None
         watch = target.Watch(pids)
         before, ns0 = proc.snapshot(pids, watch.ids), netstat.snapshot(nspath)
+        ct0 = nsstate.conntrack_stats(pids[0])
         sampler.sample()
         window = watch.wait(duration, lambda t: (sampler.sample(), tick and tick(t)))
         after, ns1 = proc.snapshot(pids, watch.ids), (netstat.snapshot(nspath) if Path(nspath).exists() else ns0)
+        ev["kernel"] = nsstate.read(pids[0], ct0)         # sysctls, sockstat, conntrack of its namespace
         ev["proxy"] = ({**watched.describe(), "stats_before": stats0, "stats_after": watched.stats()}
                        if watched else None)
         maps = run.stop()

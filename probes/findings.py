@@ -31,6 +31,17 @@ HOTSPOT_MIN_CPU = 0.20
 HOTSPOT_MIN_SHARE = 0.10
 # cpu-hotspot needs this many samples of the target to say anything.
 HOTSPOT_MIN_SAMPLES = 50
+# time-wait-overflow: a TIME_WAIT bucket lives TCP_TIMEWAIT_LEN (60 s, include/net/tcp.h), so the buckets a
+# close rate needs are rate * 60; the suggested cap is twice that.
+TIME_WAIT_S = 60
+# conntrack-full: __nf_conntrack_alloc() (net/netfilter/nf_conntrack_core.c) early-drops, then drops the
+# packet ("table full, dropping packet") once the namespace's count passes nf_conntrack_max; this share of
+# the cap leaves one burst of headroom.
+CONNTRACK_USE_MAX = 0.90
+# orphan-sockets: tcp_out_of_resources() (net/ipv4/tcp_timer.c) calls tcp_check_oom() with a shift of up to
+# 2 for an orphan that is silent or got ICMP errors, and tcp_too_many_orphans() resets it once
+# orphans << shift > tcp_max_orphans: resets start at a quarter of the limit.
+ORPHAN_SHARE = 0.25
 
 
 @dataclass
@@ -204,6 +215,134 @@ def cache_dir_atime(ev: dict) -> Finding | None:
                    impact=opens / 10000, references=["Squid: The Definitive Guide, Appendix D"])
 
 
+def _rate(n: float, ev: dict) -> float:
+    """A TcpExt delta per second of the doctor's window."""
+    return n / ev["window_s"] if ev.get("window_s") else 0.0
+
+
+def _kernel(ev: dict) -> tuple[dict, dict]:
+    """The namespace's sysctls and TCP sockstat line (empty when they were not read)."""
+    k = ev.get("kernel") or {}
+    return k.get("sysctl") or {}, k.get("sockstat") or {}
+
+
+def time_wait_overflow(ev: dict) -> Finding | None:
+    # tcp_time_wait() (net/ipv4/tcp_minisocks.c): when inet_twsk_alloc() refuses a bucket because
+    # tcp_max_tw_buckets are in use, the socket is closed at once and TCPTimeWaitOverflow counts it.
+    n = ev["netstat"].get("TCPTimeWaitOverflow", 0)
+    if n <= 0:
+        return None
+    sysctl, ss = _kernel(ev)
+    cap, tw, rate = sysctl.get("net.ipv4.tcp_max_tw_buckets"), ss.get("tw"), _rate(n, ev)
+    want = 2 * ((tw or 0) + int(rate * TIME_WAIT_S) + 1)
+    return Finding("time-wait-overflow", "medium", "closed connections skip TIME_WAIT: tcp_max_tw_buckets is reached",
+                   {"TCPTimeWaitOverflow": n, "per_s": round(rate, 1), "tcp_max_tw_buckets": cap,
+                    "time_wait_now": tw,
+                    "note": "without TIME_WAIT a late segment of the old connection can reach a new one on the "
+                            "same ports; TcpExt and the cap are the target's network namespace's"},
+                   f"raise net.ipv4.tcp_max_tw_buckets (now {cap}; at least {max(want, (cap or 0) * 2)}: each "
+                   f"bucket lives {TIME_WAIT_S} s) and close fewer connections: keep-alive to the origins "
+                   "(squid server_persistent_connections on, nginx upstream `keepalive`, HAProxy `http-reuse`) "
+                   "and to the clients", impact=rate)
+
+
+def conntrack_full(ev: dict) -> Finding | None:
+    ct = (ev.get("kernel") or {}).get("conntrack") or {}
+    if not ct.get("available"):
+        return None
+    st = ct.get("stats_delta") or {}
+    lost = st.get("drop", 0) + st.get("insert_failed", 0)
+    use = ct["count"] / ct["max"] if ct.get("max") else 0.0        # not the rounded share in the evidence
+    if lost <= 0 and st.get("early_drop", 0) <= 0 and use < CONNTRACK_USE_MAX:
+        return None
+    return Finding("conntrack-full", "high" if lost > 0 else "medium", "the connection-tracking table is full",
+                   {"nf_conntrack_count": ct["count"], "nf_conntrack_max": ct["max"], "use": round(use, 4),
+                    "nf_conntrack_buckets": ct.get("buckets"), "stats_delta": st or None,
+                    "drops_per_s": round(_rate(lost, ev), 1),
+                    "note": "drop: new connections dropped (table full); insert_failed: entries lost on insert; "
+                            "early_drop: old entries evicted to make room"},
+                   f"raise net.netfilter.nf_conntrack_max (now {ct['max']}) and the hash table with it "
+                   f"(net.netfilter.nf_conntrack_buckets, now {ct.get('buckets')}), or stop tracking the proxy's "
+                   "own traffic: nft `... raw prerouting tcp dport PORT notrack` and `raw output tcp sport PORT "
+                   "notrack` (iptables -t raw ... -j CT --notrack)", impact=_rate(lost, ev) + use)
+
+
+def tcp_memory_pressure(ev: dict) -> Finding | None:
+    # __sk_mem_raise_allocated() (net/core/sock.c): above tcp_mem[1] pages TCP enters memory pressure
+    # (tcp_enter_memory_pressure counts TCPMemoryPressures) and shrinks buffers; above tcp_mem[2] it refuses
+    # allocations: receive queues are pruned and packets dropped (RcvPruned, TCPRcvQDrop).
+    d = ev["netstat"]
+    sysctl, ss = _kernel(ev)
+    limits, mem = sysctl.get("net.ipv4.tcp_mem"), ss.get("mem")
+    limits = limits if isinstance(limits, list) and len(limits) == 3 else None
+    entered = d.get("TCPMemoryPressures", 0)
+    over = limits is not None and mem is not None and mem > limits[1]
+    if entered <= 0 and not over:
+        return None
+    dropped = d.get("TCPRcvQDrop", 0) + d.get("RcvPruned", 0)
+    hard = limits is not None and mem is not None and mem > limits[2]
+    page = (ev.get("kernel") or {}).get("page_size") or 4096
+    now = " ".join(map(str, limits)) if limits else "unknown"
+    more = " ".join(str(v * 2) for v in limits) if limits else "twice each value"
+    return Finding("tcp-memory-pressure", "high" if hard or dropped else "medium",
+                   "TCP is short of memory: buffers are shrunk" + (", packets dropped" if hard or dropped else ""),
+                   {"TCPMemoryPressures": entered, "TCPRcvQDrop": d.get("TCPRcvQDrop", 0),
+                    "RcvPruned": d.get("RcvPruned", 0), "tcp_mem_pages_now": mem, "tcp_mem": limits,
+                    "tcp_mem_MiB_now": round(mem * page / 2**20) if mem is not None else None,
+                    "note": "tcp_mem and the pages in use are host-wide (all namespaces)"},
+                   f"raise net.ipv4.tcp_mem (now {now} pages of {page} bytes; e.g. {more} if RAM allows) and find "
+                   "the sockets that hold the memory: `ss -tmn` shows each socket's buffers; large Recv-Q/Send-Q "
+                   "are slow readers (clients that do not read, or a proxy that reads origins faster than it "
+                   "sends): cap them with smaller buffers or the proxy's read-ahead limits", impact=entered + dropped)
+
+
+def orphan_sockets(ev: dict) -> Finding | None:
+    # tcp_check_oom() (net/ipv4/tcp.c) resets an orphan (closed by the proxy, data or FIN still in flight)
+    # with "too many orphaned sockets" or "out of memory -- consider tuning tcp_mem"; TCPAbortOnMemory counts it.
+    aborts = ev["netstat"].get("TCPAbortOnMemory", 0)
+    sysctl, ss = _kernel(ev)
+    cap, orphans = sysctl.get("net.ipv4.tcp_max_orphans"), ss.get("orphan")
+    share = orphans / cap if isinstance(cap, int) and cap > 0 and orphans is not None else 0.0
+    if aborts <= 0 and share < ORPHAN_SHARE:
+        return None
+    fin = sysctl.get("net.ipv4.tcp_fin_timeout")
+    return Finding("orphan-sockets", "high" if aborts else "medium",
+                   "orphaned sockets are reset" if aborts else "orphaned sockets near tcp_max_orphans",
+                   {"TCPAbortOnMemory": aborts, "per_s": round(_rate(aborts, ev), 1), "orphans_now": orphans,
+                    "tcp_max_orphans": cap, "share": round(share, 3), "tcp_fin_timeout": fin,
+                    "note": "orphans and tcp_max_orphans are host-wide; an orphan is reset from a quarter of "
+                            "the limit when it is idle or got ICMP errors, and TCPAbortOnMemory also counts "
+                            "resets for memory over tcp_mem[2] (see tcp-memory-pressure)"},
+                   f"raise net.ipv4.tcp_max_orphans (now {cap}; each orphan can pin up to ~64 KB), shorten "
+                   f"net.ipv4.tcp_fin_timeout (now {fin} s) so FIN_WAIT2 orphans go sooner, and find the cause: "
+                   "`ss -tan state fin-wait-1 state fin-wait-2 state last-ack` shows the peers that stopped "
+                   "reading or answering (a client gone, an origin that never closes)", impact=aborts + share)
+
+
+def listen_drops(ev: dict) -> Finding | None:
+    # tcp_listendrop() counts ListenDrops for every SYN or handshake ACK a listener drops; ListenOverflows is
+    # the accept-queue-full subset and TCPReqQFullDrop the SYN-queue-full one (both named by their own
+    # findings). The rest (net/ipv4/tcp_input.c tcp_conn_request, net/ipv4/tcp_ipv4.c): no route back to the
+    # client (route_req fails), no memory for the request or the child socket (inet_reqsk_alloc,
+    # tcp_v4_syn_recv_sock), SYNs to a broadcast/multicast address, an LSM refusing the request.
+    d = ev["netstat"]
+    drops, over, synq = d.get("ListenDrops", 0), d.get("ListenOverflows", 0), d.get("TCPReqQFullDrop", 0)
+    other = drops - over - synq
+    if other <= 0:
+        return None
+    return Finding("listen-drops", "high", "listeners drop connection requests that are not queue overflows",
+                   {"ListenDrops": drops, "ListenOverflows": over, "TCPReqQFullDrop": synq, "other_drops": other,
+                    "per_s": round(_rate(other, ev), 1), "OutNoRoutes": d.get("OutNoRoutes"),
+                    "other_causes": "no route back to the client, no memory for the request or the new socket, "
+                                    "SYNs to a broadcast/multicast address, a security module refusing it",
+                    "note": "TcpExt counters are for the whole network namespace; Ip OutNoRoutes growing with "
+                            "the drops points at the route back to the clients"},
+                   "check the route back to the clients (`ip route get CLIENT`; rp_filter and policy routing), "
+                   "then memory (see tcp-memory-pressure; dmesg for "
+                   "allocation failures) and SELinux/AppArmor denials; `perf trace -e skb:kfree_skb` or "
+                   "`dropwatch` names the dropping function", impact=_rate(other, ev))
+
+
 IRQ_RESTORE = ("_raw_spin_unlock_irqrestore", "_raw_spin_unlock_irq", "pv_native_safe_halt")
 
 
@@ -239,7 +378,8 @@ def cpu_hotspot(ev: dict) -> Finding | None:
 
 
 RULES = [fd_exhaustion, low_nofile_limit, accept_queue_overflow, syn_backlog_overflow, ephemeral_port_exhaustion,
-         poll_scan, blocking_disk_io, file_per_object_churn, cache_dir_atime, cpu_hotspot]
+         poll_scan, blocking_disk_io, file_per_object_churn, cache_dir_atime, cpu_hotspot,
+         time_wait_overflow, conntrack_full, tcp_memory_pressure, orphan_sockets, listen_drops]
 
 
 def evaluate(ev: dict) -> list[Finding]:

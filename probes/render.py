@@ -66,6 +66,8 @@ def doctor_report(r: dict) -> None:
         out.print("[green]no limit found[/]: no cap of the proxy and no kernel limit held it back in this window"
                   + ("" if not r["findings"] else " (only low findings below)"))
         headroom(out, r.get("headroom") or [])
+    elif not r["findings"]:
+        out.print("[green]no findings[/]: nothing in this window crossed a rule's threshold")
     for i, f in enumerate(r["findings"], 1):
         out.print(f"\n{i}. [{SEV_STYLE[f['severity']]}]{f['severity']}[/] [bold]{term_text(f['id'])}[/]: "
                   + term_text(f["title"]))
@@ -73,6 +75,8 @@ def doctor_report(r: dict) -> None:
             if v not in (None, {}, []):
                 out.print(f"     {term_text(k)}: {_short(v)}")
         out.print(f"   [green]fix[/]: {term_text(f['fix'])}")
+    if ev.get("kernel"):
+        out.print("\n[bold]kernel[/]: " + term_text(kernel_headroom(ev["kernel"])))
     loop = ev["loop"]
     out.print("\n[bold]event loop[/]: " + term_text(
         f"{loop['waits_per_s']} waits/s, {loop['events_per_s']} events/s ({loop['events_per_wait']} per wait), "
@@ -97,6 +101,24 @@ def headroom(out, rows: list[dict]) -> None:
         share = f" ({h['share']:.0%})" if h.get("share") is not None else ""
         stops = f", stops at {h['stops_at']}" if h.get("stops_at") not in (None, h.get("limit")) else ""
         out.print("  " + term_text(f"{h['what']}: {h['used']} of {h['limit']}{share}{stops}; {h['where']}"))
+
+
+def kernel_headroom(k: dict) -> str:
+    """The namespace's kernel resources against their caps, also when no rule fired (silence is not an answer)."""
+    s, ss, ct = k.get("sysctl") or {}, k.get("sockstat") or {}, k.get("conntrack") or {}
+    parts = []
+    if s.get("net.ipv4.tcp_max_tw_buckets") is not None and ss.get("tw") is not None:
+        parts.append(f"TIME_WAIT {ss['tw']} of {s['net.ipv4.tcp_max_tw_buckets']} buckets")
+    parts.append(f"conntrack {ct['count']} of {ct['max']} entries" if ct.get("available")
+                 else f"conntrack unavailable ({ct.get('reason')})")
+    mem = s.get("net.ipv4.tcp_mem")
+    if isinstance(mem, list) and len(mem) == 3 and ss.get("mem") is not None:
+        parts.append(f"TCP memory {ss['mem']} pages (pressure above {mem[1]}, max {mem[2]}; host-wide)")
+    if s.get("net.ipv4.tcp_max_orphans") is not None and ss.get("orphan") is not None:
+        parts.append(f"orphans {ss['orphan']} of {s['net.ipv4.tcp_max_orphans']} (host-wide)")
+    if k.get("sysctl_error"):
+        parts.append(f"the target's sysctls not read: {k['sysctl_error']}")
+    return ", ".join(parts)
 
 
 def probe_maps(name: str, maps: dict) -> None:
