@@ -9,7 +9,9 @@ one `ss -tanHe` in the target's network namespace is matched by socket
 inode against each process's /proc/PID/fd, giving per process: sockets,
 accepted clients (sockets on one of its listening ports), upstreams, fds;
 per listening port: the accept queue and its backlog; and the ephemeral
-ports in use in the namespace. Peaks over the samples go into the evidence.
+ports connected sockets use in the namespace (TIME-WAIT ones once, at the
+end: one dump of tens of thousands of them would let the sockets a process
+holds change under it). Peaks over the samples go into the evidence.
 """
 
 import os
@@ -33,10 +35,13 @@ def netns_prefix(pid: int) -> list[str]:
     return []
 
 
-def tcp_rows(prefix: list[str]) -> list[tuple[str, int, int, str, int | None]]:
-    """(state, recv-q, send-q, local port, inode) of every TCP socket in the namespace."""
+def tcp_rows(prefix: list[str], time_wait: bool = False) -> list[tuple[str, int, int, str, int | None]]:
+    """(state, recv-q, send-q, local port, inode) of every TCP socket in the namespace; TIME-WAIT ones only
+    when asked: under churn there are tens of thousands, and a dump that long lets the sockets a process
+    holds change under it (no process holds a TIME-WAIT socket)."""
+    argv = [*prefix, "ss", "-tanHe"] + ([] if time_wait else ["exclude", "time-wait"])
     try:
-        out = subprocess.run([*prefix, "ss", "-tanHe"], capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
     except (FileNotFoundError, subprocess.TimeoutExpired):
         return []
     rows = []
@@ -113,8 +118,18 @@ class Sampler:
             if port in self.ports:
                 self.ports[port]["clients_peak"] = max(self.ports[port]["clients_peak"], n)
 
+    def ephemeral_now(self) -> int | None:
+        """Ephemeral ports in use in the namespace now, TIME-WAIT included (one full dump)."""
+        if not self.range:
+            return None
+        rows = tcp_rows(self.prefix, time_wait=True)
+        listening = {port for state, _, _, port, _ in rows if state == "LISTEN"}
+        return sum(1 for state, _, _, port, _ in rows
+                   if state != "LISTEN" and port not in listening and self.range[0] <= int(port) <= self.range[1])
+
     def summary(self) -> dict:
         size = self.range[1] - self.range[0] + 1 if self.range else None
         return {"samples": self.n, "tick_s": TICK_S, "pids": {str(p): v for p, v in self.per_pid.items()},
                 "ports": self.ports, "clients_peak": self.clients_peak, "upstream_peak": self.upstream_peak,
-                "ephemeral": {"peak": self.ephemeral_peak, "range_size": size}}
+                "ephemeral": {"peak_connected": self.ephemeral_peak, "at_end_with_time_wait": self.ephemeral_now(),
+                              "range_size": size}}

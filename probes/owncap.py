@@ -101,8 +101,10 @@ def headroom(caps: list[Cap], ev: dict) -> list[dict]:
                      "where": "listen backlog (capped by net.core.somaxconn)"})
     eph = (ev.get("conns") or {}).get("ephemeral")
     if eph and eph.get("range_size"):
-        rows.append({"what": "ephemeral ports in use in its network namespace", "used": eph.get("peak"),
-                     "limit": eph["range_size"], "where": f"net.ipv4.ip_local_port_range {ev.get('port_range')}"})
+        used = max(v for v in (eph.get("peak_connected"), eph.get("at_end_with_time_wait"), 0) if v is not None)
+        rows.append({"what": "ephemeral ports in use in its network namespace (TIME-WAIT counted at the end)",
+                     "used": used, "limit": eph["range_size"],
+                     "where": f"net.ipv4.ip_local_port_range {ev.get('port_range')}"})
     for r in rows:
         r["share"] = round(r["used"] / r["limit"], 3) if isinstance(r["used"], int) and r["limit"] else None
     return rows

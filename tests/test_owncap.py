@@ -149,13 +149,14 @@ def test_trafficserver_throttles_accepts_with_ten_percent_headroom():
 
 def test_no_limit_found_says_so_with_headroom_on_every_cap_and_resource():
     ev = hap_ev({"8080": 20}, procs={"1": {"pid": 1, "comm": "haproxy", "fds_open": 50, "nofile_soft": 4096}})
-    ev["conns"]["ephemeral"] = {"peak": 100, "range_size": 28232}
+    ev["conns"]["ephemeral"] = {"peak_connected": 100, "at_end_with_time_wait": 3000, "range_size": 28232}
     ev["port_range"] = "32768 60999"
     rows = {r["what"]: r for r in owncap.headroom(proxies_findings.caps(ev), ev)}
     assert rows["haproxy global maxconn"]["used"] == 20 and rows["haproxy global maxconn"]["limit"] == 200
     assert rows["fds of pid 1 (haproxy)"]["share"] == round(50 / 4096, 3)
     assert rows["accept queue of port 8080"]["limit"] == 100
-    assert rows["ephemeral ports in use in its network namespace"]["limit"] == 28232
+    eph = next(r for w, r in rows.items() if w.startswith("ephemeral ports"))
+    assert eph["limit"] == 28232 and eph["used"] == 3000
 
 
 def test_a_saturated_proxy_whose_only_finding_is_a_hotspot_is_cpu_bound():
