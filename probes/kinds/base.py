@@ -156,6 +156,13 @@ def as_int(d: dict, name: str, default: int | None = None) -> int | None:
     return default if n is None else n
 
 
+def nofile_now(p: dict) -> str:
+    """The process's fd limit as the fix quotes it: where it comes from on a Debian host."""
+    lim = p.get("nofile") or []
+    now = f"soft {lim[0]}, hard {lim[1]}" if len(lim) == 2 else "unknown"
+    return f"its RLIMIT_NOFILE now: {now} (set by the unit's LimitNOFILE, or the shell's ulimit -n that started it)"
+
+
 def thread_count(pid: int) -> int:
     try:
         return len(os.listdir(f"/proc/{int(pid)}/task"))
@@ -213,7 +220,8 @@ class Proxy:
                 "config": self.config_path, "config_read": self.config_text is not None,
                 "config_unread": self.config_unread, "includes_unread": self.includes_unread[:20],
                 "config_files": sorted({ln.file for ln in self.lines})[:MAX_CONFIG_FILES],
-                "threads": thread_count(self.pid), "directives": self.conf}
+                "threads": thread_count(self.pid), "nofile": list(procfs.nofile_limits(self.pid) or []),
+                "directives": self.conf}
 
     def appended(self, path: str) -> str:
         """What the log at `path` gained in the window: the first call notes its size (the window

@@ -21,7 +21,7 @@ from proxytune.core.numbers import is_uint, uint
 
 from .. import sockets
 from ..owncap import Cap
-from .base import STATS_SECONDS, Proxy, as_int, directives, option, peak, where
+from .base import STATS_SECONDS, Proxy, as_int, directives, nofile_now, option, peak, where
 
 SOURCE = "haproxy src/listener.c listener_accept/limit_listener; maxconn in the configuration manual, section 3.2/4.2"
 AT_CAP = "it stops polling its listeners, so new clients wait in the kernel's accept queue"
@@ -153,7 +153,7 @@ class HAProxy(Proxy):
         v = d.get("maxconn", {}).get("value", "not set")
         return (f"haproxy sizes its fds from `maxconn {v}` ({where(d, 'maxconn', conf)}): keep the hard fd "
                 "limit at 2 x maxconn + reserve (profile linux/haproxy: LimitNOFILE 131072); do not set ulimit-n "
-                f"below that (ulimit-n now {d.get('ulimit-n', {}).get('value', 'not set')})")
+                f"below that (ulimit-n now {d.get('ulimit-n', {}).get('value', 'not set')}; {nofile_now(p)})")
 
     @staticmethod
     def port_fix(p: dict) -> str:

@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from ..owncap import Cap
-from .base import Proxy, as_int, delta, directives, option, where
+from .base import Proxy, as_int, delta, directives, nofile_now, option, where
 
 INCLUDE = re.compile(r"\s*include\s+([^;\s]+)\s*;")
 SOURCE = ("nginx src/core/ngx_connection.c ngx_get_connection/ngx_drain_connections; "
@@ -111,7 +111,7 @@ class Nginx(Proxy):
         d, conf = p["directives"], p.get("config")
         return (set_or_raise(d, "worker_rlimit_nofile", conf, 65536) + ", keeping worker_connections "
                 f"({d.get('worker_connections', {}).get('value', DEFAULT_CONNECTIONS)}) below it; "
-                "the service's LimitNOFILE with it (profile linux/nginx)")
+                f"the service's LimitNOFILE with it (profile linux/nginx); {nofile_now(p)}")
 
     @staticmethod
     def port_fix(p: dict) -> str:

@@ -13,7 +13,7 @@ too: /proc's count of its fds stands in.
 import re
 
 from ..owncap import Cap
-from .base import Proxy, directives, option, peak, where
+from .base import Proxy, directives, nofile_now, option, peak, where
 
 INCLUDE = re.compile(r"\s*include\s+(\S+)\s*$")
 SOURCE = "squid src/fd.cc fdUsageHigh/RESERVED_FD, src/comm.cc (accept deferral); max_filedescriptors"
@@ -89,7 +89,7 @@ class Squid(Proxy):
         from .nginx import set_or_raise
         d, conf = p["directives"], p.get("config")
         return (set_or_raise(d, "max_filedescriptors", conf, 65536) + " and the service's LimitNOFILE with it "
-                "(profile linux/squid); squid -k reconfigure does not raise it: restart squid")
+                f"(profile linux/squid); squid -k reconfigure does not raise it: restart squid; {nofile_now(p)}")
 
     @staticmethod
     def port_fix(p: dict) -> str:

@@ -23,7 +23,7 @@ from proxytune.core import procfs
 
 from .. import targetread
 from ..owncap import Cap
-from .base import LOG_TAIL, Proxy, as_int, delta, option, peak, read_config, where
+from .base import LOG_TAIL, Proxy, as_int, delta, nofile_now, option, peak, read_config, where
 
 THROTTLE = "proxy.config.net.connections_throttle"
 SOURCE = ("trafficserver iocore/net/P_UnixNet.h check_net_throttle (NET_THROTTLE_ACCEPT_HEADROOM 1.1); "
@@ -146,7 +146,7 @@ class TrafficServer(Proxy):
         d = p["directives"]
         return ("raise trafficserver's LimitNOFILE (profile linux/trafficserver: 65536) above 2 x "
                 f"connections_throttle ({d.get(THROTTLE, {}).get('value')}); "
-                "proxy.config.system.file_max_pct caps what it uses of fs.file-max")
+                f"proxy.config.system.file_max_pct caps what it uses of fs.file-max; {nofile_now(p)}")
 
     @staticmethod
     def port_fix(p: dict) -> str:

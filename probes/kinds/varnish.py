@@ -18,7 +18,7 @@ from proxytune.core.numbers import is_uint
 
 from .. import targetread
 from ..owncap import Cap
-from .base import STATS_SECONDS, Proxy, as_numbers, delta, option, peak
+from .base import STATS_SECONDS, Proxy, as_numbers, delta, nofile_now, option, peak
 
 SOURCE = "varnish bin/varnishd/cache/cache_pool.c (Pool_Task), varnishd(1) thread_pool_max/thread_queue_limit"
 
@@ -101,7 +101,7 @@ class Varnish(Proxy):
     @staticmethod
     def fd_fix(p: dict) -> str:
         return ("raise varnish's LimitNOFILE (Debian's unit has 131072; profile linux/varnish) and restart it: "
-                "varnishd passes its limit to the cache child")
+                f"varnishd passes its limit to the cache child; {nofile_now(p)}")
 
     @staticmethod
     def port_fix(p: dict) -> str:
