@@ -38,7 +38,8 @@ def checkout(tmp_path):
 
     def run(*args, env=None):
         environment = {k: v for k, v in os.environ.items() if k not in ("PROXYTUNE_NO_INSTALL", "PROXYTUNE_EXTRAS")}
-        environment.update({"PATH": f"{bin_dir}:{os.environ['PATH']}", **(env or {})})
+        environment.update({"PATH": f"{bin_dir}:{os.environ['PATH']}", "PROXYTUNE_STATE_DIR": str(tmp_path / "state"),
+                            **(env or {})})
         r = subprocess.run([str(top / "proxytune"), *args], capture_output=True, text=True, env=environment,
                            timeout=60)
         calls = log.read_text().splitlines() if log.exists() else []
@@ -97,3 +98,29 @@ def test_bench_proxy_installs_each_proxy_it_is_asked_to_start(checkout):
     assert installed(apt) == [BENCH + ["varnish", "trafficserver"]]
     r, apt, _ = checkout("bench", "proxy", "--proxy", "haproxy", env={"PROXYTUNE_NO_INSTALL": "1"})
     assert apt == [] and "haproxy" in r.stderr.split("Debian packages:")[1]
+
+
+def test_two_runs_at_once_install_in_turn(tmp_path):
+    """The first run's policy-rc.d must not be removed while the second's apt-get still installs: the
+    installs take turns under a lock in the state dir."""
+    top, bin_dir, log = tmp_path / "checkout", tmp_path / "bin", tmp_path / "calls.log"
+    (top / ".venv/bin").mkdir(parents=True)
+    bin_dir.mkdir()
+    shutil.copy(REPO / "proxytune", top / "proxytune")
+    shutil.copy(REPO / "pyproject.toml", top / "pyproject.toml")
+    fake(top / ".venv/bin/python", "exit 0\n")
+    for stamp in (".installed", ".installed-test"):
+        (top / ".venv" / stamp).touch()
+    fake(bin_dir / "apt-get", f'case "$*" in *install*) echo "begin $$" >> {log}; sleep 1; echo "end $$" >> {log};; esac\n')
+    fake(bin_dir / "dpkg-query", "echo 'deinstall ok config-files'\n")
+    fake(bin_dir / "id", 'if [ "$1" = -u ]; then echo 0; else exec /usr/bin/id "$@"; fi\n')
+    env = {**{k: v for k, v in os.environ.items() if k != "PROXYTUNE_NO_INSTALL"},
+           "PATH": f"{bin_dir}:{os.environ['PATH']}", "PROXYTUNE_STATE_DIR": str(tmp_path / "state")}
+    runs = [subprocess.Popen([str(top / "proxytune"), "doctor", "--help"][:2], env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL) for _ in range(2)]
+    for r in runs:
+        r.wait(timeout=60)
+    lines = log.read_text().split("\n")[:-1]
+    assert [w.split()[0] for w in lines] == ["begin", "end", "begin", "end"], lines
+    assert lines[0].split()[1] == lines[1].split()[1]                 # one apt-get ran from begin to end alone
+    assert (tmp_path / "state").stat().st_mode & 0o777 == 0o700
