@@ -16,10 +16,10 @@ import signal
 import subprocess
 import traceback
 
+from . import procgroup
 from .errors import ProxytuneError
 
 CLONE_NEWNET = 0x40000000
-PR_SET_PDEATHSIG = 1
 
 
 def _libc():
@@ -35,8 +35,8 @@ def _interrupt_once(signum, frame):
 
 def _enter_private_netns() -> None:
     signal.signal(signal.SIGINT, _interrupt_once)
+    procgroup.die_with_parent()
     libc = _libc()
-    libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     if libc.unshare(CLONE_NEWNET) != 0:
         raise OSError(ctypes.get_errno(), f"unshare(CLONE_NEWNET): {os.strerror(ctypes.get_errno())}")
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True, capture_output=True, timeout=10)

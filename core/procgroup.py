@@ -23,7 +23,7 @@ except (OSError, AttributeError):
     _prctl = None
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Runs in the child between fork and exec: SIGKILL it when the thread that started it dies."""
     if _prctl is not None:
         _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
@@ -43,7 +43,7 @@ class Children(rundir.InRunDir):
 
     def start(self, argv: list[str], **kw) -> subprocess.Popen:
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=self.dir,
-                             start_new_session=True, preexec_fn=_die_with_parent, **kw)
+                             start_new_session=True, preexec_fn=die_with_parent, **kw)
         self.procs.append(p)
         return p
 

@@ -324,11 +324,10 @@ def _watching(pid: int, out: dict):
 
 def _watched(box: dict, label: str) -> dict:
     """The CPU split of a proxy we loaded, in the shape the doctor's evidence has (seeds.cpu_split)."""
+    from proxytune.probes import selfload
     prof = box.get("perf") or {"available": False, "reason": "not watched"}
     loop = {"cpu_split": {k: round(v, 3) for k, v in prof["split"].items()}} if prof.get("split") else {}
-    return {"proxy": label, "window_s": round(box.get("window_s", 0.0), 2),
-            "evidence": {"loop": loop, "perf": {k: v for k, v in prof.items()
-                                                if k in ("available", "reason", "split", "samples", "hz")}}}
+    return selfload.cpu_view(label, box.get("window_s", 0.0), loop, prof)
 
 
 def run_target(target: str, plan: dict, origin_port: int, workdir: Path, progress=None) -> dict:

@@ -17,9 +17,14 @@ def cpu_split_on_nginx(seconds: float = 5.0, connections: int = 50) -> dict:
     return watched(box, "nginx (1 worker, started by the report, under wrk)")
 
 
+def cpu_view(label: str, window_s: float, loop: dict, perf: dict) -> dict:
+    """A proxy's CPU in a window, in the shape the doctor's evidence has (seeds.cpu_split reads it)."""
+    return {"proxy": label, "window_s": round(window_s, 2),
+            "evidence": {"loop": loop, "perf": {k: v for k, v in perf.items()
+                                                if k in ("available", "reason", "split", "samples", "hz")}}}
+
+
 def watched(box: dict, label: str) -> dict:
     """What a doctor window on a proxy we loaded says about its CPU: the loop's split and perf's."""
     ev = box["evidence"]
-    return {"proxy": label, "window_s": round(ev["window_s"], 2),
-            "evidence": {"loop": ev["loop"], "perf": {k: v for k, v in ev["perf"].items()
-                                                      if k in ("available", "reason", "split")}}}
+    return cpu_view(label, ev["window_s"], ev["loop"], ev["perf"])
