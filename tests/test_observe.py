@@ -66,3 +66,21 @@ def test_audit_reads_the_cache_dir_atime_mode(sandbox, loop_ext4):
     obs = json.loads(proxytune("tune", "check", "--cache-dir", str(mnt), "--json").stdout)["data"]["observations"]
     (d,) = obs["cache_dirs"]
     assert (d["mountpoint"], d["atime"], d["status"]) == (str(mnt), "relatime", "warn")
+
+
+def test_a_listener_is_the_proxys_by_its_socket_not_by_a_name_that_says_pid(sandbox, fake_proxy, tmp_path):
+    """`ss -p` prints each owner's name inside its line: a process named `x",pid=PROXY,fd=3))` made its own
+    listener the proxy's. Owners are now found by socket inode."""
+    name, start = fake_proxy
+    proc, _ = start("4096:4096", 0)
+    liar = tmp_path / f'x",pid={proc.pid},fd=3))'
+    shutil.copy(Path(sys.executable).resolve(), liar)
+    other = subprocess.Popen([str(liar), "-c", SERVER, "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        other_port = int(other.stdout.readline())
+        obs = json.loads(proxytune("tune", "check", "--service", name, "--json").stdout)["data"]["observations"]
+        assert [s["pids"] for s in obs["listeners"]] == [[proc.pid]]
+        assert not any(s["local"].endswith(f":{other_port}") for s in obs["listeners"])
+    finally:
+        other.kill()
+        other.wait()
