@@ -1147,7 +1147,7 @@ def probe_overhead(seconds, reps, connections, component, pace_ms, mechanisms, o
               help="Profile for the host audit.")
 @click.option("--cache-dir", "cache_dirs", multiple=True, metavar="DIR",
               help="The proxy's cache directory (repeatable) [from squid -f CONF].")
-@click.option("--deep", is_flag=True, help="Also block-I/O and run-queue latency (more overhead).")
+@click.option("--deep", is_flag=True, help="Also epoll waits and events, block-I/O and run-queue latency (more overhead).")
 @click.option("--no-perf", is_flag=True, help="No CPU sampling.")
 @monitor_options
 @click.option("--json", "as_json", is_flag=True, help='Print {"findings": [{"id", "severity", "evidence", "fix"}...]}.')

@@ -78,9 +78,13 @@ def doctor_report(r: dict) -> None:
     if ev.get("kernel"):
         out.print("\n[bold]kernel[/]: " + term_text(kernel_headroom(ev["kernel"])))
     loop = ev["loop"]
-    out.print("\n[bold]event loop[/]: " + term_text(
-        f"{loop['waits_per_s']} waits/s, {loop['events_per_s']} events/s ({loop['events_per_wait']} per wait), "
-        f"{loop['accepts_per_s']} accepts/s, {loop['cpu_cores']} CPUs, {loop['cpu_us_per_event']} us CPU per event"))
+    if "epoll_events" in ev["scripts"] or loop["waits_per_s"]:
+        out.print("\n[bold]event loop[/]: " + term_text(
+            f"{loop['waits_per_s']} waits/s, {loop['events_per_s']} events/s ({loop['events_per_wait']} per wait), "
+            f"{loop['accepts_per_s']} accepts/s, {loop['cpu_cores']} CPUs, {loop['cpu_us_per_event']} us CPU per event"))
+    else:
+        out.print("\n[bold]event loop[/]: " + term_text(
+            f"{loop['accepts_per_s']} accepts/s, {loop['cpu_cores']} CPUs (epoll waits are traced with --deep)"))
     if loop.get("cpu_split"):
         out.print("cpu split: " + ", ".join(f"{k} {v:.0%}" for k, v in sorted(loop["cpu_split"].items(),
                                                                               key=lambda kv: -kv[1])))
