@@ -41,20 +41,28 @@ class Deadline:
         return left
 
 
-def fd_inventory(pid: int) -> tuple[int, set[int]] | None:
-    """(open fds, inodes of the sockets among them: socket:[INODE] in /proc/PID/fd); None when gone."""
+def fd_inventory(pid: int, proc: int | None = None) -> tuple[int, set[int]] | None:
+    """(open fds, inodes of the sockets among them: socket:[INODE] in /proc/PID/fd); None when gone.
+    With `proc` (an open /proc/PID) it is read through that: never a recycled pid's."""
     try:
-        names = os.listdir(f"/proc/{int(pid)}/fd")
-    except OSError:
+        fd_dir = os.open("fd" if proc is not None else f"/proc/{int(pid)}/fd",
+                         os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=proc)
+    except (OSError, ValueError):
         return None
     socks = set()
-    for fd in names:
-        try:
-            link = os.readlink(f"/proc/{int(pid)}/fd/{fd}")
-        except OSError:
-            continue
-        if m := re.fullmatch(r"socket:\[([0-9]+)\]", link, re.A):
-            socks.add(int(m.group(1)))
+    try:
+        names = os.listdir(fd_dir)
+        for fd in names:
+            try:
+                link = os.readlink(fd, dir_fd=fd_dir)
+            except OSError:
+                continue
+            if m := re.fullmatch(r"socket:\[([0-9]+)\]", link, re.A):
+                socks.add(int(m.group(1)))
+    except OSError:
+        return None
+    finally:
+        os.close(fd_dir)
     return len(names), socks
 
 
@@ -64,8 +72,15 @@ def socket_inodes(pid: int) -> set[int]:
     return got[1] if got else set()
 
 
-def held(pids: list[int]) -> set[int]:
-    """Inodes of the sockets the pids and every process below them hold (a worker holds what its master named)."""
+def held(pids: list[int], proc: int | None = None) -> set[int]:
+    """Inodes of the sockets the pids and every process below them hold (a worker holds what its master named).
+    With `proc` (an open /proc/PID of pids[0]) the first pid's own are read through it, and nothing is
+    held once that process is gone: a recycled pid's sockets never count."""
+    if proc is not None:
+        own = fd_inventory(pids[0], proc)
+        if own is None:
+            return set()
+        return own[1] | set().union(*(socket_inodes(d) for p in pids for d in procfs.descendants(p) if d != pids[0]))
     return set().union(*(socket_inodes(d) for p in pids for d in procfs.descendants(p)))
 
 
@@ -106,11 +121,11 @@ def listening_unix_files(inodes: set[int]) -> set[tuple[int, int, int]]:
                     attrs = attrs[(alen + 3) & ~3:] if alen >= 4 else b""
 
 
-def held_file(pid: int, fd: int) -> bool:
+def held_file(pid: int, fd: int, proc: int | None = None) -> bool:
     """The socket file open as fd is one a listening socket of the target's is bound to."""
     st = os.fstat(fd)
     return stat.S_ISSOCK(st.st_mode) and \
-        (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) in listening_unix_files(held([pid]))
+        (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) in listening_unix_files(held([pid], proc))
 
 
 def _address(hexaddr: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
@@ -119,11 +134,11 @@ def _address(hexaddr: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     return ipaddress.ip_address(b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4)))
 
 
-def holds_tcp(pid: int, host: str, port: int) -> bool:
+def holds_tcp(pid: int, host: str, port: int, proc: int | None = None) -> bool:
     """The target listens where a connection to host:port lands: on that address or on the
     wildcard (no other user can listen on host:port beside a wildcard listener of the target's)."""
     want = ipaddress.ip_address(host)
-    mine = held([pid])
+    mine = held([pid], proc)
     for line in _table(pid, "tcp" if want.version == 4 else "tcp6"):
         f = line.split()
         if len(f) > 9 and f[3] == TCP_LISTEN and int(f[9]) in mine:
@@ -151,14 +166,14 @@ def _exchange(s: socket.socket, request: bytes, deadline: Deadline) -> bytes:
     return data[:MAX_REPLY]
 
 
-def unix_query(pid: int, path: str, request: bytes, deadline: Deadline) -> bytes:
+def unix_query(pid: int, path: str, request: bytes, deadline: Deadline, proc: int | None = None) -> bytes:
     """Send `request` to the target's unix socket at `path`; its reply. The socket file is opened
     (O_PATH, the last component not followed), must be one the target listens on (by its inode,
     not its name), and is connected through that descriptor: a path swapped for a link, or a
     directory swapped for one, to someone else's socket is never reached."""
     fd = os.open(path, os.O_PATH | os.O_NOFOLLOW)
     try:
-        if not held_file(pid, fd):
+        if not held_file(pid, fd, proc):
             raise PermissionError(f"{path} is not held by pid {pid}: not contacted")
         with socket.socket(socket.AF_UNIX) as s:
             s.settimeout(deadline.left())

@@ -64,9 +64,10 @@ def _proc_text(proc: int | None, name: str) -> str:
         return fh.read(1 << 16)
 
 
-def run_as(pid: int) -> dict | None:
-    """subprocess arguments that run a helper (varnishstat) with pid's credentials; None when pid is gone."""
-    creds = creds_of(pid)
+def run_as(pid: int, proc: int | None = None) -> dict | None:
+    """subprocess arguments that run a helper (varnishstat) with pid's credentials (read through `proc`,
+    its open /proc/PID, when given: never a recycled pid's); None when pid is gone."""
+    creds = creds_of(pid, proc)
     if creds is None:
         return None
     if os.geteuid() != 0:

@@ -460,3 +460,24 @@ def test_a_process_named_like_markup_is_shown_as_named_by_the_doctor():
         target.kill()
         target.wait()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_stats_socket_is_never_asked_once_its_proxy_is_gone_even_if_the_pid_comes_back(tmp_path):
+    """Ownership is read through the proxy's own /proc/PID directory, opened when it was identified: once
+    that process exits the directory stays dead, so a process that later gets its pid (and listens on the
+    same path) is never taken for it."""
+    from proxytune.probes import sockets, targetread
+    path = tmp_path / "stats.sock"
+    code = ("import socket,sys,time; s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1); "
+            "print('ready', flush=True); time.sleep(30)")
+    p = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        proc = targetread.open_proc(p.pid)
+        assert sockets.fd_inventory(p.pid, proc) is not None
+        assert sockets.held([p.pid], proc)
+    finally:
+        p.kill()
+        p.wait()
+    assert sockets.fd_inventory(p.pid, proc) is None and sockets.held([p.pid], proc) == set()
+    os.close(proc)

@@ -240,7 +240,7 @@ class Proxy:
         host, _, port = host_port.rpartition(":")
         host = host.strip("[]") or "127.0.0.1"
         try:
-            if not sockets.holds_tcp(self.pid, host, int(port)):
+            if not sockets.holds_tcp(self.pid, host, int(port), self.proc):
                 raise PermissionError(f"{host_port} is not held by pid {self.pid}: not contacted")
         except ValueError:
             raise OSError(f"{host_port} is no IP address and port") from None

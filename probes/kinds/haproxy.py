@@ -104,7 +104,8 @@ class HAProxy(Proxy):
         if not path or not path.startswith("/"):
             return {"available": False, "reason": "no `stats socket` in the global section"}
         try:
-            data = sockets.unix_query(self.pid, path, b"show info\n", sockets.Deadline(STATS_SECONDS))
+            data = sockets.unix_query(self.pid, path, b"show info\n", sockets.Deadline(STATS_SECONDS),
+                                      self.proc)
         except OSError as e:
             return {"available": False, "reason": f"stats socket {path}: {e.strerror or e}"}
         info = dict(l.split(": ", 1) for l in data.decode(errors="replace").splitlines() if ": " in l)

@@ -60,7 +60,7 @@ class Varnish(Proxy):
     def stats(self):
         """varnishstat on the target's shared memory, run with the target's credentials (its -n
         workdir is the target's to name, not root's to open)."""
-        exe, creds = self.VARNISHSTAT, targetread.run_as(self.pid)
+        exe, creds = self.VARNISHSTAT, targetread.run_as(self.pid, self.proc)
         if not Path(exe).exists() or creds is None:
             return {"available": False, "reason": "varnishstat is not installed" if creds is not None else "gone"}
         argv = [exe, "-1", "-j"] + (["-n", self.workdir()] if self.workdir() else [])
