@@ -239,6 +239,7 @@ class Proxy:
         OSError (with the reason) when the target does not hold that port or does not answer."""
         host, _, port = host_port.rpartition(":")
         host = host.strip("[]") or "127.0.0.1"
+        host = {"localhost": "127.0.0.1", "*": "127.0.0.1"}.get(host, host)     # never a resolver lookup
         try:
             if not sockets.holds_tcp(self.pid, host, int(port), self.proc):
                 raise PermissionError(f"{host_port} is not held by pid {self.pid}: not contacted")
