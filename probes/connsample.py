@@ -54,6 +54,22 @@ def tcp_rows(prefix: list[str], time_wait: bool = False) -> list[tuple[str, int,
     return rows
 
 
+def named_threads(pid: int, name: str) -> int:
+    """Threads of pid whose name (comm) is `name`."""
+    n = 0
+    try:
+        tids = os.listdir(f"/proc/{int(pid)}/task")
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{int(pid)}/task/{tid}/comm", encoding="ascii", errors="replace") as fh:
+                n += fh.read().strip() == name
+        except OSError:
+            continue
+    return n
+
+
 def parse_range(text: str | None) -> tuple[int, int] | None:
     m = re.fullmatch(r"\s*([0-9]+)\s+([0-9]+)\s*", text or "", re.A)
     return (int(m.group(1)), int(m.group(2))) if m else None
@@ -62,8 +78,9 @@ def parse_range(text: str | None) -> tuple[int, int] | None:
 class Sampler:
     """Call sample() every tick; summary() is the evidence."""
 
-    def __init__(self, pids: list[int], port_range: str | None = None):
+    def __init__(self, pids: list[int], port_range: str | None = None, thread_name: str | None = None):
         self.pids = list(dict.fromkeys(pids))
+        self.thread_name = thread_name          # count this proxy's worker threads (varnish: cache-worker)
         self.prefix = netns_prefix(self.pids[0]) if self.pids else []
         self.range = parse_range(port_range)
         self.n = 0
@@ -100,6 +117,10 @@ class Sampler:
         self.upstream_peak = max(self.upstream_peak, sum(c["upstream"] for c in counts.values()))
         self._clients_by_port(rows, owner, listening)
         self.ephemeral_peak = max(self.ephemeral_peak, eph)
+        if self.thread_name:
+            for pid in inv:
+                peak = self.per_pid[pid]
+                peak["workers_peak"] = max(peak.get("workers_peak", 0), named_threads(pid, self.thread_name))
         self.n += 1
 
     def _listener(self, port: str, queued: int, backlog: int) -> None:

@@ -78,7 +78,8 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
     dirs = list(cache_dirs or []) or squid_cache_dirs(watched)
     ev: dict = {"pids": pids, "comm": comm, "skipped_scripts": skipped,
                 "scripts": [s.name for s in scripts], "port_range": port_range(pids[0])}
-    sampler = connsample.Sampler(pids + (watched.processes() if watched else []), ev["port_range"])
+    sampler = connsample.Sampler(pids + (watched.processes() if watched else []), ev["port_range"],
+                                 watched.worker_thread if watched else None)
     ev["audit"] = audit(host, profile_ref, service, dirs) if host is not None else {"available": False,
                                                                                     "reason": "not asked"}
     nspath = f"/proc/{pids[0]}/net/netstat"

@@ -197,3 +197,17 @@ def test_every_registered_proxy_says_how_to_recognise_it():
         assert k.kind and k.exe_names and k.unit and k.user and k.package, k
         assert k.profile() == f"linux/{k.kind}"
     assert kinds.names() == ["squid", "nginx", "haproxy", "varnish", "trafficserver"]
+
+
+def test_varnish_without_varnishstat_counts_its_cache_worker_threads():
+    d = {"thread_pools": {"value": "2", "where": "varnishd default"},
+         "thread_pool_max": {"value": "10", "where": "varnishd command line (-p)"},
+         "thread_queue_limit": {"value": "20"}}
+    def ev(workers):
+        return {"proxy": {"kind": "varnish", "config": "/v.vcl", "directives": d,
+                          "stats_before": {"available": False}, "stats_after": {"available": False}},
+                "procs": {}, "listeners": [], "netstat": {},
+                "conns": {"pids": {"1": {"workers_peak": 0}, "2": {"workers_peak": workers}}}}
+    assert proxies_findings.own_findings(ev(19), {}) == []
+    out = proxies_findings.own_findings(ev(20), {})
+    assert [f.id for f in out] == ["varnish-thread-pool"] and out[0].evidence["counted"].startswith("cache-worker")

@@ -177,6 +177,7 @@ class Proxy:
     unit = user = package = ""                  # Debian's unit, the user its limits are for, its package
     service_user = ""                             # the user its service starts as, when not `user`
     include_re: re.Pattern | None = None
+    worker_thread: str | None = None              # the name of its worker threads, counted in /proc
 
     def __init__(self, pid: int, exe: str, argv: list[str]):
         self.pid, self.exe, self.argv = pid, exe, argv

@@ -29,6 +29,7 @@ class Varnish(Proxy):
     service_user = "varnish"
     DEFAULTS = {"thread_pools": 2, "thread_pool_max": 5000, "thread_pool_min": 100, "thread_queue_limit": 20}
     VARNISHSTAT = "/usr/bin/varnishstat"
+    worker_thread = "cache-worker"              # bin/varnishd/cache/cache_wrk.c names its workers so
     stores = ("malloc", "file")
     store_design = {"malloc": "objects in memory (malloc)",
                     "file": "objects in one mmap'd file, written back by the page cache"}
@@ -88,9 +89,13 @@ class Varnish(Proxy):
         # sess_queued alone is no cap: below thread_pool_max a session also waits while the herder breeds
         refused = {k: delta(p, f"MAIN.{k}") or 0 for k in ("threads_limited", "sess_dropped")}
         src = d["thread_pool_max"].get("where")
+        used, counted = peak(p, "MAIN.threads"), "MAIN.threads (varnishstat)"
+        if used is None:            # no varnishstat: its cache-worker threads in /proc
+            named = [v.get("workers_peak") for v in ((ev.get("conns") or {}).get("pids") or {}).values()]
+            used = sum(v for v in named if isinstance(v, int)) if any(isinstance(v, int) for v in named) else None
+            counted = "cache-worker threads in /proc (varnishstat not available)"
         return [Cap("varnish-thread-pool", "varnish", f"worker threads ({pools} pools x thread_pool_max {tmax})",
-                    f"thread_pool_max {tmax} ({src})", pools * tmax, src, peak(p, "MAIN.threads"),
-                    "MAIN.threads (varnishstat)", pools * tmax,
+                    f"thread_pool_max {tmax} ({src})", pools * tmax, src, used, counted, pools * tmax,
                     "sessions wait in the pool's queue (thread_queue_limit "
                     f"{d['thread_queue_limit']['value']}) and beyond it are dropped (sess_dropped)", SOURCE,
                     f"raise thread_pool_max (now {tmax}, {src}): `varnishd -p thread_pool_max=N` or `varnishadm "
