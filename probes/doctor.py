@@ -15,7 +15,7 @@ from pathlib import Path
 from proxytune.core.errors import ProxytuneError
 from proxytune.core import procfs, procgroup
 from proxytune.core.capability import no
-from proxytune.tune import audit as audit_mod, observe, params
+from proxytune.tune import audit as audit_mod, observe
 
 from . import bpftrace, caps, connsample, findings, netstat, nsstate, owncap, perf, proc, proxies, proxies_findings, \
     sockets, target
@@ -39,11 +39,9 @@ def port_range(pid: int) -> str | None:
         return None
 
 
-def squid_cache_dirs(watched) -> list[str]:
-    """cache_dir paths from the config a running squid was started with (read as squid would read it)."""
-    if watched is None or watched.kind != "squid":
-        return []
-    return params.squid_cache_dirs(watched.config_text or "")
+def proxy_cache_dirs(watched) -> list[str]:
+    """The cache directories the config a running proxy was started with names (read as it read it)."""
+    return watched.cache_dirs() if watched is not None else []
 
 
 def audit(host, profile_ref: str, service: str, cache_dirs: list[str]) -> dict:
@@ -75,7 +73,7 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
     watched = proxies.identify(pids[0])
     comm = procfs.comm_of(pids[0])
     profile_ref, service = proxies.audit_as(watched, profile_ref, comm)
-    dirs = list(cache_dirs or []) or squid_cache_dirs(watched)
+    dirs = list(cache_dirs or []) or proxy_cache_dirs(watched)
     ev: dict = {"pids": pids, "comm": comm, "skipped_scripts": skipped,
                 "scripts": [s.name for s in scripts], "port_range": port_range(pids[0])}
     sampler = connsample.Sampler(pids + (watched.processes() if watched else []), ev["port_range"],

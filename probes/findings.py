@@ -131,8 +131,10 @@ def syn_backlog_overflow(ev: dict) -> Finding | None:
     return Finding("syn-backlog-overflow", "high" if drops else "medium", "the SYN queue overflowed",
                    {"TCPReqQFullDrop": drops, "TCPReqQFullDoCookies": cookies,
                     "note": "TcpExt counters are for the whole network namespace"},
-                   "raise net.ipv4.tcp_max_syn_backlog (profile linux/proxy: >= 8192) with somaxconn; keep "
-                   "net.ipv4.tcp_syncookies = 1", impact=_per_s(drops + cookies, ev))
+                   "raise the listen backlog and net.core.somaxconn (profile linux/proxy: >= 8192): the kernel "
+                   "judges the SYN queue full against the listen backlog (inet_csk_reqsk_queue_is_full); keep "
+                   "net.ipv4.tcp_syncookies = 1 (tcp_max_syn_backlog only drops early when syncookies are off)",
+                   impact=_per_s(drops + cookies, ev))
 
 
 def ephemeral_port_exhaustion(ev: dict) -> Finding | None:

@@ -36,6 +36,11 @@ def fd_fix(p: dict) -> str | None:
     return kind.fd_fix(p) if kind else None
 
 
+def kind_fix(p: dict, name: str | None) -> str | None:
+    kind = kinds.by_kind(p["kind"])
+    return getattr(kind, name)(p) if kind and name else None
+
+
 def port_fix(p: dict) -> str | None:
     kind = kinds.by_kind(p["kind"])
     return kind.port_fix(p) if kind else None
@@ -56,6 +61,10 @@ def refine(found: list[Finding], ev: dict) -> list[Finding]:
             f.fix = fix + (" (the system-wide fs.file-max is the limit here)" if "ENFILE" in str(f.evidence) else "")
         if f.id == "ephemeral-port-exhaustion" and (fix := port_fix(p)):
             f.fix = f"{fix}; or widen net.ipv4.ip_local_port_range (now {ev.get('port_range')})"
+        own_fix = kind_fix(p, {"accept-queue-overflow": "backlog_fix", "syn-backlog-overflow": "backlog_fix",
+                               "file-per-object-churn": "churn_fix"}.get(f.id))
+        if own_fix:
+            f.fix = own_fix + ("" if f.id == "file-per-object-churn" else "; keep net.ipv4.tcp_syncookies = 1")
         out.append(f)
     return out
 

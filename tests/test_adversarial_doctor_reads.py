@@ -139,7 +139,7 @@ def test_a_fifo_config_never_blocks_absolute_or_relative(bindir, home, fakes):
         assert took < 10, took
         d = target.describe()
         assert d["config_read"] is False and "not a regular file" in d["config_unread"], d
-        assert doctor.squid_cache_dirs(target) == []            # from what was read as squid, never re-read by root
+        assert doctor.proxy_cache_dirs(target) == []            # from what was read as squid, never re-read by root
 
 
 def test_dev_zero_and_a_huge_file_are_capped(bindir, home, fakes):
@@ -174,7 +174,7 @@ def test_a_relative_config_is_the_targets_not_roots(bindir, home, fakes, tmp_pat
     (home / "squid.conf").write_text("cache_dir ufs /var/spool/target 100 16 256\n")
     (tmp_path / "squid.conf").write_text("cache_dir ufs /var/spool/roots 100 16 256\n")
     f = fakes(bindir, "squid", ["idle"], ["-f", "squid.conf"], home)
-    assert doctor.squid_cache_dirs(identify(f.pid)) == ["/var/spool/target"]
+    assert doctor.proxy_cache_dirs(identify(f.pid)) == ["/var/spool/target"]
 
 
 def test_a_symlink_to_a_root_only_file_is_read_as_the_target_and_refused(bindir, home, fakes, capsys):

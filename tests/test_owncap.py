@@ -211,3 +211,30 @@ def test_varnish_without_varnishstat_counts_its_cache_worker_threads():
     assert proxies_findings.own_findings(ev(19), {}) == []
     out = proxies_findings.own_findings(ev(20), {})
     assert [f.id for f in out] == ["varnish-thread-pool"] and out[0].evidence["counted"].startswith("cache-worker")
+
+
+@pytest.mark.parametrize("kind,names", [("nginx", "backlog="), ("haproxy", "`backlog 8192`"), ("squid", "Squid_MaxFD >> 2"),
+                                        ("varnish", "listen_depth"), ("trafficserver", "listen_backlog")])
+def test_queue_overflows_name_the_proxys_own_backlog(kind, names):
+    ev = {"proxy": {"kind": kind, "config": "/c", "directives": {}, "stats_before": {}, "stats_after": {}},
+          "procs": {}, "listeners": [], "netstat": {}, "conns": {}}
+    for fid in ("accept-queue-overflow", "syn-backlog-overflow"):
+        out = proxies_findings.refine([findings.Finding(fid, "high", "t", {}, "generic")], ev)
+        assert [f.id for f in out] == [fid] and names in out[0].fix and "syncookies = 1" in out[0].fix
+
+
+def test_the_syn_queue_fix_names_the_listen_backlog_not_tcp_max_syn_backlog():
+    ev = {"netstat": {"TCPReqQFullDrop": 5}, "bpf_window_s": 1, "window_s": 1}
+    f = findings.syn_backlog_overflow(ev)
+    assert "listen backlog" in f.fix and not f.fix.startswith("raise net.ipv4.tcp_max_syn_backlog")
+
+
+def test_nginx_and_squid_name_their_own_cache_dirs(tmp_path):
+    from proxytune.probes.kinds.nginx import Nginx
+    from proxytune.probes.kinds.squid import Squid
+    n = Nginx.__new__(Nginx)
+    n.lines = [base.Line("/c", 1, "http { proxy_cache_path /var/cache/ng levels=1:2 keys_zone=z:10m; }"),
+               base.Line("/c", 2, "  proxy_cache_path /srv/two;  # second")]
+    s = Squid.__new__(Squid)
+    s.lines = [base.Line("/c", 1, "cache_dir rock /var/spool/squid 1000"), base.Line("/c", 2, "#cache_dir ufs /x 1 1 1")]
+    assert n.cache_dirs() == ["/var/cache/ng", "/srv/two"] and s.cache_dirs() == ["/var/spool/squid"]

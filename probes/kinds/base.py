@@ -268,8 +268,23 @@ class Proxy:
         """This proxy's caps with their usage in the window (owncap.Cap)."""
         return []
 
+    def cache_dirs(self) -> list[str]:
+        """The cache directories its config names (read as the proxy read it)."""
+        return []
+
     @staticmethod
     def fd_fix(p: dict) -> str | None:
+        return None
+
+    @staticmethod
+    def backlog_fix(p: dict) -> str | None:
+        """Where this proxy sets its listen backlog (the accept queue; the SYN queue is judged against it
+        too: inet_csk_reqsk_queue_is_full), capped by net.core.somaxconn."""
+        return None
+
+    @staticmethod
+    def churn_fix(p: dict) -> str | None:
+        """How this proxy stores objects with fewer file creates and unlinks."""
         return None
 
     @staticmethod

@@ -157,6 +157,11 @@ class HAProxy(Proxy):
                 f"below that (ulimit-n now {d.get('ulimit-n', {}).get('value', 'not set')}; {nofile_now(p)})")
 
     @staticmethod
+    def backlog_fix(p: dict) -> str:
+        return ("haproxy: `backlog 8192` in the frontend (or `bind … backlog 8192`); without it the frontend's "
+                "maxconn is its backlog (src/listener.c listener_backlog), capped by net.core.somaxconn")
+
+    @staticmethod
     def port_fix(p: dict) -> str:
         return ("let haproxy reuse server connections: `http-reuse safe` (or `always`) in the backend or "
                 "defaults (HAProxy 2.6 default: safe) with `option http-keep-alive`; or give each server its "

@@ -113,6 +113,21 @@ class Nginx(Proxy):
                 f"({d.get('worker_connections', {}).get('value', DEFAULT_CONNECTIONS)}) below it; "
                 f"the service's LimitNOFILE with it (profile linux/nginx); {nofile_now(p)}")
 
+    def cache_dirs(self) -> list[str]:
+        statements = (st.split() for ln in self.lines for st in re.split(r"[;{}]", ln.text.split("#", 1)[0]))
+        return [w[1] for w in statements if len(w) > 1 and w[0] == "proxy_cache_path"]
+
+    @staticmethod
+    def backlog_fix(p: dict) -> str:
+        return ("nginx: `listen … backlog=8192;` on the server's listen line (default 511), with "
+                "net.core.somaxconn at least that (profile linux/nginx)")
+
+    @staticmethod
+    def churn_fix(p: dict) -> str:
+        return ("nginx's proxy_cache keeps one file per object by design: `proxy_cache_min_uses 2` stores only "
+                "objects asked for twice, `use_temp_path=off` on proxy_cache_path writes them in place (no "
+                "cross-directory rename), and a larger `inactive=` evicts less; or put its cache on tmpfs")
+
     @staticmethod
     def port_fix(p: dict) -> str:
         return ("reuse upstream connections: `keepalive 64;` in the upstream block, with "

@@ -91,6 +91,20 @@ class Squid(Proxy):
         return (set_or_raise(d, "max_filedescriptors", conf, 65536) + " and the service's LimitNOFILE with it "
                 f"(profile linux/squid); squid -k reconfigure does not raise it: restart squid; {nofile_now(p)}")
 
+    def cache_dirs(self) -> list[str]:
+        return [w[2] for ln in self.lines if len(w := ln.text.split("#", 1)[0].split()) > 2 and w[0] == "cache_dir"]
+
+    @staticmethod
+    def backlog_fix(p: dict) -> str:
+        return ("squid listens with a backlog of a quarter of its fd limit (src/comm.cc comm_listen: "
+                "Squid_MaxFD >> 2), capped by net.core.somaxconn: raise somaxconn (profile linux/squid) and "
+                "max_filedescriptors with it")
+
+    @staticmethod
+    def churn_fix(p: dict) -> str:
+        return ("store objects in one large file: squid `cache_dir rock` (one database file, slots) instead of "
+                "ufs/aufs/diskd, with the disker process taking the I/O off the event loop")
+
     @staticmethod
     def port_fix(p: dict) -> str:
         d, conf = p["directives"], p.get("config")

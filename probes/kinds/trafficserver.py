@@ -149,6 +149,11 @@ class TrafficServer(Proxy):
                 f"proxy.config.system.file_max_pct caps what it uses of fs.file-max; {nofile_now(p)}")
 
     @staticmethod
+    def backlog_fix(p: dict) -> str:
+        return ("trafficserver: `CONFIG proxy.config.net.listen_backlog INT 8192` in records.config (default -1: "
+                "net.core.somaxconn), capped by net.core.somaxconn")
+
+    @staticmethod
     def port_fix(p: dict) -> str:
         d, conf = p["directives"], p.get("config")
         name = "proxy.config.http.server_session_sharing.match"

@@ -83,7 +83,8 @@ class Varnish(Proxy):
     @staticmethod
     def caps(ev: dict) -> list[Cap]:
         p = ev["proxy"]
-        d = p["directives"]
+        d = {**{k: {"value": str(v), "where": "varnishd default"} for k, v in Varnish.DEFAULTS.items()},
+             **p["directives"]}
         pools, tmax = int(d["thread_pools"]["value"]), int(d["thread_pool_max"]["value"])
         qlen = peak(p, "MAIN.thread_queue_len") or 0
         # sess_queued alone is no cap: below thread_pool_max a session also waits while the herder breeds
@@ -107,6 +108,11 @@ class Varnish(Proxy):
     def fd_fix(p: dict) -> str:
         return ("raise varnish's LimitNOFILE (Debian's unit has 131072; profile linux/varnish) and restart it: "
                 f"varnishd passes its limit to the cache child; {nofile_now(p)}")
+
+    @staticmethod
+    def backlog_fix(p: dict) -> str:
+        return ("varnish: `varnishd -p listen_depth=8192` (default 1024), capped by net.core.somaxconn "
+                "(profile linux/varnish)")
 
     @staticmethod
     def port_fix(p: dict) -> str:
