@@ -96,7 +96,7 @@ class Squid(Proxy):
 
     @staticmethod
     def backlog_fix(p: dict) -> str:
-        return ("squid listens with a backlog of a quarter of its fd limit (src/comm.cc comm_listen: "
+        return ("squid listens with a backlog of a quarter of its fd limit (src/comm/TcpAcceptor.cc setListen: "
                 "Squid_MaxFD >> 2), capped by net.core.somaxconn: raise somaxconn (profile linux/squid) and "
                 "max_filedescriptors with it")
 
