@@ -23,6 +23,45 @@ from pathlib import Path
 from conftest import proxytune
 
 CLONE_NEWNET = 0x40000000
+
+# cell -> (proxy, {mode: (finding id, must it be ranked first)}, {finding id: text its fix must name});
+# the live matrix (test_matrix_generic.py) and the replay of its recorded runs (test_generic_replay.py)
+# hold every run to the same verdict
+STORE = {"cache-dir-atime": ("cache-dir-atime", False), "file-per-object-churn": ("file-per-object-churn", False)}
+EXPECT = {
+    "fd-nginx": ("nginx", {"fd-limit": ("fd-exhaustion", True)}, {"fd-exhaustion": "worker_rlimit_nofile"}),
+    "fd-squid": ("squid", {"fd-limit": ("squid-fd-limit", True)}, {"squid-fd-limit": "max_filedescriptors"}),
+    # haproxy never meets EMFILE: without maxconn it sizes maxconn from its fd limit (and refuses to start
+    # when a set maxconn needs more fds), so its fd limit shows as its own maxconn cap
+    "fd-haproxy": ("haproxy", {"fd-limit": ("haproxy-maxconn", True)}, {"haproxy-maxconn": "maxconn"}),
+    "accept-nginx": ("nginx", {"accept-backlog": ("accept-queue-overflow", True)}, {}),
+    "accept-haproxy": ("haproxy", {"accept-backlog": ("accept-queue-overflow", True)}, {}),
+    "accept-squid": ("squid", {"accept-backlog": ("accept-queue-overflow", True)}, {}),
+    "syn-nginx": ("nginx", {"syn-backlog": ("syn-backlog-overflow", False)}, {}),
+    "syn-haproxy": ("haproxy", {"syn-backlog": ("syn-backlog-overflow", False)}, {}),
+    "ports-nginx": ("nginx", {"ephemeral-ports": ("ephemeral-port-exhaustion", True)}, {}),
+    "ports-haproxy": ("haproxy", {"ephemeral-ports": ("ephemeral-port-exhaustion", True)}, {}),
+    "disk-squid": ("squid", {"blocking-disk-io": ("blocking-disk-io", False)}, {}),
+    "disk-nginx": ("nginx", {"blocking-disk-io": ("blocking-disk-io", False)}, {}),
+    "store-squid": ("squid", STORE, {}),
+    "store-nginx": ("nginx", STORE, {}),
+}
+
+
+def verdict_errors(cell: str, found: list[tuple[str, str]]) -> list[str]:
+    """How the findings (id, fix) in rank order miss the cell's verdict; empty when they hold it."""
+    _, modes, fix_names = EXPECT[cell]
+    ids, fixes = [i for i, _ in found], dict(found)
+    wrong = []
+    for mode, (fid, first) in modes.items():
+        if fid not in ids:
+            wrong.append(f"{mode}: {fid} not among {ids}")
+        elif first and ids[0] != fid:
+            wrong.append(f"{mode}: {fid} ranked {ids.index(fid) + 1} of {ids}")
+    for fid, text in fix_names.items():
+        if fid in fixes and text not in fixes[fid]:
+            wrong.append(f"{fid}: fix does not name {text}: {fixes[fid]}")
+    return wrong
 _libc = ctypes.CDLL(None, use_errno=True)
 _names = itertools.count()
 

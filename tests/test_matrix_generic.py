@@ -68,8 +68,6 @@ class Target:
 class Cell:
     proxy: str
     setup: object                          # a generator function (tmp) -> yields Target
-    modes: dict                            # mode -> (finding id, must it be ranked first)
-    fix_names: dict = field(default_factory=dict)      # finding id -> text its fix must contain
 
 
 def _miss_lua(tmp: Path, origin: str = "") -> Path:
@@ -124,6 +122,15 @@ def accept_haproxy(tmp):
     with g.netns(), servers.Nginx() as origin, proxyservers.HAProxy(origin.port, cache_mb=0, bind="backlog 8") as h, \
             _load(g.wrk(h.port, LOAD_S, 100)), g.Connector(h.port, 300, every=0.2, seconds=LOAD_S):
         yield Target(h.pid)
+
+
+def accept_squid(tmp):
+    """Squid has no backlog directive: listen() asks for a long queue and the kernel caps it at
+    net.core.somaxconn (per network namespace, read at listen()), here 8."""
+    from proxytune.microbench import servers
+    with g.netns({"net.core.somaxconn": "8"}), servers.Nginx() as origin, servers.Squid("rock", cache_mb=64) as sq, \
+            _load(g.wrk(sq.port, LOAD_S, 100)), g.Connector(sq.port, 300, every=0.2, seconds=LOAD_S):
+        yield Target(sq.pid)
 
 
 SYN_NS = {"net.ipv4.tcp_syncookies": "0"}
@@ -200,41 +207,19 @@ def disk_nginx(tmp):
     yield from _nginx_store(tmp, "sync")
 
 
-STORE_MODES = {"cache-dir-atime": ("cache-dir-atime", False), "file-per-object-churn": ("file-per-object-churn", False)}
-CELLS = {
-    "fd-nginx": Cell("nginx", fd_nginx, {"fd-limit": ("fd-exhaustion", True)},
-                     {"fd-exhaustion": "worker_rlimit_nofile"}),
-    "fd-squid": Cell("squid", fd_squid, {"fd-limit": ("squid-fd-limit", True)},
-                     {"squid-fd-limit": "max_filedescriptors"}),
-    # haproxy never meets EMFILE: without maxconn it sizes maxconn from its fd limit (and refuses to start
-    # when a set maxconn needs more fds), so its fd limit shows as its own maxconn cap
-    "fd-haproxy": Cell("haproxy", fd_haproxy, {"fd-limit": ("haproxy-maxconn", True)}, {"haproxy-maxconn": "maxconn"}),
-    "accept-nginx": Cell("nginx", accept_nginx, {"accept-backlog": ("accept-queue-overflow", True)}),
-    "accept-haproxy": Cell("haproxy", accept_haproxy, {"accept-backlog": ("accept-queue-overflow", True)}),
-    "syn-nginx": Cell("nginx", syn_nginx, {"syn-backlog": ("syn-backlog-overflow", False)}),
-    "syn-haproxy": Cell("haproxy", syn_haproxy, {"syn-backlog": ("syn-backlog-overflow", False)}),
-    "ports-nginx": Cell("nginx", ports_nginx, {"ephemeral-ports": ("ephemeral-port-exhaustion", True)}),
-    "ports-haproxy": Cell("haproxy", ports_haproxy, {"ephemeral-ports": ("ephemeral-port-exhaustion", True)}),
-    "disk-squid": Cell("squid", disk_squid, {"blocking-disk-io": ("blocking-disk-io", False)}),
-    "disk-nginx": Cell("nginx", disk_nginx, {"blocking-disk-io": ("blocking-disk-io", False)}),
-    "store-squid": Cell("squid", store_squid, STORE_MODES),
-    "store-nginx": Cell("nginx", store_nginx, STORE_MODES),
-}
+CELLS = {name: Cell(g.EXPECT[name][0], setup) for name, setup in {
+    "fd-nginx": fd_nginx, "fd-squid": fd_squid, "fd-haproxy": fd_haproxy,
+    "accept-nginx": accept_nginx, "accept-haproxy": accept_haproxy, "accept-squid": accept_squid,
+    "syn-nginx": syn_nginx, "syn-haproxy": syn_haproxy,
+    "ports-nginx": ports_nginx, "ports-haproxy": ports_haproxy,
+    "disk-squid": disk_squid, "disk-nginx": disk_nginx,
+    "store-squid": store_squid, "store-nginx": store_nginx}.items()}
 
 
 def check(name: str, cell: Cell, doc: dict, t: Target) -> list[str]:
     """What this run got wrong (empty: the fault was named as the cell expects)."""
-    ids = [f["id"] for f in doc["findings"]]
     by = {f["id"]: f for f in doc["findings"]}
-    wrong = []
-    for mode, (fid, first) in cell.modes.items():
-        if fid not in by:
-            wrong.append(f"{mode}: {fid} not among {ids}")
-        elif first and ids[0] != fid:
-            wrong.append(f"{mode}: {fid} ranked {ids.index(fid) + 1} of {ids}")
-    for fid, text in cell.fix_names.items():
-        if fid in by and text not in by[fid]["fix"]:
-            wrong.append(f"{fid}: fix does not name {text}: {by[fid]['fix']}")
+    wrong = g.verdict_errors(name, [(f["id"], f["fix"]) for f in doc["findings"]])
     ev = doc["data"]["evidence"]
     if "ephemeral-port-exhaustion" in by and by["ephemeral-port-exhaustion"]["evidence"]["port_range"] != PORT_RANGE:
         wrong.append(f"port range read as {by['ephemeral-port-exhaustion']['evidence']['port_range']}")
@@ -254,7 +239,7 @@ def test_generic_fault_named_on_every_run(name, tmp_path):
         time.sleep(1)                                  # the load reaches the fault
         for run in range(1, RUNS + 1):
             doc = g.doctor(t.pid, WINDOW, out / f"{name}-{run}.json", *t.extra)
-            for mode in cell.modes:
+            for mode in g.EXPECT[name][1]:
                 g.record(name, cell.proxy, mode, run, doc)
             print(name, run, [(f["id"], f["severity"]) for f in doc["findings"]],
                   {f["id"]: f["fix"][:160] for f in doc["findings"]})
