@@ -41,6 +41,7 @@ EXPECT = {
     "syn-haproxy": ("haproxy", {"syn-backlog": ("syn-backlog-overflow", False)}, {}),
     "ports-nginx": ("nginx", {"ephemeral-ports": ("ephemeral-port-exhaustion", True)}, {}),
     "ports-haproxy": ("haproxy", {"ephemeral-ports": ("ephemeral-port-exhaustion", True)}, {}),
+    "ports-squid": ("squid", {"ephemeral-ports": ("ephemeral-port-exhaustion", True)}, {}),
     "disk-squid": ("squid", {"blocking-disk-io": ("blocking-disk-io", False)}, {}),
     "disk-nginx": ("nginx", {"blocking-disk-io": ("blocking-disk-io", False)}, {}),
     "store-squid": ("squid", STORE, {}),
@@ -203,10 +204,11 @@ def record(cell: str, proxy: str, mode: str, run: int, doc: dict) -> None:
 class BoundClients:
     """`n` keep-alive HTTP clients in threads, each bound to an explicit local port from `ports`
     (outside a narrowed ip_local_port_range, so that only the proxy's own connects run short of
-    ports), each sending GET /PREFIX/<unique> one after the other for at most `seconds`."""
+    ports), each sending GET BASE/p/<unique> one after the other for at most `seconds` (BASE: the
+    origin's http://IP:PORT for a forward proxy, empty for a reverse proxy)."""
 
-    def __init__(self, port: int, n: int, ports: range, seconds: float = 60, prefix: str = "p"):
-        self.port, self.n, self.seconds, self.prefix = port, n, seconds, prefix
+    def __init__(self, port: int, n: int, ports: range, seconds: float = 60, base: str = ""):
+        self.port, self.n, self.seconds, self.base = port, n, seconds, base
         self.ports, self.lock = iter(ports), threading.Lock()
         self.done, self.count = threading.Event(), itertools.count()
         self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(n)]
@@ -222,7 +224,7 @@ class BoundClients:
 
     def _exchange(self, s: socket.socket) -> bool:
         """One request and its whole response; False when the connection is done."""
-        s.sendall(f"GET /{self.prefix}/{next(self.count)} HTTP/1.1\r\nHost: o\r\n\r\n".encode())
+        s.sendall(f"GET {self.base}/p/{next(self.count)} HTTP/1.1\r\nHost: o\r\n\r\n".encode())
         data = b""
         while b"\r\n\r\n" not in data:
             chunk = s.recv(65536)

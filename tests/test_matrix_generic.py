@@ -151,10 +151,10 @@ def syn_haproxy(tmp):
         yield Target(h.pid)
 
 
-def _ports_run_short(port: int):
+def _ports_run_short(port: int, base: str = ""):
     """Narrow the namespace's port range once the servers listen, then 150 requests in flight."""
     g.set_sysctl("net.ipv4.ip_local_port_range", PORT_RANGE)
-    return g.BoundClients(port, 150, range(61000, 65000), seconds=LOAD_S)
+    return g.BoundClients(port, 150, range(61000, 65000), seconds=LOAD_S, base=base)
 
 
 def ports_nginx(tmp):
@@ -169,6 +169,14 @@ def ports_haproxy(tmp):
     with g.netns(), g.SlowOrigin(1.0) as origin, proxyservers.HAProxy(origin.port, cache_mb=0) as h, \
             _ports_run_short(h.port):
         yield Target(h.pid)
+
+
+def ports_squid(tmp):
+    """Squid keeps server connections (server_persistent_connections on), but this origin closes each."""
+    from proxytune.microbench import servers
+    with g.netns(), g.SlowOrigin(1.0) as origin, servers.Squid("rock", cache_mb=64) as sq, \
+            _ports_run_short(sq.port, f"http://127.0.0.1:{origin.port}"):
+        yield Target(sq.pid)
 
 
 def _squid_store(tmp, options: str):
@@ -211,7 +219,7 @@ CELLS = {name: Cell(g.EXPECT[name][0], setup) for name, setup in {
     "fd-nginx": fd_nginx, "fd-squid": fd_squid, "fd-haproxy": fd_haproxy,
     "accept-nginx": accept_nginx, "accept-haproxy": accept_haproxy, "accept-squid": accept_squid,
     "syn-nginx": syn_nginx, "syn-haproxy": syn_haproxy,
-    "ports-nginx": ports_nginx, "ports-haproxy": ports_haproxy,
+    "ports-nginx": ports_nginx, "ports-haproxy": ports_haproxy, "ports-squid": ports_squid,
     "disk-squid": disk_squid, "disk-nginx": disk_nginx,
     "store-squid": store_squid, "store-nginx": store_nginx}.items()}
 
