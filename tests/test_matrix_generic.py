@@ -10,14 +10,16 @@ $PROXYTUNE_MATRIX_RESULTS one JSON line per run and mode is appended there.
 Mechanisms (why each fault shows):
 - fd: at RLIMIT_NOFILE accept4() fails EMFILE (nginx, haproxy); squid defers
   accepts before that (its RESERVED_FD) and its own finding leads.
-- accept queue: a listen backlog of 8 (sk_max_ack_backlog) and bursts of
-  hundreds of connects: tcp_conn_request() drops SYNs while the accept
-  queue is full and counts ListenOverflows.
+- accept queue: a listen backlog of 8 (sk_max_ack_backlog = min(backlog,
+  net.core.somaxconn); squid has no backlog directive, so its namespace's
+  somaxconn is 8) and bursts of hundreds of connects: tcp_conn_request()
+  drops SYNs while the accept queue is full and counts ListenOverflows.
 - SYN queue: TCP_DEFER_ACCEPT (nginx `deferred`, haproxy `defer-accept`)
   keeps a connection that sent no data in the request (SYN) queue;
   inet_csk_reqsk_queue_is_full() compares that queue with the same backlog
   of 8, and with tcp_syncookies=0 (per network namespace) the next SYN is
-  dropped as TCPReqQFullDrop.
+  dropped as TCPReqQFullDrop (tcp_max_syn_backlog is not what fills: with
+  cookies off it only drops early, counted as ListenDrops alone).
 - ephemeral ports: a 64-port ip_local_port_range and an origin that holds
   each request 1 s with no keep-alive: more requests in flight than ports,
   so the proxy's connect() fails EADDRNOTAVAIL (__inet_hash_connect).
@@ -26,6 +28,11 @@ Mechanisms (why each fault shows):
   waits for the device in D state.
 - atime / churn: the cache on a loop ext4 mounted strictatime, cache misses
   on unique URLs: one file created per object.
+
+Not here: Varnish and Traffic Server keep objects in one file or memory
+(no churn, no atime per object) and do their disk I/O off the event loop;
+squid has no TCP_DEFER_ACCEPT, so its SYN queue never holds a connection
+that completed its handshake.
 """
 
 import contextlib
