@@ -38,7 +38,8 @@ def _tempdir(kind: str, owner: str | None = None) -> Path:
 class HAProxy(_Server):
     """haproxy -db (foreground) with a global maxconn, a stats socket, and its cache (max_mb > 0)."""
 
-    def __init__(self, origin_port: int, maxconn: int = 4096, cache_mb: int = 64, nofile: tuple | None = None):
+    def __init__(self, origin_port: int, maxconn: int | None = 4096, cache_mb: int = 64, nofile: tuple | None = None,
+                 bind: str = ""):
         self.exe = _need("haproxy", "haproxy")
         self.dir, self.port, self.nofile = _tempdir("haproxy"), free_port(), nofile
         self.stats_socket = self.dir / "stats.sock"
@@ -46,8 +47,10 @@ class HAProxy(_Server):
                  if cache_mb else "")
         use = ("    http-request cache-use c\n    http-response cache-store c\n"
                "    http-response set-header X-Cache HIT if { res.cache_hit }\n" if cache_mb else "")
+        # maxconn None: haproxy derives it from the fd limit it starts with (configuration.txt 3.2 "maxconn")
+        cap = f"    maxconn {maxconn}\n" if maxconn else ""
         (self.dir / "haproxy.cfg").write_text(
-            f"global\n    maxconn {maxconn}\n    stats socket {self.stats_socket} mode 600 level admin\n"
+            f"global\n{cap}    stats socket {self.stats_socket} mode 600 level admin\n"
             f"    pidfile {self.dir}/haproxy.pid\n{cache}"
             # HAProxy builds a resolvers section "default" from /etc/resolv.conf unless one of that name is
             # declared (configuration.txt 5.3.2 "The resolvers section"): ours asks loopback only
@@ -56,7 +59,7 @@ class HAProxy(_Server):
             # would otherwise close them after 30 s)
             "defaults\n    mode http\n    timeout connect 5s\n    timeout client 120s\n    timeout server 30s\n"
             "    timeout http-keep-alive 120s\n"
-            f"frontend fe\n    bind 127.0.0.1:{self.port}\n{use}    default_backend origin\n"
+            f"frontend fe\n    bind 127.0.0.1:{self.port}{' ' + bind if bind else ''}\n{use}    default_backend origin\n"
             f"backend origin\n    server o 127.0.0.1:{origin_port}\n")
 
     @property
@@ -188,11 +191,11 @@ class NginxCache(_Server):
     """nginx as a caching reverse proxy: proxy_cache on a directory (one file per object)."""
 
     def __init__(self, origin_port: int, cache_mb: int = 256, workers: int = 1, nofile: tuple | None = None,
-                 connections: int = 8192):
+                 connections: int = 8192, cache_dir: Path | None = None, listen: str = "backlog=4096"):
         self.exe = _need("nginx", "nginx-light")
         self.dir, self.port = _tempdir("nginxcache", "www-data"), free_port()
-        self.cache, self.nofile = self.dir / "cache", nofile
-        self.cache.mkdir()
+        self.cache, self.nofile = (Path(cache_dir) if cache_dir else self.dir / "cache"), nofile
+        self.cache.mkdir(exist_ok=True)
         if os.geteuid() == 0:
             shutil.chown(self.cache, "www-data", "www-data")
         (self.dir / "nginx.conf").write_text(
@@ -201,7 +204,7 @@ class NginxCache(_Server):
             # as servers.Nginx: nginx resolves through `resolver` only, and here every address is an IP literal
             f"http {{ access_log off; resolver {dead_resolver()};\n"
             f"  proxy_cache_path {self.cache} levels=1:2 keys_zone=c:16m max_size={cache_mb}m "
-            f"inactive=1d use_temp_path=off;\n  server {{ listen 127.0.0.1:{self.port} backlog=4096;\n"
+            f"inactive=1d use_temp_path=off;\n  server {{ listen 127.0.0.1:{self.port} {listen};\n"
             f"    location / {{ proxy_pass http://127.0.0.1:{origin_port}; proxy_cache c; proxy_cache_key $uri; "
             "add_header X-Cache $upstream_cache_status; } } }\n")
 

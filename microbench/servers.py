@@ -80,7 +80,8 @@ class Nginx(_Server):
     """nginx answering every request itself (`return 200`), or with the given server block body."""
 
     def __init__(self, workers: int = 1, rlimit_nofile: int | None = None, connections: int = 4096,
-                 body: str = 'add_header Cache-Control "max-age=3600"; return 200 "ok\\n";'):
+                 body: str = 'add_header Cache-Control "max-age=3600"; return 200 "ok\\n";',
+                 listen: str = "backlog=4096"):
         self.exe = _need("nginx", "nginx-light")
         self.dir = Path(tempfile.mkdtemp(prefix="proxytune-nginx-"))
         self.port = free_port()
@@ -91,7 +92,7 @@ class Nginx(_Server):
             # nginx resolves names itself only through `resolver` (ngx_http_core_module, "resolver"); the
             # listen and any upstream here are IP literals, which need no lookup
             f"http {{ access_log off; resolver {dead_resolver()}; "
-            f"server {{ listen 127.0.0.1:{self.port} backlog=4096; "
+            f"server {{ listen 127.0.0.1:{self.port} {listen}; "
             f"location / {{ {body} }} }} }}\n")
 
     def __enter__(self):
@@ -109,13 +110,13 @@ class Squid(_Server):
     only with mem_mb=0), an access log to read hits from, and optionally a given fd limit."""
 
     def __init__(self, store: str = "ufs", cache_mb: int = 100, mem_mb: int = 0, user: str = "proxy",
-                 nofile: tuple[int, int] | None = None):
+                 nofile: tuple[int, int] | None = None, cache_dir: Path | None = None):
         if store not in ("ufs", "aufs", "diskd", "rock"):
             raise ProxytuneError(f"unknown squid store {store!r}", "ufs, aufs, diskd or rock")
         self.exe = _need("squid", "squid")
         self.dir = Path(tempfile.mkdtemp(prefix="proxytune-squid-"))
-        self.cache = self.dir / "cache"
-        self.cache.mkdir()
+        self.cache = Path(cache_dir) if cache_dir else self.dir / "cache"     # e.g. on a mount of its own
+        self.cache.mkdir(exist_ok=True)
         self.port = free_port()
         self.store = store
         self.nofile = nofile            # (soft, hard) to start with, as a service's LimitNOFILE would

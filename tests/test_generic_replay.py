@@ -1,0 +1,27 @@
+"""The generic-failure matrix's recorded runs (tests/evidence/generic/<cell>.json, one doctor run per
+cell of tests/test_matrix_generic.py, its whole JSON) replayed through today's rules: the evidence a
+real proxy gave must still give the cell's verdict. No root, no proxy: the rules read evidence only."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import generic_cells as g
+
+EVIDENCE = Path(__file__).parent / "evidence" / "generic"
+
+
+def test_every_cell_has_its_recorded_run():
+    assert sorted(p.stem for p in EVIDENCE.glob("*.json")) == sorted(g.EXPECT)
+
+
+@pytest.mark.parametrize("cell", sorted(g.EXPECT))
+def test_recorded_evidence_gives_the_cells_verdict(cell):
+    from proxytune.probes import findings, proxies_findings
+    doc = json.loads((EVIDENCE / f"{cell}.json").read_text())
+    ev = doc["data"]["evidence"]
+    assert (ev["proxy"] or {}).get("kind") == g.EXPECT[cell][0]
+    found = proxies_findings.refine(findings.evaluate(ev), ev)
+    wrong = g.verdict_errors(cell, [(f.id, f.fix) for f in found])
+    assert not wrong, (wrong, [f["id"] for f in doc["findings"]])
