@@ -119,7 +119,9 @@ def loop_fs(options: str, mb: int = 256):
         top.chmod(0o755)
         mnt.mkdir()
         subprocess.run(["truncate", "-s", f"{mb}M", str(img)], check=True)
-        subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], check=True)
+        # an inode per KiB: a store cell creates one file per miss (2,000 a second or more), and ext4's
+        # default of one per 4 KiB on a small image runs out in half a minute; squid then exits
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-i", "1024", str(img)], check=True)
         subprocess.run(["mount", "-o", f"loop,{options}", str(img), str(mnt)], check=True)
         try:
             mnt.chmod(0o755)
