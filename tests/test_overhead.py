@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from conftest import IS_ROOT, REPO
-from proxytune.probes import bpftrace, doctor, hostnoise, overhead, pairstats, syscost
+from proxytune.core import procgroup
+from proxytune.probes import bpfstats, bpftrace, doctor, hostnoise, overhead, pairstats, syscost
 
 needs_bpftrace = pytest.mark.skipif(not (IS_ROOT and shutil.which("bpftrace")), reason="needs root and bpftrace")
 
@@ -274,3 +275,49 @@ def test_mechanisms_model_nginx_per_request_from_unit_costs():
     m = d["mechanisms"]
     assert 0.5 < m["nginx_per_request"]["syscall"] < 50, m["nginx_per_request"]
     assert m["nginx_alone"]["requests"] > 100 and "overhead" in m["model"]
+
+
+def test_bpf_stats_are_switched_on_for_the_body_and_restored_on_every_way_out():
+    if not IS_ROOT:
+        pytest.skip("kernel.bpf_stats_enabled is writable by root only")
+    before = bpfstats.SYSCTL.read_text().strip()
+    try:
+        bpfstats.SYSCTL.write_text("0\n")
+        with pytest.raises(KeyboardInterrupt):
+            with bpfstats.enabled() as why_not:
+                assert why_not is None and bpfstats.SYSCTL.read_text().strip() == "1"
+                raise KeyboardInterrupt
+        assert bpfstats.SYSCTL.read_text().strip() == "0"
+    finally:
+        bpfstats.SYSCTL.write_text(before + "\n")
+
+
+def test_bpf_stats_unreadable_sysctl_is_unavailable_not_an_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(bpfstats, "SYSCTL", tmp_path / "absent")
+    with bpfstats.enabled() as why_not:
+        assert why_not and "not readable" in why_not
+
+
+@needs_bpftrace
+def test_each_program_is_named_by_its_tracepoint_and_counts_the_runs_it_made(tmp_path):
+    """getppid from this process, N times: the program on sys_enter_getppid ran at least N times
+    (other tasks' getppid add to it: the pid filter runs inside the program), with a positive time."""
+    prog = (f"tracepoint:syscalls:sys_enter_getppid /pid == {os.getpid()}/ {{ @n = count(); }}\n"
+            "tracepoint:syscalls:sys_exit_fsync /pid == 1/ { @m = count(); }\n")
+    before = bpfstats.SYSCTL.read_text().strip()
+    with procgroup.Children() as kids:
+        run = bpftrace.Run(kids, prog)
+        run.wait_attached()
+        with bpfstats.enabled() as why_not:
+            assert why_not is None
+            first = bpfstats.wait_attached(run.proc.pid, 2)
+            for _ in range(5000):
+                os.getppid()
+            last = bpfstats.programs(run.proc.pid)
+        maps = run.stop()
+    assert maps.get("@n", 0) >= 5000
+    assert bpfstats.SYSCTL.read_text().strip() == before
+    rows = {r["attached"]: r for r in bpfstats.rates(first, last, 1.0)}
+    assert set(rows) == {"tracepoint sys_enter_getppid", "tracepoint sys_exit_fsync"}, rows
+    assert rows["tracepoint sys_enter_getppid"]["runs"] >= 5000
+    assert rows["tracepoint sys_enter_getppid"]["ns_per_run"] > 0
