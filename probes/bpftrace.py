@@ -3,8 +3,9 @@ tracepoints it needs; composing several into one program filtered by a set
 of pids; running it for a window and reading its JSON output.
 
 Each script filters with `pid == $1` (the process) or `tid == $1` (its
-event-loop thread, the main thread; `args->next_pid == $1` where a
-tracepoint names it), so it also runs standalone as
+event-loop thread, the main thread; `args->prev_pid == $1` or
+`args->next_pid == $1` where a tracepoint names it: a field of the record
+is cheaper than the helper call behind pid and tid), so it also runs standalone as
 `bpftrace probes/NAME.bt PID`. Composing rewrites those predicates for a
 list of pids (nginx has one worker process per core) and merges END blocks
 (bpftrace allows one).

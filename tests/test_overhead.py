@@ -91,23 +91,24 @@ def test_the_doctor_attaches_only_the_syscalls_its_findings_read():
 
 def test_host_wide_events_run_one_program_that_tests_integers_before_any_map():
     """sched_switch fires for every task on the host: one program runs there (not one per
-    block), and it compares against the target's ids before it touches a map."""
+    block), and it compares the record's ids (not a helper's) with the target's before it touches a map."""
     cat = bpftrace.catalog()
     prog = bpftrace.compose([cat[n] for n in doctor.DEFAULT_SCRIPTS], [101, 202])
     assert prog.count("tracepoint:sched:sched_switch") == 1
     block = prog.split("tracepoint:sched:sched_switch", 1)[1].split("\n}\n", 1)[0]
     conds = re.findall(r"^  if \((.*)\) \{", block, re.M)
     assert len(conds) == 2
-    assert conds[0].startswith("(tid == 101 || tid == 202) && ")
+    assert conds[0].startswith("(args->prev_pid == 101 || args->prev_pid == 202) && ")
     assert conds[1] == "(args->next_pid == 101 || args->next_pid == 202)"
     before_first_if = block.split("  if (", 1)[0]
     assert "@" not in before_first_if
+    assert not re.search(r"(?<![>_])\b(tid|pid)\b", block)       # ids from the record, not by a helper call
 
 
 def test_compose_rewrites_tracepoint_fields_compared_with_the_pid():
     cat = bpftrace.catalog()
     prog = bpftrace.compose([cat["loop_blocking"]], [7])
-    assert "$1" not in prog and "if (args->next_pid == 7)" in prog and "tid == 7 &&" in prog
+    assert "$1" not in prog and "if (args->next_pid == 7)" in prog and "args->prev_pid == 7 &&" in prog
 
 
 @needs_bpftrace
