@@ -322,3 +322,58 @@ def test_each_program_is_named_by_its_tracepoint_and_counts_the_runs_it_made(tmp
     assert set(rows) == {"tracepoint sys_enter_getppid", "tracepoint sys_exit_fsync"}, rows
     assert rows["tracepoint sys_enter_getppid"]["runs"] >= 5000
     assert rows["tracepoint sys_enter_getppid"]["ns_per_run"] > 0
+
+
+WORKLOAD = """
+import os, resource, select, socket, sys, time
+d = sys.argv[1]
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(16)
+port = srv.getsockname()[1]
+closed = socket.socket(); closed.bind(("127.0.0.1", 0)); dead = closed.getsockname()[1]; closed.close()
+t = time.time()
+while time.time() - t < 8:
+    for i in range(10):
+        p = os.path.join(d, f"obj{i}")
+        fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o600)
+        os.write(fd, b"x" * 65536); os.fsync(fd); os.close(fd); os.unlink(p)
+    c = socket.socket(); c.connect(("127.0.0.1", port)); a, _ = srv.accept(); a.close(); c.close()
+    c = socket.socket()
+    try:
+        c.connect(("127.0.0.1", dead))
+    except OSError:
+        pass
+    c.close()
+    r, w = os.pipe(); pl = select.poll(); pl.register(r, select.POLLIN); pl.register(w, select.POLLOUT)
+    pl.poll(0); os.close(r); os.close(w)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (3, hard))
+    try:
+        os.open("/dev/null", os.O_RDONLY)
+    except OSError:
+        pass
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+"""
+
+
+@needs_bpftrace
+def test_the_composed_doctor_program_still_fills_every_map_the_rules_read():
+    """One small process that creates, fsyncs and unlinks files, accepts, connects (and is refused),
+    polls and hits EMFILE: the doctor's program, composed as the doctor composes it, fills every map
+    findings.py and doctor.loop_summary read, with the meaning they read."""
+    disk = Path(tempfile.mkdtemp(prefix="proxytune-test-maps-", dir="/var/tmp"))      # /tmp may be tmpfs
+    w = subprocess.Popen([sys.executable, "-c", WORKLOAD, str(disk)])
+    try:
+        time.sleep(0.3)
+        maps = bpftrace.run_for(doctor.usable_scripts()[0], [w.pid], 3)
+    finally:
+        w.kill()
+        w.wait()
+        shutil.rmtree(disk)
+    for key in ("@file_open", "@file_create", "@file_unlink", "@file_close", "@fdok_accept", "@poll_calls",
+                "@poll_nfds", "@poll_ready", "@poll_ns", "@sync_calls", "@sync_ns", "@dstate_sleeps", "@dstate_ns"):
+        assert maps.get(key, 0) > 0, (key, maps)
+    assert maps["@file_create"] <= maps["@file_open"] and maps["@poll_nfds"] >= 2 * maps["@poll_calls"]
+    assert any(k.startswith(str(disk)[:20]) for k in maps["@file_prefix"]), maps["@file_prefix"]
+    conn = {int(k): v for k, v in maps["@conn"].items()}
+    assert conn.get(0, 0) > 0 and conn.get(111, 0) > 0, conn                    # success and ECONNREFUSED
+    assert any(k.startswith("tracepoint:syscalls:sys_exit_openat") and k.endswith("24") for k in maps["@fderr"])
