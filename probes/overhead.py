@@ -214,11 +214,9 @@ def program_costs(load: Load, component: str) -> dict:
     with bpfstats.enabled() as why_not, procgroup.Children() as kids:
         if why_not:
             return bpfstats.unavailable(why_not)
-        program = bpftrace.compose(scripts, load.pids)
-        run = bpftrace.Run(kids, program)
-        run.wait_attached()
-        first = bpfstats.wait_attached(run.proc.pid, len(re.findall(r"tracepoint:\w+:\w+", program)))
-        t0 = time.monotonic()
+        run = bpftrace.Run(kids, bpftrace.compose(scripts, load.pids))
+        run.wait_attached()                     # until each tracepoint carries its program
+        first, t0 = bpfstats.programs(run.proc.pid), time.monotonic()
         w = servers.wrk(load.url, load.seconds, load.connections, script=load.script)
         last, seconds = bpfstats.programs(run.proc.pid), time.monotonic() - t0
         run.stop(need_maps=False)
