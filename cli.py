@@ -1132,13 +1132,27 @@ def probe_overhead(seconds, reps, connections, component, pace_ms, mechanisms, o
                        f"{d['mechanisms']['nginx_per_request']['syscall']:.2f} syscalls and "
                        f"{d['mechanisms']['nginx_per_request']['context_switch']:.3f} switches per request: "
                        f"{m['overhead']:+.2%} per request (CI {m['overhead_ci'][0]:+.2%} to {m['overhead_ci'][1]:+.2%})")
+            _program_costs(d.get("programs") or {})
             return
         click.echo(f"nginx CPU per request: {d['off_us_per_request']['median']:.2f} us without {component}, "
                    f"{d['on_us_per_request']['median']:.2f} us with it: overhead {d['overhead']:+.1%} "
                    f"({d['overhead_ci_confidence']:.1%} CI: {d['verdict']}) "
                    f"(pairs: {', '.join(f'{x:+.1%}' for x in d['overhead_per_pair'])}); "
                    f"throughput {d['rps_off']:,.0f} -> {d['rps_on']:,.0f} req/s")
+        _program_costs(d.get("programs") or {})
     finish_bench(data, "doctor-overhead", output, as_json, show)
+
+
+def _program_costs(p: dict) -> None:
+    """`probe overhead`'s per-program lines: what each BPF program's body costs per run and how often it ran."""
+    if not p.get("available"):
+        click.echo(f"BPF programs' own cost: unavailable ({p.get('reason', 'not measured')})")
+        return
+    click.echo(f"BPF programs under the same load, {p['seconds']:.1f} s with kernel.bpf_stats_enabled "
+               "(program bodies only; the tracepoint's and the syscall slow path's cost are not in them):")
+    for r in p["programs"]:
+        ns = f"{r['ns_per_run']:8.0f} ns/run" if r["ns_per_run"] is not None else "      never ran"
+        click.echo(f"  {r['attached']:<36} {ns} {r['runs_per_s']:12,.0f} runs/s {r['cpu_ns_per_s'] / 1e3:9.1f} us/s")
 
 
 @main.command()

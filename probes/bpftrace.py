@@ -3,8 +3,9 @@ tracepoints it needs; composing several into one program filtered by a set
 of pids; running it for a window and reading its JSON output.
 
 Each script filters with `pid == $1` (the process) or `tid == $1` (its
-event-loop thread, the main thread; `args->next_pid == $1` where a
-tracepoint names it), so it also runs standalone as
+event-loop thread, the main thread; `args->prev_pid == $1` or
+`args->next_pid == $1` where a tracepoint names it: a field of the record
+is cheaper than the helper call behind pid and tid), so it also runs standalone as
 `bpftrace probes/NAME.bt PID`. Composing rewrites those predicates for a
 list of pids (nginx has one worker process per core) and merges END blocks
 (bpftrace allows one).
@@ -25,13 +26,15 @@ from proxytune.core.invocation import command
 
 from proxytune.core import procgroup
 
-from . import target
+from . import bpfstats, target
 
 HERE = shipped("probes")
 TRACING = Path("/sys/kernel/tracing")
 END_RE = re.compile(r"^END\s*\{(.*)\}\s*$", re.M)
 # Detaching a few dozen tracepoints takes bpftrace a second or two; on a loaded host far longer.
 STOP_GRACE_S = 60.0
+# How long after attached_probes its tracepoints may take to carry their programs (a loaded host).
+ATTACH_WAIT_S = 10.0
 # Until it exits, bpftrace gets a SIGTERM this often after the first SIGINT (see procgroup.stop).
 NUDGE_S = 1.0
 # `X == $1`, where X is pid, tid or a tracepoint field (args->next_pid): compose() matches any of the pids.
@@ -133,6 +136,10 @@ class Run:
             if not line and self.proc.poll() is not None:
                 break
             if '"attached_probes"' in line:
+                # bpftrace 0.17 prints it before it attaches: wait until the kernel holds a program
+                # on each tracepoint (bpfstats reads that from /proc), or ATTACH_WAIT_S at most
+                bpfstats.wait_attached(self.proc.pid, len(re.findall(r"tracepoint:\w+:\w+", self.program)),
+                                       ATTACH_WAIT_S)
                 self.started = time.monotonic()
                 return
         err = self.proc.stderr.read() if self.proc.poll() is not None else ""

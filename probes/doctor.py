@@ -54,6 +54,20 @@ def audit(host, profile_ref: str, service: str, cache_dirs: list[str]) -> dict:
             "drift": found.drift()}
 
 
+def usable_scripts(deep: bool = False) -> tuple[list, dict[str, str]]:
+    """The scripts the doctor composes (default, and deep ones when asked) whose tracepoints this
+    kernel has, and why each other one is skipped."""
+    cat = bpftrace.catalog()
+    scripts, skipped = [], {}
+    for name in DEFAULT_SCRIPTS + (DEEP_SCRIPTS if deep else []):
+        missing = bpftrace.missing_tracepoints(cat[name])
+        if missing:
+            skipped[name] = f"tracepoints missing: {', '.join(missing)}"
+        else:
+            scripts.append(cat[name])
+    return scripts, skipped
+
+
 def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linux/proxy",
            cache_dirs: list[str] | None = None, deep: bool = False, use_perf: bool = True, tick=None) -> dict:
     """Run the probes for `duration` seconds against `pids`; return the evidence dict the rules read."""
@@ -61,15 +75,7 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
     caps.require_tracefs()
     if not bpftrace.version():
         raise ProxytuneError("bpftrace is not installed", "Debian: apt-get install bpftrace")
-    cat = bpftrace.catalog()
-    wanted = DEFAULT_SCRIPTS + (DEEP_SCRIPTS if deep else [])
-    scripts, skipped = [], {}
-    for name in wanted:
-        missing = bpftrace.missing_tracepoints(cat[name])
-        if missing:
-            skipped[name] = f"tracepoints missing: {', '.join(missing)}"
-        else:
-            scripts.append(cat[name])
+    scripts, skipped = usable_scripts(deep)
     watched = proxies.identify(pids[0])
     comm = procfs.comm_of(pids[0])
     profile_ref, service = proxies.audit_as(watched, profile_ref, comm)

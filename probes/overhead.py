@@ -22,7 +22,7 @@ from proxytune.core.errors import ProxytuneError
 from proxytune.core import procfs, procgroup, rundir
 from proxytune.core.numbers import is_uint
 
-from . import bpftrace, doctor, hostnoise, pairstats, perf, proc, syscost, target
+from . import bpfstats, bpftrace, caps, doctor, hostnoise, pairstats, perf, proc, syscost, target
 
 PACE_MS = 1           # each wrk connection waits this long between requests: nginx below saturation, at a
                       # steady rate, so its CPU per request does not swing with how wrk batches (0: no pacing)
@@ -146,6 +146,7 @@ def measure(seconds: float = 10, reps: int = 6, connections: int = 50, progress=
             out = _mechanisms(load, reps, progress, component, d.path)
         else:
             out = _result(_runs(load, reps, progress, component))
+        out["programs"] = program_costs(load, component)
     return {"bench": "doctor-overhead", "component": component, "attached": components()[component],
             "seconds": seconds, "reps": reps, "connections": connections, "pace_ms": pace_ms, "nice": in_effect,
             "scripts": doctor.DEFAULT_SCRIPTS, "perf": perf.describe(), **out}
@@ -192,6 +193,37 @@ def _mechanisms(load: Load, reps: int, progress, component: str, directory: Path
                            "units": units, "nginx_per_request": per_request,
                            "nginx_alone": base,
                            "model": syscost.model(units, per_request, base["cpu_us_per_request"])}}
+
+
+def bpf_scripts(component: str) -> list[bpftrace.Script]:
+    """The bpftrace scripts `component` attaches: the doctor's as it composes them, one script, or none."""
+    if component in ("doctor", "bpftrace"):
+        return doctor.usable_scripts()[0]
+    return [bpftrace.catalog()[component]] if component in bpftrace.catalog() else []
+
+
+def program_costs(load: Load, component: str) -> dict:
+    """Each BPF program of `component`, attached to nginx under the same wrk load for one more
+    run, with the kernel's per-program counters on (bpfstats): ns per run and runs per second.
+    A window of its own: the counters' clock reads would inflate the cost measured elsewhere.
+    Counts only the programs' bodies, not the tracepoint's or the syscall slow path's cost."""
+    scripts = bpf_scripts(component)
+    if not scripts:
+        return bpfstats.unavailable(f"{component} attaches no BPF program")
+    caps.require_tracefs()
+    with bpfstats.enabled() as why_not, procgroup.Children() as kids:
+        if why_not:
+            return bpfstats.unavailable(why_not)
+        run = bpftrace.Run(kids, bpftrace.compose(scripts, load.pids))
+        run.wait_attached()                     # until each tracepoint carries its program
+        first, t0 = bpfstats.programs(run.proc.pid), time.monotonic()
+        w = servers.wrk(load.url, load.seconds, load.connections, script=load.script)
+        last, seconds = bpfstats.programs(run.proc.pid), time.monotonic() - t0
+        run.stop(need_maps=False)
+    if not last:
+        return bpfstats.unavailable("bpftrace's programs could not be read from /proc (fdinfo)")
+    return {"available": True, "seconds": seconds, "nginx_requests_per_s": w["requests"] / seconds,
+            "programs": bpfstats.rates(first, last, seconds)}
 
 
 def _switches(pids: list[int]) -> int:

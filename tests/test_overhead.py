@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from conftest import IS_ROOT, REPO
-from proxytune.probes import bpftrace, doctor, hostnoise, overhead, pairstats, syscost
+from proxytune.core import procgroup
+from proxytune.probes import bpfstats, bpftrace, doctor, hostnoise, overhead, pairstats, syscost
 
 needs_bpftrace = pytest.mark.skipif(not (IS_ROOT and shutil.which("bpftrace")), reason="needs root and bpftrace")
 
@@ -90,23 +91,24 @@ def test_the_doctor_attaches_only_the_syscalls_its_findings_read():
 
 def test_host_wide_events_run_one_program_that_tests_integers_before_any_map():
     """sched_switch fires for every task on the host: one program runs there (not one per
-    block), and it compares against the target's ids before it touches a map."""
+    block), and it compares the record's ids (not a helper's) with the target's before it touches a map."""
     cat = bpftrace.catalog()
     prog = bpftrace.compose([cat[n] for n in doctor.DEFAULT_SCRIPTS], [101, 202])
     assert prog.count("tracepoint:sched:sched_switch") == 1
     block = prog.split("tracepoint:sched:sched_switch", 1)[1].split("\n}\n", 1)[0]
     conds = re.findall(r"^  if \((.*)\) \{", block, re.M)
     assert len(conds) == 2
-    assert conds[0].startswith("(tid == 101 || tid == 202) && ")
+    assert conds[0].startswith("(args->prev_pid == 101 || args->prev_pid == 202) && ")
     assert conds[1] == "(args->next_pid == 101 || args->next_pid == 202)"
     before_first_if = block.split("  if (", 1)[0]
     assert "@" not in before_first_if
+    assert not re.search(r"(?<![>_])\b(tid|pid)\b", block)       # ids from the record, not by a helper call
 
 
 def test_compose_rewrites_tracepoint_fields_compared_with_the_pid():
     cat = bpftrace.catalog()
     prog = bpftrace.compose([cat["loop_blocking"]], [7])
-    assert "$1" not in prog and "if (args->next_pid == 7)" in prog and "tid == 7 &&" in prog
+    assert "$1" not in prog and "if (args->next_pid == 7)" in prog and "args->prev_pid == 7 &&" in prog
 
 
 @needs_bpftrace
@@ -274,3 +276,104 @@ def test_mechanisms_model_nginx_per_request_from_unit_costs():
     m = d["mechanisms"]
     assert 0.5 < m["nginx_per_request"]["syscall"] < 50, m["nginx_per_request"]
     assert m["nginx_alone"]["requests"] > 100 and "overhead" in m["model"]
+
+
+def test_bpf_stats_are_switched_on_for_the_body_and_restored_on_every_way_out():
+    if not IS_ROOT:
+        pytest.skip("kernel.bpf_stats_enabled is writable by root only")
+    before = bpfstats.SYSCTL.read_text().strip()
+    try:
+        bpfstats.SYSCTL.write_text("0\n")
+        with pytest.raises(KeyboardInterrupt):
+            with bpfstats.enabled() as why_not:
+                assert why_not is None and bpfstats.SYSCTL.read_text().strip() == "1"
+                raise KeyboardInterrupt
+        assert bpfstats.SYSCTL.read_text().strip() == "0"
+    finally:
+        bpfstats.SYSCTL.write_text(before + "\n")
+
+
+def test_bpf_stats_unreadable_sysctl_is_unavailable_not_an_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(bpfstats, "SYSCTL", tmp_path / "absent")
+    with bpfstats.enabled() as why_not:
+        assert why_not and "not readable" in why_not
+
+
+@needs_bpftrace
+def test_each_program_is_named_by_its_tracepoint_and_counts_the_runs_it_made(tmp_path):
+    """getppid from this process, N times: the program on sys_enter_getppid ran at least N times
+    (other tasks' getppid add to it: the pid filter runs inside the program), with a positive time."""
+    prog = (f"tracepoint:syscalls:sys_enter_getppid /pid == {os.getpid()}/ {{ @n = count(); }}\n"
+            "tracepoint:syscalls:sys_exit_fsync /pid == 1/ { @m = count(); }\n")
+    before = bpfstats.SYSCTL.read_text().strip()
+    with procgroup.Children() as kids:
+        run = bpftrace.Run(kids, prog)
+        run.wait_attached()
+        with bpfstats.enabled() as why_not:
+            assert why_not is None
+            first = bpfstats.wait_attached(run.proc.pid, 2)
+            for _ in range(5000):
+                os.getppid()
+            last = bpfstats.programs(run.proc.pid)
+        maps = run.stop()
+    assert maps.get("@n", 0) >= 5000
+    assert bpfstats.SYSCTL.read_text().strip() == before
+    rows = {r["attached"]: r for r in bpfstats.rates(first, last, 1.0)}
+    assert set(rows) == {"tracepoint sys_enter_getppid", "tracepoint sys_exit_fsync"}, rows
+    assert rows["tracepoint sys_enter_getppid"]["runs"] >= 5000
+    assert rows["tracepoint sys_enter_getppid"]["ns_per_run"] > 0
+
+
+WORKLOAD = """
+import os, resource, select, socket, sys, time
+d = sys.argv[1]
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(16)
+port = srv.getsockname()[1]
+closed = socket.socket(); closed.bind(("127.0.0.1", 0)); dead = closed.getsockname()[1]; closed.close()
+t = time.time()
+while time.time() - t < 8:
+    for i in range(10):
+        p = os.path.join(d, f"obj{i}")
+        fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o600)
+        os.write(fd, b"x" * 65536); os.fsync(fd); os.close(fd); os.unlink(p)
+    c = socket.socket(); c.connect(("127.0.0.1", port)); a, _ = srv.accept(); a.close(); c.close()
+    c = socket.socket()
+    try:
+        c.connect(("127.0.0.1", dead))
+    except OSError:
+        pass
+    c.close()
+    r, w = os.pipe(); pl = select.poll(); pl.register(r, select.POLLIN); pl.register(w, select.POLLOUT)
+    pl.poll(0); os.close(r); os.close(w)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (3, hard))
+    try:
+        os.open("/dev/null", os.O_RDONLY)
+    except OSError:
+        pass
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+"""
+
+
+@needs_bpftrace
+def test_the_composed_doctor_program_still_fills_every_map_the_rules_read():
+    """One small process that creates, fsyncs and unlinks files, accepts, connects (and is refused),
+    polls and hits EMFILE: the doctor's program, composed as the doctor composes it, fills every map
+    findings.py and doctor.loop_summary read, with the meaning they read."""
+    disk = Path(tempfile.mkdtemp(prefix="proxytune-test-maps-", dir="/var/tmp"))      # /tmp may be tmpfs
+    w = subprocess.Popen([sys.executable, "-c", WORKLOAD, str(disk)])
+    try:
+        time.sleep(0.3)
+        maps = bpftrace.run_for(doctor.usable_scripts()[0], [w.pid], 3)
+    finally:
+        w.kill()
+        w.wait()
+        shutil.rmtree(disk)
+    for key in ("@file_open", "@file_create", "@file_unlink", "@file_close", "@fdok_accept", "@poll_calls",
+                "@poll_nfds", "@poll_ready", "@poll_ns", "@sync_calls", "@sync_ns", "@dstate_sleeps", "@dstate_ns"):
+        assert maps.get(key, 0) > 0, (key, maps)
+    assert maps["@file_create"] <= maps["@file_open"] and maps["@poll_nfds"] >= 2 * maps["@poll_calls"]
+    assert any(k.startswith(str(disk)[:20]) for k in maps["@file_prefix"]), maps["@file_prefix"]
+    conn = {int(k): v for k, v in maps["@conn"].items()}
+    assert conn.get(0, 0) > 0 and conn.get(111, 0) > 0, conn                    # success and ECONNREFUSED
+    assert any(k.startswith("tracepoint:syscalls:sys_exit_openat") and k.endswith("24") for k in maps["@fderr"])
