@@ -64,9 +64,19 @@ def accept_queue(ev: dict, ports: tuple = ()) -> dict:
             "ListenOverflows": (ev.get("netstat") or {}).get("ListenOverflows", 0)}
 
 
+# the kernel's symptoms of a proxy that stopped accepting: its accept queue fills, then the SYN queue
+# (judged against the same listen backlog: inet_csk_reqsk_queue_is_full) overflows behind it
+KERNEL_SYMPTOMS = ("accept-queue-overflow", "syn-backlog-overflow")
+
+
 def kernel_symptom(generic: dict) -> dict | None:
-    f = generic.get("accept-queue-overflow")
-    return {"finding": "accept-queue-overflow", **f.evidence} if f else None
+    found = [(fid, generic[fid]) for fid in KERNEL_SYMPTOMS if fid in generic]
+    if not found:
+        return None
+    out = {"finding": found[0][0], **found[0][1].evidence}
+    if len(found) > 1:
+        out["also"] = {fid: f.evidence for fid, f in found[1:]}
+    return out
 
 
 def finding(cap: Cap, ev: dict, generic: dict) -> Finding | None:

@@ -55,7 +55,7 @@ def refine(found: list[Finding], ev: dict) -> list[Finding]:
     own = own_findings(ev, generic)
     out = list(own)
     for f in found:
-        if own and f.id == "accept-queue-overflow":
+        if own and f.id in owncap.KERNEL_SYMPTOMS:
             continue                      # it is the evidence of the proxy's own cap now
         if f.id in ("fd-exhaustion", "low-nofile-limit") and (fix := fd_fix(p)):
             f.fix = fix + (" (the system-wide fs.file-max is the limit here)" if "ENFILE" in str(f.evidence) else "")

@@ -238,3 +238,20 @@ def test_nginx_and_squid_name_their_own_cache_dirs(tmp_path):
     s = Squid.__new__(Squid)
     s.lines = [base.Line("/c", 1, "cache_dir rock /var/spool/squid 1000"), base.Line("/c", 2, "#cache_dir ufs /x 1 1 1")]
     assert n.cache_dirs() == ["/var/cache/ng", "/srv/two"] and s.cache_dirs() == ["/var/spool/squid"]
+
+
+def test_a_syn_queue_overflow_behind_a_proxy_at_its_cap_is_folded_into_the_cap():
+    syn = findings.Finding("syn-backlog-overflow", "high", "t", {"TCPReqQFullDrop": 40}, "raise the listen backlog")
+    out = proxies_findings.refine([accept_overflow(), syn], hap_ev({"8080": 150}, queued=101, overflows=40))
+    assert [f.id for f in out] == ["haproxy-maxconn"]
+    assert out[0].evidence["kernel_symptom"]["also"]["syn-backlog-overflow"] == {"TCPReqQFullDrop": 40}
+
+
+@pytest.mark.parametrize("location", ["/nginx_status", "= /nginx_status"])
+def test_stub_status_in_either_location_form(location):
+    from proxytune.probes.kinds.nginx import Nginx
+    n = Nginx.__new__(Nginx)
+    n.lines = [base.Line("/c", i, t) for i, t in enumerate(
+        ["http {", "  server {", "    listen 127.0.0.1:8081;", f"    location {location} {{ stub_status; }}",
+         "  }", "}"], 1)]
+    assert n.parse()["stub_status"]["value"] == "127.0.0.1:8081 /nginx_status"

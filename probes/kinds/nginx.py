@@ -52,8 +52,8 @@ class Nginx(Proxy):
         d = directives(self.lines, ("worker_connections", "worker_rlimit_nofile", "worker_processes",
                                     "error_log", "accept_mutex", "multi_accept"))
         text = "\n".join(ln.text for ln in self.lines)
-        m = re.search(r"listen\s+([\w.:\[\]]+)[^;]*;(?:(?!server\s*\{).)*?location\s+(\S+)\s*\{\s*stub_status",
-                      text, re.S)
+        m = re.search(r"listen\s+([\w.:\[\]]+)[^;]*;(?:(?!server\s*\{).)*?location\s+(?:=\s*)?([^\s{]+)\s*\{\s*"
+                      r"stub_status", text, re.S)
         if m:
             d["stub_status"] = {"value": f"{m.group(1)} {m.group(2)}", "line": None}
         return d
