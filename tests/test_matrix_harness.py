@@ -111,3 +111,12 @@ def test_expected_where_is_the_line_the_cap_is_on(cell, tmp_path, monkeypatch):
             assert path.endswith("events.conf") and f"include {path};" in (srv.dir / "nginx.conf").read_text()
     finally:
         shutil.rmtree(srv.dir, ignore_errors=True)
+
+
+def test_the_kept_run_shows_the_condition_and_the_majority_outcome():
+    runs = [{"run": 0, "passed": True, "problems": ["harness: missed"]},
+            {"run": 1, "passed": False, "problems": ["rule"]},
+            {"run": 2, "passed": False, "problems": ["rule"]}]
+    assert diagnosis_doc.representative(runs)["run"] == 1
+    runs[1]["passed"], runs[1]["problems"] = True, []
+    assert diagnosis_doc.representative(runs)["run"] == 1
