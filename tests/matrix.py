@@ -232,54 +232,77 @@ def lua(cell: Cell, origin_port: int) -> str:
 
 
 class IdleClients:
-    """n keep-alive clients: each connects, sends one request and then holds its connection without
-    reading. Connects do not wait for accept(): beyond the cap they sit in the accept queue (or are
-    retried by the kernel when it is full), and their request is sent once the handshake completes."""
+    """n keep-alive clients: each connects, sends one request and then holds its connection, reading
+    whatever comes. Connects do not wait for accept(): beyond the cap they sit in the accept queue (or
+    are retried by the kernel when it is full), and their request is sent once the handshake completes.
+    A client the proxy closes dials again (as a browser does on its next request), at most every
+    REDIAL_S: nginx closes idle keep-alive connections to reuse them at its cap, and the cap shows only
+    while clients keep coming back."""
+    REDIAL_S = 0.5
 
     def __init__(self, port: int, n: int, req: bytes):
         self.port, self.n, self.req = port, n, req
-        self.socks: list[socket.socket] = []
+        self.socks: set[socket.socket] = set()
         self.sent = 0
         self.closed = 0               # connections the proxy closed after we sent (EOF or reset)
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._send, daemon=True)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.sel = selectors.DefaultSelector()
+
+    def _dial(self) -> None:
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", self.port))
+        self.socks.add(s)
+        self.sel.register(s, selectors.EVENT_WRITE)
 
     def __enter__(self):
         for _ in range(self.n):
-            s = socket.socket()
-            s.setblocking(False)
-            s.connect_ex(("127.0.0.1", self.port))
-            self.socks.append(s)
+            self._dial()
         self.thread.start()
         return self
 
-    def _send(self) -> None:
-        sel = selectors.DefaultSelector()
-        for s in self.socks:
-            sel.register(s, selectors.EVENT_WRITE)
-        while sel.get_map() and not self.stop.is_set():
-            for key, events in sel.select(0.5):
-                s = key.fileobj
-                if events & selectors.EVENT_WRITE:
-                    sel.unregister(s)
-                    if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
-                        try:
-                            s.send(self.req)
-                            self.sent += 1
-                            sel.register(s, selectors.EVENT_READ)
-                        except OSError:
-                            pass
-                    continue
-                try:
-                    gone = s.recv(65536) == b""
-                except BlockingIOError:
-                    gone = False
-                except OSError:
-                    gone = True
-                if gone:
-                    sel.unregister(s)
-                    self.closed += 1
-        sel.close()
+    def _drop(self, s: socket.socket) -> None:
+        self.sel.unregister(s)
+        self.socks.discard(s)
+        s.close()
+
+    def _event(self, s: socket.socket, events: int) -> bool:
+        """Handle one ready socket; True when the proxy closed it."""
+        if events & selectors.EVENT_WRITE:
+            if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0:
+                self._drop(s)
+                return True
+            try:
+                s.send(self.req)
+                self.sent += 1
+                self.sel.modify(s, selectors.EVENT_READ)
+                return False
+            except OSError:
+                self._drop(s)
+                return True
+        try:
+            gone = s.recv(65536) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            gone = True
+        if gone:
+            self.closed += 1
+            self._drop(s)
+        return gone
+
+    def _run(self) -> None:
+        owed, last = 0, time.monotonic()
+        while not self.stop.is_set():
+            for key, events in self.sel.select(0.1) if self.sel.get_map() else []:
+                owed += self._event(key.fileobj, events)
+            if owed and time.monotonic() - last >= self.REDIAL_S:
+                for _ in range(owed):
+                    self._dial()
+                owed, last = 0, time.monotonic()
+            if not self.sel.get_map():
+                time.sleep(0.1)
 
     def wait(self, want: int, timeout: float) -> int:
         end = time.monotonic() + timeout
@@ -290,8 +313,9 @@ class IdleClients:
     def __exit__(self, *exc):
         self.stop.set()
         self.thread.join(5)
-        for s in self.socks:
+        for s in list(self.socks):
             s.close()
+        self.sel.close()
 
 
 def wrk(port: int, connections: int, script: Path, seconds: int = 120) -> subprocess.Popen:
