@@ -39,7 +39,7 @@ class HAProxy(_Server):
     """haproxy -db (foreground) with a global maxconn, a stats socket, and its cache (max_mb > 0)."""
 
     def __init__(self, origin_port: int, maxconn: int | None = 4096, cache_mb: int = 64, nofile: tuple | None = None,
-                 bind: str = ""):
+                 bind: str = "", stats_socket: bool = True, frontend_maxconn: int | None = None):
         self.exe = _need("haproxy", "haproxy")
         self.dir, self.port, self.nofile = _tempdir("haproxy"), free_port(), nofile
         self.stats_socket = self.dir / "stats.sock"
@@ -50,7 +50,8 @@ class HAProxy(_Server):
         # maxconn None: haproxy derives it from the fd limit it starts with (configuration.txt 3.2 "maxconn")
         cap = f"    maxconn {maxconn}\n" if maxconn else ""
         (self.dir / "haproxy.cfg").write_text(
-            f"global\n{cap}    stats socket {self.stats_socket} mode 600 level admin\n"
+            f"global\n{cap}"
+            + (f"    stats socket {self.stats_socket} mode 600 level admin\n" if stats_socket else "") +
             f"    pidfile {self.dir}/haproxy.pid\n{cache}"
             # HAProxy builds a resolvers section "default" from /etc/resolv.conf unless one of that name is
             # declared (configuration.txt 5.3.2 "The resolvers section"): ours asks loopback only
@@ -59,7 +60,9 @@ class HAProxy(_Server):
             # would otherwise close them after 30 s)
             "defaults\n    mode http\n    timeout connect 5s\n    timeout client 120s\n    timeout server 30s\n"
             "    timeout http-keep-alive 120s\n"
-            f"frontend fe\n    bind 127.0.0.1:{self.port}{' ' + bind if bind else ''}\n{use}    default_backend origin\n"
+            f"frontend fe\n    bind 127.0.0.1:{self.port}{' ' + bind if bind else ''}\n"
+            + (f"    maxconn {frontend_maxconn}\n" if frontend_maxconn else "") +
+            f"{use}    default_backend origin\n"
             f"backend origin\n    server o 127.0.0.1:{origin_port}\n")
 
     @property
@@ -113,7 +116,8 @@ class TrafficServer(_Server):
     the stats_over_http plugin (/_stats) for its own counters."""
 
     def __init__(self, origin_port: int | None = None, cache_mb: int = 256, raw_device: str | None = None,
-                 throttle: int | None = None, records: dict | None = None, nofile: tuple | None = None):
+                 throttle: int | None = None, records: dict | None = None, nofile: tuple | None = None,
+                 stats_plugin: bool = True, remap_to: int | None = None):
         self.exe = _need("traffic_server", "trafficserver")
         self.dir, self.port = _tempdir("trafficserver", "trafficserver"), free_port()
         self.grace, self.nofile = 15, nofile
@@ -162,8 +166,11 @@ class TrafficServer(_Server):
         # X-Cache: HIT on a fresh cache hit, as the other generated configs send it
         (etc / "xcache.config").write_text("cond %{SEND_RESPONSE_HDR_HOOK} [AND]\ncond %{CACHE} =hit-fresh\n"
                                            "set-header X-Cache HIT\n")
-        (etc / "plugin.config").write_text(f"stats_over_http.so\nheader_rewrite.so {etc / 'xcache.config'}\n")
-        for name in ("remap.config", "cache.config", "hosting.config", "parent.config", "volume.config",
+        (etc / "plugin.config").write_text(("stats_over_http.so\n" if stats_plugin else "") +
+                                           f"header_rewrite.so {etc / 'xcache.config'}\n")
+        # a reverse proxy: every path to the origin on 127.0.0.1:remap_to (remap.config(5) `map`)
+        (etc / "remap.config").write_text(f"map / http://127.0.0.1:{remap_to}/\n" if remap_to else "")
+        for name in ("cache.config", "hosting.config", "parent.config", "volume.config",
                      "splitdns.config", "socks.config", "ssl_multicert.config", "sni.yaml", "strategies.yaml"):
             (etc / name).write_text("")
         if os.geteuid() == 0:

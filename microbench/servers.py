@@ -81,18 +81,23 @@ class Nginx(_Server):
 
     def __init__(self, workers: int = 1, rlimit_nofile: int | None = None, connections: int = 4096,
                  body: str = 'add_header Cache-Control "max-age=3600"; return 200 "ok\\n";',
-                 listen: str = "backlog=4096"):
+                 listen: str = "backlog=4096", stub_status: bool = False, events_include: bool = False):
         self.exe = _need("nginx", "nginx-light")
         self.dir = Path(tempfile.mkdtemp(prefix="proxytune-nginx-"))
         self.port = free_port()
         rl = f"worker_rlimit_nofile {rlimit_nofile};\n" if rlimit_nofile else ""
+        events = f"events {{ worker_connections {connections}; }}\n"
+        if events_include:              # the events block from a file of its own, as distributions split configs
+            (self.dir / "events.conf").write_text(events)
+            events = f"include {self.dir / 'events.conf'};\n"
+        status = "location /nginx_status { stub_status; } " if stub_status else ""
         (self.dir / "nginx.conf").write_text(
             f"worker_processes {workers};\n{rl}daemon off;\npid {self.dir}/nginx.pid;\n"
-            f"error_log {self.dir}/error.log;\nevents {{ worker_connections {connections}; }}\n"
+            f"error_log {self.dir}/error.log;\n{events}"
             # nginx resolves names itself only through `resolver` (ngx_http_core_module, "resolver"); the
             # listen and any upstream here are IP literals, which need no lookup
             f"http {{ access_log off; resolver {dead_resolver()}; "
-            f"server {{ listen 127.0.0.1:{self.port} {listen}; "
+            f"server {{ listen 127.0.0.1:{self.port} {listen}; {status}"
             f"location / {{ {body} }} }} }}\n")
 
     def __enter__(self):
@@ -110,7 +115,8 @@ class Squid(_Server):
     only with mem_mb=0), an access log to read hits from, and optionally a given fd limit."""
 
     def __init__(self, store: str = "ufs", cache_mb: int = 100, mem_mb: int = 0, user: str = "proxy",
-                 nofile: tuple[int, int] | None = None, cache_dir: Path | None = None):
+                 nofile: tuple[int, int] | None = None, cache_dir: Path | None = None,
+                 max_filedescriptors: int | None = None, manager: bool = True, accel_to: int | None = None):
         if store not in ("ufs", "aufs", "diskd", "rock"):
             raise ProxytuneError(f"unknown squid store {store!r}", "ufs, aufs, diskd or rock")
         self.exe = _need("squid", "squid")
@@ -125,11 +131,17 @@ class Squid(_Server):
         # SIGINT still writes swap.state: 2-3 s) saves nothing, and its logs were read while it ran
         self.stop_signal = signal.SIGKILL
         levels = "" if store == "rock" else " 16 256"
+        # accel_to: a reverse proxy (accelerator) in front of 127.0.0.1:accel_to, an IP literal (no lookup)
+        port = (f"http_port 127.0.0.1:{self.port} accel defaultsite=127.0.0.1:{accel_to}\n"
+                f"cache_peer 127.0.0.1 parent {accel_to} 0 no-query originserver name=origin\n"
+                if accel_to else f"http_port 127.0.0.1:{self.port}\n")
+        fds = f"max_filedescriptors {max_filedescriptors}\n" if max_filedescriptors else ""
         (self.dir / "squid.conf").write_text(
-            f"http_port 127.0.0.1:{self.port}\ncache_dir {store} {self.cache} {cache_mb}{levels}\n"
+            f"{port}{fds}cache_dir {store} {self.cache} {cache_mb}{levels}\n"
             f"cache_mem {mem_mb} MB\nmaximum_object_size_in_memory {'0 KB' if mem_mb == 0 else '512 KB'}\n"
             f"pid_filename {self.dir}/squid.pid\ncache_log {self.dir}/cache.log\n"
             f"access_log stdio:{self.dir}/access.log\ncache_store_log none\ncoredump_dir {self.dir}\n"
+            + ("http_access deny manager\n" if not manager else "") +   # the cache manager refused
             f"http_access allow all\ncache_effective_user {user}\nshutdown_lifetime 1 seconds\n"
             "workers 1\n"
             # nothing leaves the host (squid.conf.documented): Squid's own DNS client asks dns_nameservers

@@ -1,0 +1,122 @@
+"""The matrix's own harness, without root or proxies: the held clients really
+sit in a listener's accept queue and notice when they are closed, the
+verdict and condition checks fail where they must, the cells cover what the
+matrix promises, and the page renders results as Markdown text."""
+
+import socket
+import time
+
+import pytest
+
+import diagnosis_doc
+import matrix
+
+
+def _doc(ids, fixes=None, evidence=None, **ev):
+    found = [{"id": i, "severity": "high", "fix": (fixes or {}).get(i, "do x"), "evidence": evidence or {}}
+             for i in ids]
+    base = {"listeners": [], "connections": {"clients": 0, "total": 0}, "procs": {}, "proxy": {}}
+    return {"findings": found, "data": {"evidence": {**base, **ev}}}
+
+
+def test_idle_clients_wait_in_the_accept_queue_and_see_their_close():
+    with socket.socket() as lsn:
+        lsn.bind(("127.0.0.1", 0))
+        lsn.listen(4)                                  # the kernel holds backlog + 1 completed handshakes
+        port = lsn.getsockname()[1]
+        with matrix.IdleClients(port, 12, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n") as idle:
+            assert idle.wait(5, 5) == 5                # queued, never accepted: their request is sent
+            time.sleep(0.5)
+            assert idle.sent == 5 and idle.closed == 0
+            conn, _ = lsn.accept()
+            assert conn.recv(100).startswith(b"GET / ")
+            conn.close()
+            deadline = time.monotonic() + 5
+            while idle.closed < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert idle.closed == 1
+
+
+def test_verdict_wants_the_own_cap_first_with_directive_and_where():
+    cell = matrix.BY_NAME["haproxy-busy-global50-stats"]
+    good = {"haproxy-maxconn": "raise `maxconn 50` in the global section of /c.cfg:2; net.core.somaxconn "
+                               "only lengthens the queue"}
+    assert matrix.verdict_problems(cell, _doc(["haproxy-maxconn"], good), "/c.cfg:2") == []
+    assert matrix.verdict_problems(cell, _doc(["haproxy-maxconn"], good), "/c.cfg:9")        # wrong line
+    bad = matrix.verdict_problems(cell, _doc(["accept-queue-overflow", "haproxy-maxconn"],
+                                             {**good, "accept-queue-overflow": "raise net.core.somaxconn"}), "/c.cfg:2")
+    assert any("first finding" in p for p in bad) and any("somaxconn" in p for p in bad)
+    advise = {"haproxy-maxconn": "raise `maxconn 50` (/c.cfg:2) and net.core.somaxconn"}
+    assert matrix.verdict_problems(cell, _doc(["haproxy-maxconn"], advise), "/c.cfg:2")
+
+
+def test_healthy_verdict_allows_low_findings_only():
+    cell = matrix.BY_NAME["squid-healthy"]
+    low = _doc(["cache-dir-atime"])
+    low["findings"][0]["severity"] = "low"
+    assert matrix.verdict_problems(cell, low, "") == []
+    assert matrix.verdict_problems(cell, _doc(["accept-queue-overflow"]), "")
+
+
+def test_condition_reads_the_proxys_own_count():
+    cell = matrix.BY_NAME["haproxy-idle-global200-nostats"]
+    below = _doc([], listeners=[{"queued": 50}], connections={"clients": 120, "total": 120})
+    at = _doc([], listeners=[{"queued": 50}], connections={"clients": 200, "total": 200})
+    assert matrix.condition_problems(cell, below) and not matrix.condition_problems(cell, at)
+    healthy = matrix.BY_NAME["haproxy-healthy"]
+    assert matrix.condition_problems(healthy, _doc([], connections={"clients": 0, "total": 0}))
+
+
+def test_cells_cover_every_proxy_shape_cap_and_stats_interface():
+    for proxy in matrix.OWN:
+        cells = [c for c in matrix.CELLS if c.proxy == proxy]
+        assert {c.shape for c in cells} == {"idle", "busy", "slow", "healthy"}, proxy
+        assert len({c.cap_value for c in cells if c.shape != "healthy"}) >= 2, proxy
+        if proxy != "varnish":                          # varnishstat is always there
+            assert {c.stats for c in cells if c.shape != "healthy"} == {True, False}, proxy
+        for c in cells:
+            if c.shape in ("idle", "busy", "slow") and c.shape != "healthy":
+                assert c.idle + c.wrk > c.cap_value or c.proxy == "varnish", c.name
+    assert [c.name for c in matrix.CELLS if c.issue] == ["haproxy-idle-global200-nostats",
+                                                        "nginx-busy-wc128x1-nostatus"]
+    issue = matrix.BY_NAME["haproxy-idle-global200-nostats"]
+    assert (issue.idle, issue.wrk, issue.opts) == (1500, 50, {"maxconn": 200, "stats_socket": False})
+
+
+def test_page_escapes_what_a_result_file_says():
+    line = {"cell": "haproxy-busy-global50-stats", "run": 0, "passed": False, "problems": ["rule"],
+            "ids": ["x|y"], "fix": "a | b\n<script>", "proxy": "haproxy"}
+    text = diagnosis_doc.render([line])
+    row = next(r for r in text.splitlines() if "haproxy-busy-global50-stats" in r)
+    assert "x\\|y" in row and "a \\| b &lt;script&gt;" in row and "FAIL (rule: x|y)" not in row
+    assert "## How a rule is added" in text
+
+
+@pytest.mark.parametrize("cell", [c for c in matrix.CELLS if c.proxy != "varnish"], ids=lambda c: c.name)
+def test_expected_where_is_the_line_the_cap_is_on(cell, tmp_path, monkeypatch):
+    """The server classes write the cap where the cell expects it (no server is started)."""
+    import shutil
+    from proxytune.microbench import proxyservers, servers
+    monkeypatch.setattr(servers, "_need", lambda *a: "/bin/true")
+    monkeypatch.setattr(proxyservers, "_need", lambda *a: "/bin/true")
+    monkeypatch.setattr(shutil, "chown", lambda *a, **k: None)
+    monkeypatch.setattr(shutil, "copytree", lambda *a, **k: None)
+    srv, conf = matrix.server(cell, 8080)
+    try:
+        where = matrix.expected_where(cell, conf)
+        path, line = where.rsplit(":", 1)
+        text = open(path).read().splitlines()[int(line) - 1]
+        assert matrix.DIRECTIVE[cell.proxy] in text, (where, text)
+        if cell.proxy == "nginx" and cell.opts.get("events_include"):
+            assert path.endswith("events.conf") and f"include {path};" in (srv.dir / "nginx.conf").read_text()
+    finally:
+        shutil.rmtree(srv.dir, ignore_errors=True)
+
+
+def test_the_kept_run_shows_the_condition_and_the_majority_outcome():
+    runs = [{"run": 0, "passed": True, "problems": ["harness: missed"]},
+            {"run": 1, "passed": False, "problems": ["rule"]},
+            {"run": 2, "passed": False, "problems": ["rule"]}]
+    assert diagnosis_doc.representative(runs)["run"] == 1
+    runs[1]["passed"], runs[1]["problems"] = True, []
+    assert diagnosis_doc.representative(runs)["run"] == 1

@@ -1,0 +1,37 @@
+"""The own-cap rules replayed on the evidence the live matrix recorded
+(tests/evidence/owncap/<cell>.json, one doctor answer per cell): the same
+expected verdict as the live cell, in-process, without root or proxies.
+The recorded answer must also show the condition its cell is about (the
+proxy at its cap, or a healthy proxy under paced load), so a replay that
+passes proves the rule on a real cap, not on an idle proxy."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import matrix
+
+RECORDED = sorted(matrix.EVIDENCE.glob("*.json"))
+
+
+def replay(doc: dict) -> dict:
+    from proxytune.probes import findings, proxies_findings
+    ev = doc["data"]["evidence"]
+    found = proxies_findings.refine(findings.evaluate(ev), ev)
+    return {**doc, "findings": [f.to_json() for f in found]}
+
+
+def test_every_cell_has_its_recorded_evidence():
+    assert {p.stem for p in RECORDED} == set(matrix.BY_NAME), "re-record: see docs/DIAGNOSIS.md"
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+def test_replayed_rules_give_the_cells_verdict(path: Path):
+    doc = json.loads(path.read_text())
+    cell = matrix.BY_NAME[path.stem]
+    assert doc["matrix"]["cell"] == cell.name
+    assert not matrix.condition_problems(cell, doc), "recorded evidence does not show the cell's condition"
+    again = replay(doc)
+    problems = matrix.verdict_problems(cell, again, doc["matrix"]["where"])
+    assert not problems, f"{cell.name} ({cell.expect}): {problems}"
