@@ -4,7 +4,8 @@ which own cap each proxy is diagnosed with under which load, the fix as
 the doctor printed it, the test that proves it, and each run's result.
 
     PROXYTUNE_MATRIX_RESULTS=/tmp/r.jsonl .venv/bin/python -m pytest tests/test_matrix_owncap.py
-    .venv/bin/python tests/diagnosis_doc.py /tmp/r.jsonl [docs/DIAGNOSIS.md] [--evidence DIR]
+    PROXYTUNE_MATRIX_RESULTS=/tmp/g.jsonl .venv/bin/python -m pytest tests/test_matrix_generic.py
+    .venv/bin/python tests/diagnosis_doc.py /tmp/r.jsonl [docs/DIAGNOSIS.md] [--evidence DIR] [--generic /tmp/g.jsonl]
 
 With --evidence DIR (the live run's PROXYTUNE_EVIDENCE_DIR) it also keeps one representative run
 per cell as tests/evidence/owncap/CELL.json for the replay test: a run that shows its cell's
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import generic_cells  # noqa: E402
 import matrix  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,8 +33,14 @@ listener's accept queue, the proxy's stats and config with `file:line` per direc
 pure function, replayable on recorded evidence. A proxy's cap is data: the directive, how the proxy
 counts usage against it, what it does at the cap (stops accepting, queues, drops, closes idle
 keep-alives) and the source that says so (the proxy's source file and function, or its
-documentation section). Thresholds come from that mechanism, never from one test's numbers
-(/work/shared/DESIGN.md, "Diagnosis").
+documentation section). Thresholds come from that mechanism, never from one test's numbers.
+
+A proxy is one module in `probes/kinds/` behind the registry (`probes/kinds/__init__.py`): how to
+recognise it, its config with includes, its statistics, its caps (`caps(ev)` returns
+`probes.owncap.Cap`s) and its fixes in its own terms (`fd_fix`, `port_fix`, `backlog_fix`,
+`churn_fix`). The one own-cap rule (`probes/owncap.py`) turns a cap the proxy holds, or refusals it
+counted, into the finding, with the kernel's queue as its evidence; a generic rule lives in
+`probes/findings.py`. A sixth proxy is one module, one profile TOML and its cells.
 
 1. Name the mechanism and its source in the rule's docstring or comment.
 2. Add a cell to `tests/matrix.py` (`CELLS`): proxy, shape, cap, stats interface on or off; the
@@ -90,6 +98,33 @@ def render(lines: list[dict]) -> str:
     return "\n".join(out) + "\n\n" + HOW
 
 
+def generic_md(lines: list[dict]) -> list[str]:
+    """The generic failure modes on real proxies (tests/test_matrix_generic.py), each run judged by the
+    cell's verdict (generic_cells.verdict_errors)."""
+    by_cell: dict[str, list[dict]] = {}
+    for r in lines:
+        by_cell.setdefault(r["cell"], []).append(r)
+    out = ["## Generic failure modes on real proxies", "",
+           "Generated from `tests/test_matrix_generic.py`: each cell puts one proxy in a network namespace of "
+           "its own with one fault, runs the doctor 3 times and judges every run: the finding named, ranked "
+           "first where it must be, and its fix in that proxy's own terms.", "",
+           "| failure mode | proxy | finding | fix of the first finding, as printed (run 1) | test | runs |", "|---|---|---|---|---|---|"]
+    for cell, (proxy, modes, _) in generic_cells.EXPECT.items():
+        runs = sorted({r["run"]: r for r in by_cell.get(cell, [])}.values(), key=lambda r: r["run"])
+        if not runs:
+            continue
+        marks = []
+        for r in runs:
+            wrong = generic_cells.verdict_errors(cell, [(i, r["first_fix"] if i == r["ids"][0] else "")
+                                                        for i in r["ids"]] if r["ids"] else [])
+            marks.append("pass" if not [w for w in wrong if "fix does not name" not in w] else "FAIL")
+        fid = ", ".join(f for f, _ in modes.values())
+        out.append("| " + " | ".join(cell_md(x) for x in (", ".join(modes), proxy, fid, runs[0]["first_fix"] or "-"))
+                   + f" | `tests/test_matrix_generic.py::test_generic_fault_named_on_every_run[{cell}]` | "
+                   + cell_md(", ".join(marks)) + " |")
+    return out + [""]
+
+
 def representative(runs: list[dict]) -> dict:
     """The run to keep: its load reached the condition, and it had the cell's majority outcome."""
     shown = [r for r in runs if not any(p.startswith("harness") for p in r["problems"])] or runs
@@ -108,16 +143,24 @@ def keep_evidence(lines: list[dict], evidence: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    evidence = None
+    evidence = generic = None
     if "--evidence" in argv:
         i = argv.index("--evidence")
         evidence, argv = Path(argv[i + 1]), argv[:i] + argv[i + 2:]
+    if "--generic" in argv:
+        i = argv.index("--generic")
+        generic, argv = Path(argv[i + 1]), argv[:i] + argv[i + 2:]
     if not argv:
         print(__doc__.strip(), file=sys.stderr)
         return 2
     lines = [json.loads(x) for x in Path(argv[0]).read_text().splitlines() if x.strip()]
     dest = Path(argv[1]) if len(argv) > 1 else REPO / "docs" / "DIAGNOSIS.md"
-    dest.write_text(render(lines))
+    text = render(lines)
+    if generic:
+        rows = [json.loads(x) for x in generic.read_text().splitlines() if x.strip()]
+        head, _, how = text.partition("## How a rule is added")
+        text = head + "\n".join(generic_md(rows)) + "\n## How a rule is added" + how
+    dest.write_text(text)
     if evidence:
         keep_evidence(lines, evidence)
     print(f"wrote {dest} ({len(lines)} runs)")
