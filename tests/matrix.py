@@ -380,3 +380,13 @@ def evidence_dir(tmp_path: Path) -> Path:
     d = Path(os.environ.get("PROXYTUNE_EVIDENCE_DIR") or tmp_path)
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+# Open defects, each recorded in issue 22's notes, not hidden: the cell still runs and reports.
+KNOWN_OPEN = {
+    "nginx-idle-wc64x1-status": "the rule misses nginx draining reconnecting idle clients: its worker sits at "
+                                "40-47 of 64 connections, below the drain sawtooth's lower edge the rule uses",
+    "nginx-busy-wc128x1-nostatus": "the harness's own check of the cap reads the end-of-window fd count, which "
+                                   "misses nginx's sawtooth (the rule's verdict holds)",
+    "squid-busy-fd512-nomgr": "the load leaves squid CPU-bound on 2 cores below its fd cap (harness)",
+}

@@ -89,7 +89,13 @@ def look(cell, srv, where: str, keep: Path, idle) -> list[tuple[int, list[str]]]
     return out
 
 
-@pytest.mark.parametrize("cell", matrix.CELLS, ids=[c.name for c in matrix.CELLS])
+def _marked(cell):
+    why = matrix.KNOWN_OPEN.get(cell.name)
+    return pytest.param(cell, id=cell.name, marks=pytest.mark.xfail(reason=why, strict=False)) if why else \
+        pytest.param(cell, id=cell.name)
+
+
+@pytest.mark.parametrize("cell", [_marked(c) for c in matrix.CELLS])
 def test_owncap_cell(cell, origins, tmp_path):
     if not Path(matrix.BINARY[cell.proxy]).exists():
         pytest.skip(f"{matrix.BINARY[cell.proxy]} is not installed")
