@@ -15,6 +15,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from proxytune.core.numbers import uint
+
 PER_NS = ("net.ipv4.tcp_max_tw_buckets", "net.ipv4.tcp_fin_timeout", "net.netfilter.nf_conntrack_count",
           "net.netfilter.nf_conntrack_max", "net.netfilter.nf_conntrack_buckets")
 GLOBAL = ("net.ipv4.tcp_mem", "net.ipv4.tcp_max_orphans")
@@ -82,7 +84,7 @@ def sockstat(pid: int) -> dict | None:
     for line in lines:
         words = line.split()
         if words[:1] == ["TCP:"]:
-            return {k: int(v) for k, v in zip(words[1::2], words[2::2]) if v.isdigit()}
+            return {k: n for k, v in zip(words[1::2], words[2::2]) if (n := uint(v)) is not None}
     return None
 
 
