@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 
 from conftest import proxytune
+from test_doctor import stop  # noqa: F401  (the cells' loads stop as the doctor tests' do)
+from test_proxies import SlowOrigin, wrk_background as wrk  # noqa: F401
 
 CLONE_NEWNET = 0x40000000
 
@@ -130,22 +132,6 @@ def loop_fs(options: str, mb: int = 256):
             subprocess.run(["umount", str(mnt)], check=False)
     finally:
         shutil.rmtree(top, ignore_errors=True)
-
-
-def wrk(port: int, seconds: int, connections: int, script: Path | None = None) -> subprocess.Popen:
-    argv = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--timeout", "2s"] + \
-        (["-s", str(script)] if script else []) + [f"http://127.0.0.1:{port}/"]
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.terminate()
-    try:
-        p.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
 
 
 class Connector:
@@ -274,42 +260,3 @@ class BoundClients:
         self.done.set()
         for t in self.threads:
             t.join(timeout=10)
-
-
-class SlowOrigin:
-    """An origin on 127.0.0.1 that holds every request `delay` s, forbids caching and closes the
-    connection after each response (HTTP/1.0): a proxy in front of it needs one server connection,
-    so one local port, per request in flight."""
-
-    def __init__(self, delay: float):
-        import http.server
-
-        class Slow(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                time.sleep(delay)
-                self.send_response(200)
-                self.send_header("Cache-Control", "no-store")
-                self.send_header("Content-Length", "3")
-                self.end_headers()
-                self.wfile.write(b"ok\n")
-
-            def log_message(self, *a):
-                pass
-
-        class Server(http.server.ThreadingHTTPServer):
-            request_queue_size = 1024          # its own accept queue must not be the cell's overflow
-
-            def handle_error(self, request, client_address):
-                pass
-        self.httpd = Server(("127.0.0.1", 0), Slow)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()

@@ -16,7 +16,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import IS_ROOT, REPO, proxytune
+from test_doctor import start, stop
 from proxytune.probes import findings, netstat, nsstate
 
 SERVERS = REPO / "tests" / "servers"
@@ -160,23 +160,6 @@ RUN_TMP = Path(tempfile.mkdtemp(prefix="ptkfind-"))
 def _remove_run_tmp():
     yield
     shutil.rmtree(RUN_TMP, ignore_errors=True)
-
-
-def start(argv) -> tuple[subprocess.Popen, int]:
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = p.stdout.readline()
-    assert line.startswith("ready "), f"workload did not start: {line!r} {p.stderr.read() if p.poll() else ''}"
-    return p, int(line.split()[1])
-
-
-def stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.terminate()
-    try:
-        p.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
 
 
 def doctor_in_netns(mode: str, *args) -> dict:
