@@ -18,10 +18,13 @@ from proxytune.core.capability import no
 from proxytune.tune import audit as audit_mod, observe
 
 from . import bpftrace, caps, connsample, findings, netstat, nsstate, owncap, perf, proc, proxies, proxies_findings, \
-    sockets, target
+    sockets, target, triage
 
-DEFAULT_SCRIPTS = ["pollscan", "fd_errors", "connect_errors", "file_lifecycle", "loop_blocking"]
-DEEP_SCRIPTS = ["epoll_events", "biolatency", "runqlat"]
+# Always: no syscall tracepoint among them (see triage.py for why that matters).
+DEFAULT_SCRIPTS = ["loop_blocking", "connect_fail", "fs_churn"]
+# Syscall scripts, each attached when the triage sees what it measures (or with --deep).
+TRIAGED_SCRIPTS = ["pollscan", "fd_errors", "sync_calls"]
+DEEP_SCRIPTS = ["connect_errors", "file_lifecycle", "epoll_events", "biolatency", "runqlat"]
 
 
 def port_range(pid: int) -> str | None:
@@ -54,12 +57,14 @@ def audit(host, profile_ref: str, service: str, cache_dirs: list[str]) -> dict:
             "drift": found.drift()}
 
 
-def usable_scripts(deep: bool = False) -> tuple[list, dict[str, str]]:
-    """The scripts the doctor composes (default, and deep ones when asked) whose tracepoints this
-    kernel has, and why each other one is skipped."""
+def usable_scripts(deep: bool = False, need: dict | None = None) -> tuple[list, dict[str, str]]:
+    """The scripts the doctor composes (default ones, the triaged ones it needs, and the deep ones when
+    asked) whose tracepoints this kernel has, and why each other one is skipped. `need` is the triage's
+    verdict per triaged script (triage.decide()["need"]); None attaches them all."""
     cat = bpftrace.catalog()
     scripts, skipped = [], {}
-    for name in DEFAULT_SCRIPTS + (DEEP_SCRIPTS if deep else []):
+    wanted = [n for n in TRIAGED_SCRIPTS if deep or need is None or need.get(n, {}).get("attach", True)]
+    for name in DEFAULT_SCRIPTS + wanted + (DEEP_SCRIPTS if deep else []):
         missing = bpftrace.missing_tracepoints(cat[name])
         if missing:
             skipped[name] = f"tracepoints missing: {', '.join(missing)}"
@@ -75,12 +80,13 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
     caps.require_tracefs()
     if not bpftrace.version():
         raise ProxytuneError("bpftrace is not installed", "Debian: apt-get install bpftrace")
-    scripts, skipped = usable_scripts(deep)
+    triaged = triage.decide(pids)
+    scripts, skipped = usable_scripts(deep, triaged["need"])
     watched = proxies.identify(pids[0])
     comm = procfs.comm_of(pids[0])
     profile_ref, service = proxies.audit_as(watched, profile_ref, comm)
     dirs = list(cache_dirs or []) or proxy_cache_dirs(watched)
-    ev: dict = {"pids": pids, "comm": comm, "skipped_scripts": skipped,
+    ev: dict = {"pids": pids, "comm": comm, "skipped_scripts": skipped, "triage": triaged,
                 "scripts": [s.name for s in scripts], "port_range": port_range(pids[0])}
     sampler = connsample.Sampler(pids + (watched.processes() if watched else []), ev["port_range"],
                                  watched.worker_thread if watched else None)
@@ -139,7 +145,7 @@ def loop_summary(ev: dict) -> dict:
     events = (b.get("@epoll_events", 0) or 0) + (b.get("@poll_ready", 0) or 0)
     out = {"waits_per_s": round(waits / w, 1), "events_per_s": round(events / w, 1),
            "events_per_wait": round(events / waits, 2) if waits else None,
-           "accepts_per_s": round((b.get("@fdok_accept", 0) or 0) / w, 1),
+           "accepts_per_s": round((b["@fdok_accept"] or 0) / w, 1) if "@fdok_accept" in b else None,
            "cpu_cores": round(ev["cpu_cores"], 3),
            "cpu_us_per_event": round(ev["cpu_cores"] * w * 1e6 / events, 1) if events else None}
     if ev["perf"].get("available") and ev["perf"].get("split"):

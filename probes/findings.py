@@ -70,6 +70,21 @@ def _share(ns: float, ev: dict, threads: int = 1) -> float:
     return min(1.0, ns / 1e9 / w / max(threads, 1)) if w > 0 else 0.0
 
 
+def peak_fds(ev: dict, pid: str) -> int | None:
+    """The most fds the sampler saw pid hold in the window (connsample, every 0.25 s)."""
+    return (((ev.get("conns") or {}).get("pids") or {}).get(pid) or {}).get("fds_peak")
+
+
+def fd_peak_use(ev: dict) -> tuple[str | None, float]:
+    """(pid, sampled peak fds / soft limit) of the process nearest its limit."""
+    best: tuple[str | None, float] = (None, 0.0)
+    for pid, p in ev["procs"].items():
+        soft, peak = p.get("nofile_soft"), peak_fds(ev, pid)
+        if isinstance(soft, int) and soft and peak and peak / soft > best[1]:
+            best = (pid, peak / soft)
+    return best
+
+
 def fd_exhaustion(ev: dict) -> Finding | None:
     errs = {}
     for key, n in (ev["bpf"].get("@fderr") or {}).items():
@@ -78,6 +93,9 @@ def fd_exhaustion(ev: dict) -> Finding | None:
         errs[f"{name} {'EMFILE' if errno.strip() == '24' else 'ENFILE'}"] = n
     worst = max(ev["procs"].values(), key=lambda p: p.get("fd_use", 0), default={})
     use = worst.get("fd_use", 0)
+    peak_pid, peak = fd_peak_use(ev)
+    if peak > use:                   # the sampled peak: a proxy at its limit drops below it between samples
+        worst, use = ev["procs"].get(peak_pid, worst), peak
     if not errs and use < FD_USE_MAX:
         return None
     enfile = any(k.endswith("ENFILE") for k in errs)
@@ -87,7 +105,8 @@ def fd_exhaustion(ev: dict) -> Finding | None:
            "service:UNIT:LimitNOFILE, limits:USER:nofile, rlimit:SERVICE:nofile; `proxytune tune apply`)")
     return Finding("fd-exhaustion", "high", "the proxy runs out of file descriptors",
                    {"errors": errs, "errors_per_s": round(_per_s(sum(errs.values()), ev), 1),
-                    "fds_open": worst.get("fds_open"), "nofile_soft": worst.get("nofile_soft"),
+                    "fds_open": worst.get("fds_open"), "fds_peak": peak_fds(ev, str(worst.get("pid"))),
+                    "nofile_soft": worst.get("nofile_soft"),
                     "fd_use": round(use, 3), "pid": worst.get("pid")},
                    fix, impact=_per_s(sum(errs.values()), ev) + use)
 
@@ -138,13 +157,15 @@ def syn_backlog_overflow(ev: dict) -> Finding | None:
 
 
 def ephemeral_port_exhaustion(ev: dict) -> Finding | None:
-    conn = {int(k): v for k, v in (ev["bpf"].get("@conn") or {}).items()}
-    fails = conn.get(99, 0)
+    b = ev["bpf"]
+    conn = {int(k): v for k, v in (b.get("@conn") or {}).items()}       # connect_errors.bt (--deep)
+    fails, attempts = conn.get(99, 0), sum(conn.values())
+    if "@conn" not in b:                                                # connect_fail.bt: no port, source 0
+        fails, attempts = b.get("@conn_noport", 0) or 0, b.get("@conn_tries", 0) or 0
     if fails <= 0:
         return None
-    attempts = sum(conn.values())
     return Finding("ephemeral-port-exhaustion", "high", "connect() fails: no local port left (EADDRNOTAVAIL)",
-                   {"connect_calls": attempts, "eaddrnotavail": fails, "failed_share": round(fails / attempts, 3),
+                   {"connect_calls": attempts, "eaddrnotavail": fails, "failed_share": round(fails / max(attempts, fails), 3),
                     "per_s": round(_per_s(fails, ev), 1), "port_range": ev.get("port_range")},
                    "widen net.ipv4.ip_local_port_range to 1024 65535 and set net.ipv4.tcp_tw_reuse = 1 (profile "
                    "linux/proxy); keep server connections open (squid server_persistent_connections on, nginx "
@@ -187,17 +208,34 @@ def blocking_disk_io(ev: dict) -> Finding | None:
                    "on a thread)", impact=share)
 
 
+def _file_churn(b: dict) -> tuple[int, int]:
+    """(creates, unlinks): at the syscalls when file_lifecycle.bt ran (--deep), else at ext4 (fs_churn.bt)."""
+    if "@file_open" in b or "@file_create" in b:
+        return b.get("@file_create", 0) or 0, b.get("@file_unlink", 0) or 0
+    return b.get("@fs_create", 0) or 0, b.get("@fs_unlink", 0) or 0
+
+
+def _dev(key) -> str:
+    """The kernel's dev_t (major << 20 | minor) as MAJ:MIN, as /proc/self/mountinfo writes it."""
+    n = int(key)
+    return f"{n >> 20}:{n & 0xfffff}"
+
+
 def file_per_object_churn(ev: dict) -> Finding | None:
     b = ev["bpf"]
-    creates, unlinks, opens = (b.get(k, 0) or 0 for k in ("@file_create", "@file_unlink", "@file_open"))
+    creates, unlinks = _file_churn(b)
     rate = _per_s(max(creates, unlinks), ev)
     if rate < CHURN_MIN_PER_S:
         return None
-    prefixes = sorted((b.get("@file_prefix") or {}).items(), key=lambda kv: -kv[1])[:5]
+    seen = ({"opens_per_s": round(_per_s(b.get("@file_open", 0) or 0, ev), 1),
+             "closes_per_s": round(_per_s(b.get("@file_close", 0) or 0, ev), 1),
+             "top_path_prefixes": dict(sorted((b.get("@file_prefix") or {}).items(), key=lambda kv: -kv[1])[:5])}
+            if "@file_open" in b else
+            {"devices": {_dev(k): v for k, v in (b.get("@fs_dev") or {}).items()},
+             "counted_at": "ext4 inode allocation and unlink (fs_churn.bt); opens and paths: --deep"})
     return Finding("file-per-object-churn", "medium", "one file per cached object: a create per miss, an unlink per eviction",
                    {"creates_per_s": round(_per_s(creates, ev), 1), "unlinks_per_s": round(_per_s(unlinks, ev), 1),
-                    "opens_per_s": round(_per_s(opens, ev), 1), "closes_per_s": round(_per_s(b.get("@file_close", 0) or 0, ev), 1),
-                    "top_path_prefixes": dict(prefixes)},
+                    **seen},
                    "store objects in one large file: squid `cache_dir rock` (one database file, slots) instead "
                    "of ufs/aufs/diskd; mount the cache noatime (`proxytune bench storage` measures the gain on "
                    "this disk)", impact=rate / 1000, references=["the 2002 Squid paper: one large file + async I/O"])
@@ -207,11 +245,14 @@ def cache_dir_atime(ev: dict) -> Finding | None:
     bad = [d for d in ev.get("cache_dirs", []) if d.get("atime") and d["atime"] != "noatime"]
     if not bad:
         return None
-    opens = _per_s(ev["bpf"].get("@file_open", 0) or 0, ev)
+    b = ev["bpf"]
+    # each open of a cached file is a read of it; without file_lifecycle.bt (--deep) the creates and
+    # unlinks are the lower bound of the files touched
+    opens = _per_s(b["@file_open"] if "@file_open" in b else sum(_file_churn(b)), ev)
     return Finding("cache-dir-atime", "medium" if opens >= CHURN_MIN_PER_S else "low",
                    "cache directory mounted without noatime",
                    {"dirs": [{"path": d["path"], "mountpoint": d.get("mountpoint"), "atime": d["atime"]} for d in bad],
-                    "opens_per_s": round(opens, 1)},
+                    ("opens_per_s" if "@file_open" in b else "files_touched_per_s"): round(opens, 1)},
                    "mount the cache with noatime (profile linux/proxy: mount:DIR:noatime; `proxytune tune apply "
                    "--only 'mount:*'` remounts and updates fstab)",
                    impact=opens / 10000, references=["Squid: The Definitive Guide, Appendix D"])

@@ -60,6 +60,10 @@ def doctor_report(r: dict) -> None:
                   + term_text(st.get("source") if st.get("available") else f"none ({st.get('reason')})"))
     for name, why in ev["skipped_scripts"].items():
         out.print(f"[dim]skipped {term_text(name)}: {term_text(why)}[/]")
+    left = {n: v["why"] for n, v in ((ev.get("triage") or {}).get("need") or {}).items() if n not in ev["scripts"]}
+    if left:
+        out.print("[dim]not attached (their syscall tracepoints would slow every syscall; --deep attaches them): "
+                  + term_text("; ".join(f"{n}: {why}" for n, why in left.items())) + "[/]")
     for pid, at in r["target"].get("exited", {}).items():
         out.print(f"[yellow]pid {pid} exited {at:g} s into the window[/]: its figures end there")
     if r.get("verdict") == "no limit found":
@@ -81,10 +85,10 @@ def doctor_report(r: dict) -> None:
     if "epoll_events" in ev["scripts"] or loop["waits_per_s"]:
         out.print("\n[bold]event loop[/]: " + term_text(
             f"{loop['waits_per_s']} waits/s, {loop['events_per_s']} events/s ({loop['events_per_wait']} per wait), "
-            f"{loop['accepts_per_s']} accepts/s, {loop['cpu_cores']} CPUs, {loop['cpu_us_per_event']} us CPU per event"))
+            + _accepts(loop) + f"{loop['cpu_cores']} CPUs, {loop['cpu_us_per_event']} us CPU per event"))
     else:
         out.print("\n[bold]event loop[/]: " + term_text(
-            f"{loop['accepts_per_s']} accepts/s, {loop['cpu_cores']} CPUs (epoll waits are traced with --deep)"))
+            _accepts(loop) + f"{loop['cpu_cores']} CPUs (epoll waits are traced with --deep)"))
     if loop.get("cpu_split"):
         out.print("cpu split: " + ", ".join(f"{k} {v:.0%}" for k, v in sorted(loop["cpu_split"].items(),
                                                                               key=lambda kv: -kv[1])))
@@ -185,3 +189,8 @@ def doctor_prometheus(r: dict, profile: str) -> str:
     m.add("proxytune_doctor_window_seconds", "Length of the doctor's observation window.", {}, r["window_s"])
     monitoring.last_run(m, "doctor", profile)
     return m.text()
+
+
+def _accepts(loop: dict) -> str:
+    """Accepts per second when fd_errors.bt counted them (it runs near the fd limit, or with --deep)."""
+    return "" if loop.get("accepts_per_s") is None else f"{loop['accepts_per_s']} accepts/s, "

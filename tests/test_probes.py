@@ -22,7 +22,7 @@ needs_bpftrace = pytest.mark.skipif(not (IS_ROOT and shutil.which("bpftrace")), 
 def test_catalog_scripts_have_headers_and_use_only_stable_probes():
     cat = bpftrace.catalog()
     assert {"pollscan", "fd_errors", "connect_errors", "file_lifecycle", "loop_blocking", "syscall_mix",
-            "epoll_events", "biolatency", "runqlat"} <= set(cat)
+            "epoll_events", "biolatency", "runqlat", "connect_fail", "fs_churn", "sync_calls"} <= set(cat)
     for s in cat.values():
         assert "Usage:" in s.header and "Needs:" in s.header and "Question:" in s.header, s.name
         assert s.tracepoints, s.name
@@ -33,10 +33,11 @@ def test_catalog_scripts_have_headers_and_use_only_stable_probes():
 
 def test_compose_rewrites_pid_filters_and_merges_end_blocks():
     cat = bpftrace.catalog()
-    prog = bpftrace.compose([cat["pollscan"], cat["loop_blocking"]], [11, 22])
+    prog = bpftrace.compose([cat["pollscan"], cat["loop_blocking"], cat["sync_calls"]], [11, 22])
     assert "$1" not in prog
     assert "(pid == 11 || pid == 22)" in prog and "(tid == 11 || tid == 22)" in prog
     assert prog.count("END {") == 1 and "clear(@poll_t0)" in prog and "clear(@dstate_t0)" in prog
+    assert "clear(@sync_t0)" in prog
 
 
 @needs_bpftrace
