@@ -12,17 +12,26 @@ per listening port: the accept queue and its backlog; and the ephemeral
 ports connected sockets use in the namespace (TIME-WAIT ones once, at the
 end: one dump of tens of thousands of them would let the sockets a process
 holds change under it). Peaks over the samples go into the evidence.
+
+Between ticks a thread reads each process's open-fd count every FINE_S:
+a worker's count can peak for milliseconds only (nginx's drain sawtooth
+under bursts of reconnecting clients, see kinds/nginx.py), which 4 ticks a
+second miss. It uses st_size of /proc/PID/fd, the number of open fds since
+Linux 6.2 (fs/proc/fd.c proc_readfd_count): O(1) per read, no readlink. On
+an older kernel it reads 0 and the fine peaks are reported unavailable.
 """
 
 import os
 import re
 import subprocess
+import threading
 
 from proxytune.core.numbers import uint
 
 from .sockets import fd_inventory
 
 TICK_S = 0.25
+FINE_S = 0.002
 
 
 def netns_prefix(pid: int) -> list[str]:
@@ -75,6 +84,41 @@ def parse_range(text: str | None) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+class FdPeaks:
+    """Each pid's peak open-fd count, read every FINE_S on a thread of its own between start() and stop()."""
+
+    def __init__(self, pids: list[int]):
+        self.pids, self.peak = list(pids), {p: 0 for p in pids}
+        self.reads, self.reason = 0, None
+        self.halt = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="fd-peaks")
+
+    @staticmethod
+    def count(pid: int) -> int | None:
+        try:
+            return os.stat(f"/proc/{int(pid)}/fd").st_size
+        except OSError:
+            return None
+
+    def start(self) -> None:
+        if not any(self.count(p) for p in self.pids):      # before Linux 6.2 st_size is 0
+            self.reason = "st_size of /proc/PID/fd is 0: the open-fd count needs Linux 6.2 or later"
+            return
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.halt.wait(FINE_S):
+            for pid in self.pids:
+                if (n := self.count(pid)) is not None and n > self.peak[pid]:
+                    self.peak[pid] = n
+            self.reads += 1
+
+    def stop(self) -> None:
+        self.halt.set()
+        if self.thread.is_alive():
+            self.thread.join(1)
+
+
 class Sampler:
     """Call sample() every tick; summary() is the evidence."""
 
@@ -87,8 +131,12 @@ class Sampler:
         self.per_pid: dict[int, dict] = {}
         self.ports: dict[str, dict] = {}
         self.clients_peak = self.upstream_peak = self.ephemeral_peak = 0
+        self.fine = FdPeaks(self.pids)
+        self.other_fds: dict[int, int] = {}      # per pid: fewest fds that are not sockets over the ticks
 
     def sample(self) -> None:
+        if self.n == 0:
+            self.fine.start()
         inv = {p: got for p in self.pids if (got := fd_inventory(p)) is not None}
         owner: dict[int, list[int]] = {}
         for pid, (_, socks) in inv.items():
@@ -113,6 +161,8 @@ class Sampler:
             for key, v in (("fds_peak", fds), ("sockets_peak", len(socks)),
                            ("clients_peak", counts[pid]["clients"]), ("upstream_peak", counts[pid]["upstream"])):
                 peak[key] = max(peak[key], v)
+            # the fewest: an fd closed between listing and readlink looks like a non-socket
+            self.other_fds[pid] = min(self.other_fds.get(pid, fds), fds - len(socks))
         self.clients_peak = max(self.clients_peak, sum(c["clients"] for c in counts.values()))
         self.upstream_peak = max(self.upstream_peak, sum(c["upstream"] for c in counts.values()))
         self._clients_by_port(rows, owner, listening)
@@ -148,9 +198,22 @@ class Sampler:
         return sum(1 for state, _, _, port, _ in rows
                    if state != "LISTEN" and port not in listening and self.range[0] <= int(port) <= self.range[1])
 
+    def fine_peaks(self) -> dict:
+        """Per pid the peak fd count read every FINE_S, and the sockets among them at that peak: the fds
+        that are not sockets (its files, epoll and event fds, logs) taken as the fewest seen at any tick."""
+        self.fine.stop()
+        if self.fine.reason:
+            return {"available": False, "reason": self.fine.reason}
+        for pid, n in self.fine.peak.items():
+            if pid in self.per_pid and n:
+                self.per_pid[pid]["fds_peak_fine"] = n
+                self.per_pid[pid]["sockets_peak_fine"] = max(0, n - self.other_fds.get(pid, 0))
+        return {"available": True, "every_s": FINE_S, "reads": self.fine.reads}
+
     def summary(self) -> dict:
         size = self.range[1] - self.range[0] + 1 if self.range else None
-        return {"samples": self.n, "tick_s": TICK_S, "pids": {str(p): v for p, v in self.per_pid.items()},
+        fine = self.fine_peaks()
+        return {"samples": self.n, "tick_s": TICK_S, "fine": fine, "pids": {str(p): v for p, v in self.per_pid.items()},
                 "ports": self.ports, "clients_peak": self.clients_peak, "upstream_peak": self.upstream_peak,
                 "ephemeral": {"peak_connected": self.ephemeral_peak, "at_end_with_time_wait": self.ephemeral_now(),
                               "range_size": size}}

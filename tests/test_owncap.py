@@ -131,6 +131,22 @@ def test_nginx_worker_at_the_lower_edge_of_its_drain_sawtooth_is_at_its_cap(wc):
     assert "pid 2" in out[0].title and "/etc/nginx/conf.d/events.conf:3" in out[0].fix
 
 
+@pytest.mark.parametrize("wc", [64, 128])
+def test_nginx_worker_seen_at_its_drain_edge_only_by_the_fine_fd_count_is_at_its_cap(wc):
+    """Bursts of reconnecting clients put a worker at n - n/16 for milliseconds (ngx_drain_connections
+    fires there), then their upstreams close and it falls far below: the 0.25 s socket ticks can all land
+    in the trough, the fd count read every 2 ms (less the non-socket fds) sees the top."""
+    edge = wc - wc // 16 - min(32, wc // 8) - 1
+    ev = nginx_ev({2: edge - 20}, wc)
+    assert proxies_findings.own_findings(ev, {}) == []
+    ev["conns"]["pids"]["2"].update(fds_peak_fine=edge + 5, sockets_peak_fine=edge - 1)
+    assert proxies_findings.own_findings(ev, {}) == [], "one socket below the edge is no proof"
+    ev["conns"]["pids"]["2"]["sockets_peak_fine"] = edge
+    out = proxies_findings.own_findings(ev, {})
+    assert [f.id for f in out] == ["nginx-worker-connections"] and out[0].evidence["used_peak"] == edge
+    assert "pid 2" in out[0].title
+
+
 def test_nginx_with_accept_mutex_stops_at_seven_eighths_and_its_alert_makes_it_high():
     assert proxies_findings.own_findings(nginx_ev({2: 111}, 128, mutex=True, workers="auto"), {}) == []
     assert proxies_findings.own_findings(nginx_ev({2: 112}, 128, mutex=True, workers="auto"), {})

@@ -12,7 +12,15 @@ hides: "worker_connections are not enough, reusing connections"); with
 none free the new connection is closed and "worker_connections are not
 enough" is logged at `alert`. So a worker under pressure saw-tooths between
 n - n/16 - min(32, n/8) and n connections: that lower edge is where a
-sample of its sockets proves the cap. With `accept_mutex on` and several workers,
+sample of its sockets proves the cap. The top of the tooth can last
+milliseconds only: clients that come back in bursts are accepted, each
+proxied request holds a client and an upstream connection (not reusable)
+until its answer, and the drain closes the oldest reusable ones; once the
+burst is answered its upstreams are closed and the worker falls far below
+the edge until the next one (measured: a worker of 64 sat at 40-47 sockets
+at every 0.25 s tick while it closed ~1,000 idle clients a second). So the
+peak is also read from the open-fd count every 2 ms (connsample.FdPeaks),
+less the fds that are not sockets. With `accept_mutex on` and several workers,
 a worker with fewer than 1/8 free stops taking the accept mutex
 (ngx_accept_disabled in src/event/ngx_event_accept.c, used in
 src/event/ngx_event.c ngx_process_events_and_timers), so clients wait in
@@ -89,7 +97,7 @@ class Nginx(Proxy):
         procs = conns.get("pids") or {}
         if not procs or not wc:
             return []
-        pid, busiest = max(procs.items(), key=lambda kv: kv[1].get("sockets_peak", 0))
+        pid, busiest = max(procs.items(), key=lambda kv: sockets_peak(kv[1]))
         several = (d.get("worker_processes") or {}).get("value", "1") != "1"
         mutex = (d.get("accept_mutex") or {}).get("value") == "on" and several
         stops = wc - wc // 8 if mutex else wc - wc // 16 - min(32, wc // 8) - 1
@@ -100,8 +108,9 @@ class Nginx(Proxy):
         if said is None:
             said = (p.get("stats_after") or {}).get("not_enough_messages")
         w = where(d, "worker_connections", conf)
-        return [Cap("nginx-worker-connections", "nginx", f"worker_connections (busiest worker, pid {pid})", f"worker_connections {wc}", wc, w, busiest.get("sockets_peak"),
-                    "sockets the worker holds: clients, upstreams, listeners, its channel", stops, at, SOURCE,
+        return [Cap("nginx-worker-connections", "nginx", f"worker_connections (busiest worker, pid {pid})", f"worker_connections {wc}", wc, w, sockets_peak(busiest),
+                    "sockets the worker holds: clients, upstreams, listeners, its channel (peak of the 0.25 s "
+                    "socket samples and of its fd count read every 2 ms less its other fds)", stops, at, SOURCE,
                     f"raise `worker_connections {wc}` in the events block ({w}), e.g. 16384 (a proxied request "
                     "holds two), and worker_rlimit_nofile to at least twice it (profile linux/nginx for the "
                     "service's LimitNOFILE)", refused={"not_enough_messages": said or 0})]
@@ -133,6 +142,11 @@ class Nginx(Proxy):
         return ("reuse upstream connections: `keepalive 64;` in the upstream block, with "
                 "`proxy_http_version 1.1;` and `proxy_set_header Connection \"\";` in the location; "
                 "or spread them over source addresses with `proxy_bind`")
+
+
+def sockets_peak(sampled: dict) -> int:
+    """A worker's peak sockets: the ticks' count, or the fine fd count's peak less its non-socket fds."""
+    return max(sampled.get("sockets_peak", 0), sampled.get("sockets_peak_fine", 0))
 
 
 def set_or_raise(d: dict, name: str, conf: str | None, wanted: int) -> str:
