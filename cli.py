@@ -1161,7 +1161,8 @@ def _program_costs(p: dict) -> None:
               help="Profile for the host audit.")
 @click.option("--cache-dir", "cache_dirs", multiple=True, metavar="DIR",
               help="The proxy's cache directory (repeatable) [from squid -f CONF].")
-@click.option("--deep", is_flag=True, help="Also epoll waits and events, block-I/O and run-queue latency (more overhead).")
+@click.option("--deep", is_flag=True, help="Also every syscall script (poll, fds, connect errno, opens by path, fsync), "
+              "epoll waits and events, block-I/O and run-queue latency: slows every syscall on the host (~2 %).")
 @click.option("--no-perf", is_flag=True, help="No CPU sampling.")
 @monitor_options
 @click.option("--json", "as_json", is_flag=True, help='Print {"findings": [{"id", "severity", "evidence", "fix"}...]}.')

@@ -22,7 +22,7 @@ from proxytune.core.errors import ProxytuneError
 from proxytune.core import procfs, procgroup, rundir
 from proxytune.core.numbers import is_uint
 
-from . import bpfstats, bpftrace, caps, doctor, hostnoise, pairstats, perf, proc, syscost, target
+from . import bpfstats, bpftrace, caps, doctor, hostnoise, pairstats, perf, proc, syscost, target, triage
 
 PACE_MS = 1           # each wrk connection waits this long between requests: nginx below saturation, at a
                       # steady rate, so its CPU per request does not swing with how wrk batches (0: no pacing)
@@ -195,10 +195,11 @@ def _mechanisms(load: Load, reps: int, progress, component: str, directory: Path
                            "model": syscost.model(units, per_request, base["cpu_us_per_request"])}}
 
 
-def bpf_scripts(component: str) -> list[bpftrace.Script]:
-    """The bpftrace scripts `component` attaches: the doctor's as it composes them, one script, or none."""
+def bpf_scripts(component: str, pids: list[int]) -> list[bpftrace.Script]:
+    """The bpftrace scripts `component` attaches: the doctor's as it composes them for these pids (its
+    triage decides which syscall scripts), one script, or none."""
     if component in ("doctor", "bpftrace"):
-        return doctor.usable_scripts()[0]
+        return doctor.usable_scripts(need=triage.decide(pids)["need"])[0]
     return [bpftrace.catalog()[component]] if component in bpftrace.catalog() else []
 
 
@@ -207,7 +208,7 @@ def program_costs(load: Load, component: str) -> dict:
     run, with the kernel's per-program counters on (bpfstats): ns per run and runs per second.
     A window of its own: the counters' clock reads would inflate the cost measured elsewhere.
     Counts only the programs' bodies, not the tracepoint's or the syscall slow path's cost."""
-    scripts = bpf_scripts(component)
+    scripts = bpf_scripts(component, load.pids)
     if not scripts:
         return bpfstats.unavailable(f"{component} attaches no BPF program")
     caps.require_tracefs()

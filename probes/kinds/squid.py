@@ -1,13 +1,18 @@
 """Squid: `squid -f CONF`, `include` followed, the cache manager's `info`
 page, and its fd cap.
 
-How it counts and refuses (src/fd.cc, src/comm.cc; squid.conf.documented
-max_filedescriptors): Squid counts every descriptor it opens against
-Squid_MaxFD (max_filedescriptors, or the process limit at start) and keeps
-RESERVED_FD = min(100, Squid_MaxFD / 4) back; with fewer than twice that
-free, fdUsageHigh() holds and it defers accepting, so the kernel's queue
-fills long before any EMFILE. At the cap its cache manager is deferred
-too: /proc's count of its fds stands in.
+How it counts and refuses (squid 5: src/fd.cc, src/client_side_reply.cc,
+src/comm/TcpAcceptor.cc; squid.conf.documented max_filedescriptors): Squid
+counts every descriptor it opens against Squid_MaxFD (max_filedescriptors,
+or the process limit at start) and keeps RESERVED_FD = min(100,
+Squid_MaxFD / 4) back. With fewer than twice that free, fdUsageHigh()
+holds and every reply turns client keep-alive off ("Not many unused FDs,
+can't keep-alive"), so each client must reconnect; with fewer than
+RESERVED_FD free, TcpAcceptor::okToAccept() defers accepting and logs
+"Your cache is running out of filedescriptors", so the kernel's queue
+fills long before any EMFILE. The rule's edge is the first of the two: the
+cap already changes what clients get there. At the cap its cache manager
+is deferred too: /proc's count of its fds stands in.
 """
 
 import re
@@ -16,7 +21,8 @@ from ..owncap import Cap
 from .base import Proxy, directives, nofile_now, option, peak, where
 
 INCLUDE = re.compile(r"\s*include\s+(\S+)\s*$")
-SOURCE = "squid src/fd.cc fdUsageHigh/RESERVED_FD, src/comm.cc (accept deferral); max_filedescriptors"
+SOURCE = ("squid src/fd.cc fdUsageHigh/RESERVED_FD, src/client_side_reply.cc (keep-alive off), "
+          "src/comm/TcpAcceptor.cc okToAccept (accept deferral); max_filedescriptors")
 OUTSIDE_TABLE = 5        # fds squid opened outside its fd table (stdio, its log and pid files): /proc counts them
 
 
@@ -81,8 +87,9 @@ class Squid(Proxy):
         return [Cap("squid-fd-limit", "squid", "file-descriptor limit", f"max_filedescriptors {v}", most,
                     where(d, "max_filedescriptors", conf), used, counted,
                     most - 2 * reserve(most) - OUTSIDE_TABLE,
-                    "with fewer than twice its reserve free it defers accepting: clients wait in the kernel's "
-                    "queue", SOURCE, Squid.fd_fix(p))]
+                    "with fewer than twice its reserve free it turns client keep-alive off (every client "
+                    "reconnects); with less than its reserve free it defers accepting: clients wait in the "
+                    "kernel's queue", SOURCE, Squid.fd_fix(p))]
 
     @staticmethod
     def fd_fix(p: dict) -> str:
