@@ -9,7 +9,7 @@ one `ss -tanHe` in the target's network namespace is matched by socket
 inode against each process's /proc/PID/fd, giving per process: sockets,
 accepted clients (sockets on one of its listening ports), upstreams, fds;
 per listening port: the accept queue and its backlog; and the ephemeral
-ports connected sockets use in the namespace (TIME-WAIT ones once, at the
+ports in use toward the namespace's busiest destination (TIME-WAIT ones once, at the
 end: one dump of tens of thousands of them would let the sockets a process
 holds change under it). Peaks over the samples go into the evidence.
 
@@ -46,8 +46,9 @@ def netns_prefix(pid: int) -> list[str]:
     return []
 
 
-def tcp_rows(prefix: list[str], time_wait: bool = False) -> list[tuple[str, int, int, str, int | None]]:
-    """(state, recv-q, send-q, local port, inode) of every TCP socket in the namespace; TIME-WAIT ones only
+def tcp_rows(prefix: list[str], time_wait: bool = False) -> list[tuple[str, int, int, str, int | None, str]]:
+    """(state, recv-q, send-q, local port, inode, flow) of every TCP socket in the namespace, flow being
+    "LOCAL-ADDRESS>PEER:PORT" (the 4-tuple less the local port); TIME-WAIT ones only
     when asked: under churn there are tens of thousands, and a dump that long lets the sockets a process
     holds change under it (no process holds a TIME-WAIT socket)."""
     argv = [*prefix, "ss", "-tanHe"] + ([] if time_wait else ["exclude", "time-wait"])
@@ -61,8 +62,22 @@ def tcp_rows(prefix: list[str], time_wait: bool = False) -> list[tuple[str, int,
         if len(f) < 5 or uint(f[1]) is None or uint(f[2]) is None or uint(f[3].rsplit(":", 1)[-1]) is None:
             continue
         ino = next((uint(w[4:]) for w in f[5:] if w.startswith("ino:")), None)
-        rows.append((f[0], uint(f[1]), uint(f[2]), f[3].rsplit(":", 1)[-1], ino or None))
+        rows.append((f[0], uint(f[1]), uint(f[2]), f[3].rsplit(":", 1)[-1], ino or None,
+                     f"{f[3].rsplit(':', 1)[0]}>{f[4]}"))
     return rows
+
+
+def busiest_destination(rows, listening: set[str], span: tuple[int, int]) -> tuple[int, str | None]:
+    """(sockets, flow) of the destination that holds the most local ports of the ephemeral range. A
+    connect() needs a 4-tuple no other socket has (__inet_check_established, net/ipv4/inet_hashtables.c),
+    so each destination has the whole range to itself: the count per destination is what can run out,
+    and it cannot exceed the range (a count over all destinations can)."""
+    per: dict[str, int] = {}
+    for state, _, _, port, _, flow in rows:
+        if state != "LISTEN" and port not in listening and span[0] <= int(port) <= span[1]:
+            per[flow] = per.get(flow, 0) + 1
+    flow = max(per, key=per.get, default=None)
+    return (per[flow], flow) if flow else (0, None)
 
 
 def named_threads(pid: int, name: str) -> int:
@@ -133,6 +148,7 @@ class Sampler:
         self.per_pid: dict[int, dict] = {}
         self.ports: dict[str, dict] = {}
         self.clients_peak = self.upstream_peak = self.ephemeral_peak = 0
+        self.ephemeral_flow: str | None = None
         self.fine = FdPeaks(self.pids)
         self.other_fds: dict[int, int] = {}      # per pid: fewest fds that are not sockets over the ticks
 
@@ -145,16 +161,13 @@ class Sampler:
             for ino in socks:
                 owner.setdefault(ino, []).append(pid)
         rows = tcp_rows(self.prefix)
-        listening = {port for state, _, _, port, ino in rows if state == "LISTEN" and ino in owner}
+        listening = {port for state, _, _, port, ino, _ in rows if state == "LISTEN" and ino in owner}
         counts = {pid: {"clients": 0, "upstream": 0} for pid in inv}
-        eph = 0
-        for state, recvq, sendq, port, ino in rows:
+        for state, recvq, sendq, port, ino, _ in rows:
             if state == "LISTEN":
                 if ino in owner:
                     self._listener(port, recvq, sendq)
                 continue
-            if self.range and self.range[0] <= int(port) <= self.range[1] and port not in listening:
-                eph += 1
             for pid in owner.get(ino, ()):
                 counts[pid]["clients" if port in listening else "upstream"] += 1
         for pid, (fds, socks) in inv.items():
@@ -168,7 +181,10 @@ class Sampler:
         self.clients_peak = max(self.clients_peak, sum(c["clients"] for c in counts.values()))
         self.upstream_peak = max(self.upstream_peak, sum(c["upstream"] for c in counts.values()))
         self._clients_by_port(rows, owner, listening)
-        self.ephemeral_peak = max(self.ephemeral_peak, eph)
+        if self.range:
+            eph, flow = busiest_destination(rows, listening, self.range)
+            if eph > self.ephemeral_peak:
+                self.ephemeral_peak, self.ephemeral_flow = eph, flow
         if self.thread_name:
             for pid in inv:
                 peak = self.per_pid[pid]
@@ -184,21 +200,19 @@ class Sampler:
 
     def _clients_by_port(self, rows, owner, listening) -> None:
         per: dict[str, int] = {}
-        for state, _, _, port, ino in rows:
+        for state, _, _, port, ino, _ in rows:
             if state != "LISTEN" and port in listening and ino in owner:
                 per[port] = per.get(port, 0) + 1
         for port, n in per.items():
             if port in self.ports:
                 self.ports[port]["clients_peak"] = max(self.ports[port]["clients_peak"], n)
 
-    def ephemeral_now(self) -> int | None:
-        """Ephemeral ports in use in the namespace now, TIME-WAIT included (one full dump)."""
+    def ephemeral_now(self) -> tuple[int | None, str | None]:
+        """Ephemeral ports in use toward the busiest destination now, TIME-WAIT included (one full dump)."""
         if not self.range:
-            return None
+            return None, None
         rows = tcp_rows(self.prefix, time_wait=True)
-        listening = {port for state, _, _, port, _ in rows if state == "LISTEN"}
-        return sum(1 for state, _, _, port, _ in rows
-                   if state != "LISTEN" and port not in listening and self.range[0] <= int(port) <= self.range[1])
+        return busiest_destination(rows, {port for state, _, _, port, _, _ in rows if state == "LISTEN"}, self.range)
 
     def fine_peaks(self) -> dict:
         """Per pid the peak fd count read every FINE_S, and the sockets among them at that peak: the fds
@@ -217,5 +231,10 @@ class Sampler:
         fine = self.fine_peaks()
         return {"samples": self.n, "tick_s": TICK_S, "fine": fine, "pids": {str(p): v for p, v in self.per_pid.items()},
                 "ports": self.ports, "clients_peak": self.clients_peak, "upstream_peak": self.upstream_peak,
-                "ephemeral": {"peak_connected": self.ephemeral_peak, "at_end_with_time_wait": self.ephemeral_now(),
-                              "range_size": size}}
+                "ephemeral": self.ephemeral(size)}
+
+    def ephemeral(self, size: int | None) -> dict:
+        at_end, flow = self.ephemeral_now()
+        return {"peak_connected": self.ephemeral_peak, "peak_toward": self.ephemeral_flow,
+                "at_end_with_time_wait": at_end, "at_end_toward": flow, "range_size": size,
+                "counted": "local ports of the range toward one destination (the busiest): each has the whole range"}

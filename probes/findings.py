@@ -202,7 +202,8 @@ def blocking_disk_io(ev: dict) -> Finding | None:
     return Finding("blocking-disk-io", "high" if share >= 0.25 else "medium",
                    "the event-loop thread sleeps on the disk",
                    {"share_in_d_state": round(dstate, 3), "d_state_sleeps": b.get("@dstate_sleeps", 0),
-                    "fsync_calls": b.get("@sync_calls", 0), "share_in_fsync": round(sync, 3)},
+                    **({"fsync_calls": b.get("@sync_calls", 0), "share_in_fsync": round(sync, 3)}
+                       if "@sync_calls" in b or "sync_calls" in ev.get("scripts", []) else {"fsync": "not traced: the triage did not see the loop thread in fsync/fdatasync"})},
                    "take disk waits off the event loop: squid cache_dir aufs or rock (threads or disker "
                    "processes) instead of ufs; nginx `aio threads;`; no fsync/fdatasync in the loop (batch them "
                    "on a thread)", impact=share)

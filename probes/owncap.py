@@ -112,7 +112,9 @@ def headroom(caps: list[Cap], ev: dict) -> list[dict]:
     eph = (ev.get("conns") or {}).get("ephemeral")
     if eph and eph.get("range_size"):
         used = max(v for v in (eph.get("peak_connected"), eph.get("at_end_with_time_wait"), 0) if v is not None)
-        rows.append({"what": "ephemeral ports in use in its network namespace (TIME-WAIT counted at the end)",
+        toward = eph.get("at_end_toward") if used == eph.get("at_end_with_time_wait") else eph.get("peak_toward")
+        rows.append({"what": "ephemeral ports toward its namespace's busiest destination"
+                             + (f" ({toward})" if toward else "") + " (TIME-WAIT counted at the end)",
                      "used": used, "limit": eph["range_size"],
                      "where": f"net.ipv4.ip_local_port_range {ev.get('port_range')}"})
     for r in rows:

@@ -40,3 +40,16 @@ def test_no_open_fd_count_is_reported_unavailable(monkeypatch):
     out = s.summary()
     assert out["fine"] == {"available": False, "reason": out["fine"]["reason"]} and "6.2" in out["fine"]["reason"]
     assert "sockets_peak_fine" not in out["pids"][str(os.getpid())]
+
+
+def test_ephemeral_ports_are_counted_per_destination_and_never_above_the_range():
+    """Two destinations of 6 ports each in a 6-port range: 12 sockets, yet no connect has failed; the
+    count that can run out is the busiest destination's, 6 of 6. Listeners and ports outside the
+    range are not ephemeral."""
+    rows = [("TIME-WAIT" if p % 2 else "ESTAB", 0, 0, str(p), None, f"127.0.0.1>127.0.0.1:{dst}")
+            for dst in (8080, 9090) for p in range(40000, 40006)]
+    rows += [("LISTEN", 0, 128, "40003", 7, "0.0.0.0>0.0.0.0:*"), ("ESTAB", 0, 0, "22", None, "127.0.0.1>x:1")]
+    n, flow = connsample.busiest_destination(rows, {"40003"}, (40000, 40005))
+    assert n == 5 and flow in ("127.0.0.1>127.0.0.1:8080", "127.0.0.1>127.0.0.1:9090")
+    assert connsample.busiest_destination(rows, set(), (40000, 40005))[0] == 6
+    assert connsample.busiest_destination([], set(), (40000, 40005)) == (0, None)
