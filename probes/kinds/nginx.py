@@ -19,7 +19,7 @@ until its answer, and the drain closes the oldest reusable ones; once the
 burst is answered its upstreams are closed and the worker falls far below
 the edge until the next one (measured: a worker of 64 sat at 40-47 sockets
 at every 0.25 s tick while it closed ~1,000 idle clients a second). So the
-peak is also read from the open-fd count every 2 ms (connsample.FdPeaks),
+peak is also read from the open-fd count every 10 ms (connsample.FdPeaks),
 less the fds that are not sockets. With `accept_mutex on` and several workers,
 a worker with fewer than 1/8 free stops taking the accept mutex
 (ngx_accept_disabled in src/event/ngx_event_accept.c, used in
@@ -110,7 +110,7 @@ class Nginx(Proxy):
         w = where(d, "worker_connections", conf)
         return [Cap("nginx-worker-connections", "nginx", f"worker_connections (busiest worker, pid {pid})", f"worker_connections {wc}", wc, w, sockets_peak(busiest),
                     "sockets the worker holds: clients, upstreams, listeners, its channel (peak of the 0.25 s "
-                    "socket samples and of its fd count read every 2 ms less its other fds)", stops, at, SOURCE,
+                    "socket samples and of its open-fd count read between them, less its other fds)", stops, at, SOURCE,
                     f"raise `worker_connections {wc}` in the events block ({w}), e.g. 16384 (a proxied request "
                     "holds two), and worker_rlimit_nofile to at least twice it (profile linux/nginx for the "
                     "service's LimitNOFILE)", refused={"not_enough_messages": said or 0})]
