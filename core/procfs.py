@@ -161,6 +161,11 @@ def _threads(pid: int) -> list[Path]:
         return []
 
 
+def thread_ids(pid: int) -> list[int]:
+    """The tids of pid's threads (empty when it is gone)."""
+    return [int(t.name) for t in _threads(pid) if is_uint(t.name)]
+
+
 def run_seconds(pid: int) -> float | None:
     """CPU time of every thread of pid from the scheduler's nanosecond run time
     (/proc/PID/task/TID/schedstat); cpu_seconds' 10 ms ticks where schedstat is missing."""

@@ -26,6 +26,7 @@ import re
 import subprocess
 import threading
 
+from proxytune.core import procfs
 from proxytune.core.numbers import uint
 
 from .sockets import fd_inventory
@@ -83,11 +84,7 @@ def busiest_destination(rows, listening: set[str], span: tuple[int, int]) -> tup
 def named_threads(pid: int, name: str) -> int:
     """Threads of pid whose name (comm) is `name`."""
     n = 0
-    try:
-        tids = os.listdir(f"/proc/{int(pid)}/task")
-    except OSError:
-        return 0
-    for tid in tids:
+    for tid in procfs.thread_ids(pid):
         try:
             with open(f"/proc/{int(pid)}/task/{tid}/comm", encoding="ascii", errors="replace") as fh:
                 n += fh.read().strip() == name

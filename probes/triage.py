@@ -50,13 +50,6 @@ POLLS = {"poll", "ppoll", "select", "pselect6"}
 SYNCS = {"fsync", "fdatasync"}
 
 
-def threads(pid: int) -> list[int]:
-    try:
-        return [t for t in (uint(n) for n in os.listdir(f"/proc/{int(pid)}/task")) if t is not None]
-    except OSError:
-        return []
-
-
 def waiting_in(pid: int, tid: int, table: dict) -> tuple[str, int | None] | None:
     """(syscall name, descriptor count or None) the thread sleeps in; ("running", None) on CPU;
     None when gone or in another call."""
@@ -104,7 +97,7 @@ def sample(pids: list[int]) -> dict:
     loop_syncs = 0
     running: dict[int, int] = {}
     fds: dict[int, int] = {}            # the most fds each held: a proxy at its limit dips between accepts
-    tids = {pid: threads(pid) for pid in pids}
+    tids = {pid: procfs.thread_ids(pid) for pid in pids}
     for i in range(SAMPLES):
         for pid in tids:
             if i % SWEEP == 0:
