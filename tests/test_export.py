@@ -174,7 +174,13 @@ dbus-daemon --config-file="$D/bus.conf" --fork --print-pid >"$D/bus.pid"
 export DBUS_SYSTEM_BUS_ADDRESS="unix:path=$D/bus"
 tuned --log "$D/tuned.log" --pid "$D/tuned.pid" 2>/dev/null & tuned_pid=$!
 trap 'kill $tuned_pid; wait $tuned_pid || true; kill $(cat "$D/bus.pid")' EXIT
-for i in $(seq 100); do case "$(tuned-adm active 2>/dev/null || true)" in *"active profile"*) break;; esac; sleep 0.2; done
+# wait for tuned's own D-Bus answer: `tuned-adm active` falls back to reading /etc/tuned when the
+# bus name is not yet owned and prints "No current active profile." either way, so it cannot say
+for i in $(seq 150); do
+  dbus-send --system --print-reply --dest=com.redhat.tuned /Tuned com.redhat.tuned.control.is_running >/dev/null 2>&1 && break
+  [ "$i" -lt 150 ] || {{ echo "tuned never answered on its D-Bus" >&2; exit 1; }}
+  sleep 0.2
+done
 echo "== before"; {show}
 tuned-adm profile proxytune >"$D/adm.log"
 tuned-adm active >>"$D/adm.log"
