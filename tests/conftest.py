@@ -65,6 +65,21 @@ def cli():
 CLI = REPO / "tests" / "faulty_cli.py"
 
 
+def wait_exec(p: subprocess.Popen, comm: str, timeout: float = 30) -> None:
+    """Until the child (started through a wrapper such as prlimit) runs `comm`: a fixed sleep
+    can end while the wrapper is still there, with its limits and name."""
+    import time
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if Path(f"/proc/{p.pid}/comm").read_text().strip() == comm:
+                return
+        except FileNotFoundError:
+            break
+        time.sleep(0.02)
+    raise AssertionError(f"pid {p.pid} did not exec {comm} within {timeout:g} s")
+
+
 def proxytune(*args, env=None, netns=False, check=False, timeout=120):
     """Run ./proxytune as a real process, optionally in a fresh network namespace."""
     argv = [str(REPO / ".venv/bin/python"), str(CLI), *args]

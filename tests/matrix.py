@@ -329,7 +329,7 @@ class IdleClients:
         self.sel.close()
 
 
-def wrk(port: int, connections: int, script: Path, seconds: int = 120) -> subprocess.Popen:
+def wrk(port: int, connections: int, script: Path, seconds: int = 600) -> subprocess.Popen:
     argv = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--timeout", "2s", "-s", str(script),
             f"http://127.0.0.1:{port}/"]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

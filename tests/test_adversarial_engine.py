@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLI, IS_ROOT, in_netns, needs_root, proxytune
+from conftest import CLI, IS_ROOT, in_netns, needs_root, proxytune, wait_exec
 from snapshot import SandboxState
 from proxytune.core.procfs import identity
 
@@ -101,10 +101,7 @@ def sleeper(tmp_path):
     exe.write_bytes(Path("/bin/sleep").read_bytes())
     exe.chmod(0o755)
     p = subprocess.Popen(["prlimit", "--nofile=1024:4096", str(exe), "120"])
-    for _ in range(100):
-        if (identity(p.pid) or {}).get("comm") == "ptsleeper":
-            break
-        time.sleep(0.02)
+    wait_exec(p, exe.name)
     yield p
     p.kill()
     p.wait()
@@ -316,6 +313,7 @@ PROXYTUNE_FAULT_AFTER_STEP=1:stop $PT tune apply --only 'sysctl:net.core.somaxco
     >{out}/stdout 2>{out}/stderr &
 pid=$!
 for i in $(seq 600); do [ "$(cut -d' ' -f3 /proc/$pid/stat)" = T ] && break; sleep 0.05; done
+[ "$(cut -d' ' -f3 /proc/$pid/stat)" = T ] || {{ kill -9 $pid; echo "apply never stopped at its fault" >&2; exit 1; }}
 if [ {fault} = enospc ]; then dd if=/dev/zero of=$PROXYTUNE_STATE_DIR/fill bs=4k 2>/dev/null || true
 else J=$PROXYTUNE_STATE_DIR/journal; mount --bind $J $J; mount -o remount,bind,ro $J; fi
 kill -CONT $pid

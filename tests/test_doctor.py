@@ -128,7 +128,7 @@ def wrk_background(url: str, seconds: int, connections: int, script: Path | None
 def test_nginx_with_a_low_worker_rlimit_nofile_is_fd_exhaustion():
     from proxytune.microbench import servers
     with servers.Nginx(workers=1, rlimit_nofile=64) as ng:
-        load = wrk_background(f"http://127.0.0.1:{ng.port}/", 25, 300)
+        load = wrk_background(f"http://127.0.0.1:{ng.port}/", 300, 300)     # outlives the doctor; stopped below
         try:
             time.sleep(1)
             doc = doctor(ng.pid)
@@ -157,7 +157,7 @@ def test_squid_ufs_under_cache_misses_is_file_per_object_churn(tmp_path):
     with servers.Nginx(workers=1) as origin, servers.Squid("ufs", cache_mb=200) as squid:
         lua = tmp_path / "miss.lua"
         lua.write_text(MISS_LUA % origin.port)
-        load = wrk_background(f"http://127.0.0.1:{squid.port}/", 25, 20, lua)
+        load = wrk_background(f"http://127.0.0.1:{squid.port}/", 300, 20, lua)
         try:
             time.sleep(1)
             doc = doctor(squid.pid)

@@ -83,7 +83,7 @@ def wrk_background(port: int, seconds: int, connections: int, script: Path | Non
 def doctor_under_load(server, held: int, connections: int, script: Path | None = None) -> dict:
     """The doctor on a proxy that holds `held` idle connections while wrk loads it."""
     with HeldConnections(server.port, held):
-        load = wrk_background(server.port, 25, connections, script)
+        load = wrk_background(server.port, 300, connections, script)      # outlives the doctor; stopped below
         try:
             return doctor(server.pid)
         finally:

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import IS_ROOT, in_netns, needs_root, proxytune
+from conftest import IS_ROOT, in_netns, needs_root, proxytune, wait_exec
 
 NET_KEYS = ["net/ipv4/ip_local_port_range", "net/ipv4/tcp_max_syn_backlog", "net/core/somaxconn",
             "net/ipv4/tcp_tw_reuse", "net/ipv4/tcp_fin_timeout", "net/ipv4/tcp_syncookies"]
@@ -100,7 +100,7 @@ def test_rlimit_nofile_of_a_spawned_process(sandbox, tmp_path):
     shutil.copy("/bin/sleep", exe)
     proc = subprocess.Popen(["prlimit", "--nofile=1024:4096", str(exe), "60"])
     try:
-        time.sleep(0.3)
+        wait_exec(proc, exe.name)
         import resource
         before = resource.prlimit(proc.pid, resource.RLIMIT_NOFILE)
         assert before == (1024, 4096)
