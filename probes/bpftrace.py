@@ -16,6 +16,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,23 +129,31 @@ class Run:
         self.proc = kids.start(["bpftrace", "-f", "json", str(self.file)])
 
     def wait_attached(self, timeout: float = 30.0) -> None:
-        """bpftrace prints attached_probes once every probe is attached: the window starts then."""
-        deadline = time.monotonic() + timeout
-        line = ""
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line and self.proc.poll() is not None:
-                break
-            if '"attached_probes"' in line:
-                # bpftrace 0.17 prints it before it attaches: wait until the kernel holds a program
-                # on each tracepoint (bpfstats reads that from /proc), or ATTACH_WAIT_S at most
-                bpfstats.wait_attached(self.proc.pid, len(re.findall(r"tracepoint:\w+:\w+", self.program)),
-                                       ATTACH_WAIT_S)
-                self.started = time.monotonic()
-                return
-        err = self.proc.stderr.read() if self.proc.poll() is not None else ""
+        """bpftrace prints attached_probes once every probe is attached: the window starts then.
+        A watchdog kills a bpftrace that has not said so by the deadline: a blocking readline
+        alone would wait as long as a stuck compile lasts."""
+        expired = threading.Event()
+        watchdog = threading.Timer(timeout, lambda: (expired.set(), procgroup.kill(self.proc)))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            for line in iter(self.proc.stdout.readline, ""):
+                if '"attached_probes"' in line:
+                    break
+            else:
+                line = ""
+        finally:
+            watchdog.cancel()
+        if line and not expired.is_set():
+            # bpftrace 0.17 prints it before it attaches: wait until the kernel holds a program
+            # on each tracepoint (bpfstats reads that from /proc), or ATTACH_WAIT_S at most
+            bpfstats.wait_attached(self.proc.pid, len(re.findall(r"tracepoint:\w+:\w+", self.program)),
+                                   ATTACH_WAIT_S)
+            self.started = time.monotonic()
+            return
         procgroup.kill(self.proc)
-        raise ProxytuneError(f"bpftrace did not attach: {_clean(err)[-300:] or 'timed out'}")
+        err = "" if expired.is_set() else self.proc.stderr.read()
+        raise ProxytuneError(f"bpftrace did not attach: {_clean(err)[-300:] or f'timed out after {timeout:g} s'}")
 
     def stop(self, need_maps: bool = True) -> dict:
         """bpftrace detaches and prints its maps. If it was killed or failed, it printed none (or

@@ -85,6 +85,21 @@ def test_a_bpftrace_that_never_prints_its_maps_is_an_error_not_an_empty_window(m
         assert run.proc.returncode == -signal.SIGKILL
 
 
+def test_a_bpftrace_that_never_says_it_attached_is_killed_at_the_deadline(tmp_path, monkeypatch):
+    """A compile that hangs without a word: reading its stdout line by line would wait for it
+    forever; the deadline holds and the tracer is gone."""
+    fake = tmp_path / "bpftrace"
+    fake.write_text("#!/bin/sh\nexec sleep 600\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with procgroup.Children() as kids:
+        run = bpftrace.Run(kids, "BEGIN { }")
+        t0 = time.monotonic()
+        with pytest.raises(ProxytuneError, match="did not attach: timed out after 1 s"):
+            run.wait_attached(timeout=1)
+        assert time.monotonic() - t0 < 30 and run.proc.poll() == -signal.SIGKILL
+
+
 @needs_bpftrace
 def test_a_stop_right_after_attaching_still_gets_the_maps(monkeypatch):
     """bpftrace 0.17 can lose a SIGINT that arrives just after it prints attached_probes and then waits
