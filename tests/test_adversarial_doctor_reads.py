@@ -266,7 +266,7 @@ def test_a_slow_stats_socket_is_cut_at_a_total_deadline(bindir, home, fakes):
     (home / "h.cfg").write_text(f"global\n    maxconn 10\n    stats socket {sock} mode 600\n")
     f = fakes(bindir, "haproxy", ["unix", str(sock)], ["-f", str(home / "h.cfg")], home)
     st, took = timed(lambda: identify(f.pid).stats())
-    assert took < proxies.STATS_SECONDS + 3, took
+    assert took < proxies.STATS_SECONDS + 20, took       # the reply would trickle for an hour: wide margin
     assert st["available"] is False and "deadline" in st["reason"], st
 
 
@@ -279,7 +279,7 @@ def test_a_slow_status_page_is_cut_at_a_total_deadline(bindir, home, fakes):
         f = fakes(bindir, kind, ["tcp"], [flag, str(home / f"{kind}.conf")], home)
         (home / f"{kind}.conf").write_text(conf.format(port=f.port))
         st, took = timed(lambda: identify(f.pid).stats())
-        assert took < proxies.STATS_SECONDS + 3, (kind, took)
+        assert took < proxies.STATS_SECONDS + 20, (kind, took)   # the reply would trickle for an hour
         assert st["available"] is False and "deadline" in st["reason"], (kind, st)
 
 

@@ -20,7 +20,10 @@ def test_a_burst_of_sockets_between_ticks_is_in_the_fine_peak():
     s.sample()                                   # a tick before the burst: its non-socket fds
     base = os.stat("/proc/self/fd").st_size
     burst = [socket.socket() for _ in range(200)]
-    time.sleep(0.3)                              # ~30 reads of the fine thread, none of a tick
+    reads, deadline = s.fine.reads, time.monotonic() + 30
+    while s.fine.reads < reads + 2 and time.monotonic() < deadline:     # whole reads of the fine thread
+        time.sleep(0.01)                                                  # during the burst, none of a tick
+    assert s.fine.reads >= reads + 2, "the fine thread never read"
     for b in burst:
         b.close()
     s.sample()                                   # a tick after: the burst is gone
