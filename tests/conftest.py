@@ -7,6 +7,7 @@ import importlib.machinery
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -63,6 +64,16 @@ def cli():
 # The CLI as tests run it: cli.py itself, with a fault seam the crash-safety tests use
 # (PROXYTUNE_FAULT_AFTER_STEP; tests/faulty_cli.py). The product has no fault switch.
 CLI = REPO / "tests" / "faulty_cli.py"
+
+
+# Every CLI a test starts inherits the suite's signal dispositions. Started in the background by
+# a script (SIGINT ignored) or under nohup (SIGHUP ignored), the CLIs would rightly keep them
+# ignored (core/signals.py), and the Ctrl-C and hangup tests would test nothing: give the suite
+# what a terminal gives.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def wait_exec(p: subprocess.Popen, comm: str, timeout: float = 30) -> None:
