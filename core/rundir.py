@@ -25,7 +25,7 @@ from pathlib import Path
 
 from proxytune.core.errors import ProxytuneError
 
-from . import procfs
+from . import procfs, signals
 
 PREFIX = "proxytune-"
 OWNER = "owner"
@@ -69,8 +69,7 @@ class RunDir:
     def __enter__(self):
         self.reaped = reap_dead(self.kind, self.before_remove)
         if threading.current_thread() is threading.main_thread():      # handlers can only be set there
-            for sig in (signal.SIGTERM, signal.SIGHUP):
-                self._old[sig] = signal.signal(sig, _interrupt)
+            self._old = signals.catch((signal.SIGTERM, signal.SIGHUP), _interrupt)
         try:
             self.path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{self.kind}-"))
             me = procfs.read_stat(os.getpid())

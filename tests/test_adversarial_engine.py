@@ -139,6 +139,24 @@ def test_second_writer_is_refused_while_an_apply_is_live(sandbox, prof, tmp_path
     assert not (sandbox.root / LIMITS_FILE).exists() and not (sandbox.root / DROPIN).exists()
 
 
+def test_under_nohup_a_hangup_mid_apply_undoes_nothing(sandbox, prof):
+    """nohup ignores SIGHUP so that the apply outlives its ssh session: the hangup after step 1
+    must not undo it (without nohup it does: test_an_ssh_drop_on_the_terminal_mid_apply_undoes_and_logs_it)."""
+    env = {**os.environ, "PROXYTUNE_FAULT_AFTER_STEP": "1:stop"}
+    held = subprocess.Popen(["nohup", sys.executable, str(CLI), "tune", "apply", "-p", str(prof), "--service",
+                             "squid", "--yes"], cwd=Path(__file__).parent.parent, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_stopped(held.pid)
+        os.kill(held.pid, signal.SIGHUP)
+    finally:
+        os.kill(held.pid, signal.SIGCONT)
+        out, err = held.communicate(timeout=60)
+    assert held.returncode == 0, err
+    assert history(sandbox)[-1]["state"] == "applied"
+    assert (sandbox.root / LIMITS_FILE).exists() and (sandbox.root / DROPIN).exists()
+
+
 def test_lock_file_planted_as_symlink_is_refused(sandbox, prof, tmp_path):
     sandbox.state_dir.mkdir(mode=0o700)
     target = tmp_path / "elsewhere"

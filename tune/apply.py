@@ -7,7 +7,8 @@ writing, a file's sha256, mode and owner) so that rollback can tell ours
 from a later change. apply and rollback hold the host's lock and the state
 dir's (tune/lock.py). The journal says a step's write is issued before it is,
 and that it returned after: only such steps are ever undone. SIGTERM and
-SIGHUP (an ssh drop) stop an apply like Ctrl-C: what was written is undone.
+SIGHUP (an ssh drop) stop an apply like Ctrl-C: what was written is undone;
+under nohup (SIGHUP ignored at start) a hangup stops nothing (core/signals.py).
 Each apply and rollback leaves one line in the journal or syslog (eventlog).
 """
 
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from . import backends, eventlog, files, journal, lock
 from proxytune.core.errors import Interrupted, NotApplicable, ProxytuneError
+from proxytune.core import signals
 from proxytune.core.invocation import command, needs_root
 from .files import FileState
 from .host import Host
@@ -313,7 +315,7 @@ def _interrupts_raise():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    saved = {s: signal.signal(s, _stop) for s in STOPS}
+    saved = signals.catch(STOPS, _stop)          # nohup's ignored SIGHUP stays ignored
     try:
         yield
     finally:
