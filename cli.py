@@ -421,8 +421,9 @@ def apply_cmd(host, profile_ref, only, skip, service, user, cache_dirs, persist,
     twice changes nothing. One apply or rollback at a time on this host,
     whatever its --state-dir (a lock in /run/proxytune, PROXYTUNE_LOCK_DIR);
     a second one is refused and says who holds it. SIGTERM and SIGHUP (an
-    ssh drop) undo like Ctrl-C. Each apply and rollback leaves one line in
-    the system journal (or syslog): who, profile, steps, result.
+    ssh drop) undo like Ctrl-C; under nohup the apply runs on to its end.
+    Each apply and rollback leaves one line in the system journal (or
+    syslog): who, profile, steps, result.
 
     \b
     Examples (as root):

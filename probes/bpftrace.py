@@ -144,6 +144,7 @@ class Run:
                 line = ""
         finally:
             watchdog.cancel()
+            watchdog.join()             # a kill already under way finishes before `expired` is read
         if line and not expired.is_set():
             # bpftrace 0.17 prints it before it attaches: wait until the kernel holds a program
             # on each tracepoint (bpfstats reads that from /proc), or ATTACH_WAIT_S at most
@@ -152,8 +153,10 @@ class Run:
             self.started = time.monotonic()
             return
         procgroup.kill(self.proc)
-        err = "" if expired.is_set() else self.proc.stderr.read()
-        raise ProxytuneError(f"bpftrace did not attach: {_clean(err)[-300:] or f'timed out after {timeout:g} s'}")
+        why = _clean(self.proc.stderr.read())[-300:]
+        if expired.is_set():
+            why = f"timed out after {timeout:g} s" + (f": {why}" if why else "")
+        raise ProxytuneError(f"bpftrace did not attach: {why or 'it exited without a word'}")
 
     def stop(self, need_maps: bool = True) -> dict:
         """bpftrace detaches and prints its maps. If it was killed or failed, it printed none (or

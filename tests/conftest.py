@@ -68,12 +68,16 @@ CLI = REPO / "tests" / "faulty_cli.py"
 
 # Every CLI a test starts inherits the suite's signal dispositions. Started in the background by
 # a script (SIGINT ignored) or under nohup (SIGHUP ignored), the CLIs would rightly keep them
-# ignored (core/signals.py), and the Ctrl-C and hangup tests would test nothing: give the suite
-# what a terminal gives.
-if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+# ignored (core/signals.py), and the Ctrl-C and hangup tests would test nothing. A handler that
+# does nothing keeps the suite itself as its launcher asked (nohup make test survives the hangup),
+# while exec resets a caught signal to the default in every child: a terminal's SIGINT and SIGHUP.
+def _as_launched(signum, frame):
+    pass
+
+
+for _sig in (signal.SIGINT, signal.SIGHUP):
+    if signal.getsignal(_sig) is signal.SIG_IGN:
+        signal.signal(_sig, _as_launched)
 
 
 def wait_exec(p: subprocess.Popen, comm: str, timeout: float = 30) -> None:

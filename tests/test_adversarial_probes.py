@@ -300,6 +300,24 @@ def test_a_sigkilled_run_is_cleaned_up_by_the_next(images, private_tmp):
     assert stray == [], "a harness of the killed run is still running"
 
 
+def test_a_run_dir_under_nohup_leaves_sighup_ignored(tmp_path, monkeypatch):
+    """nohup asked for SIGHUP to be ignored: a probe's run dir must not turn a hangup into an
+    interrupt, still catches SIGTERM, and puts back what it found."""
+    from proxytune.core import rundir
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    tempfile.tempdir = None
+    found = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    term = signal.getsignal(signal.SIGTERM)
+    try:
+        with rundir.RunDir("storage"):
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is rundir._interrupt
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is term
+    finally:
+        signal.signal(signal.SIGHUP, found)
+        tempfile.tempdir = None
+
+
 @needs_root
 def test_a_live_runs_sandbox_is_not_touched(private_tmp):
     """Another run's dir whose owner lives (this test) is not ours to remove; one without an owner file neither."""

@@ -224,7 +224,7 @@ def test_the_merged_sched_switch_program_still_times_the_loop_in_d_state():
     code = ("import os, sys, time\n"
             "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o600)\n"
             "while True:\n"                  # until the test kills it: attaching may take long on a busy host
-            "    os.write(fd, b'x' * 65536); os.fsync(fd)\n")
+            "    os.pwrite(fd, b'x' * 65536, 0); os.fsync(fd)\n")      # one block rewritten: the file stays 64 KiB
     disk = Path(tempfile.mkdtemp(prefix="proxytune-test-dstate-", dir="/var/tmp"))    # /tmp may be tmpfs
     w = subprocess.Popen([sys.executable, "-c", code, str(disk / "data")])
     try:
