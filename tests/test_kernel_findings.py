@@ -207,7 +207,11 @@ def test_syns_from_an_unroutable_client_are_listen_drops_not_overflows():
     assert "listen-drops" in f, doc["findings"]
     ev = f["listen-drops"]["evidence"]
     assert ev["ListenOverflows"] == 0 and ev["TCPReqQFullDrop"] == 0 and ev["ListenDrops"] > 3
-    assert ev["OutNoRoutes"] >= ev["ListenDrops"]        # every dropped SYN-ACK had no route back
+    # every dropped SYN-ACK had no route back. The two counters live in two files (netstat, then snmp),
+    # read one after the other at each end of the window: a SYN dropped between the two reads at the
+    # start is in one delta and not the other (578 OutNoRoutes for 579 drops, once in CI). Hence the margin;
+    # any other cause of the drops would leave OutNoRoutes near 0.
+    assert ev["OutNoRoutes"] >= 0.9 * ev["ListenDrops"], ev
     assert "accept-queue-overflow" not in f and "syn-backlog-overflow" not in f and "time-wait-overflow" not in f
 
 
