@@ -80,19 +80,27 @@ for _sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(_sig, _as_launched)
 
 
+def wait_for(pred, timeout: float = 60.0, every: float = 0.1) -> bool:
+    """Poll pred until it holds (True) or timeout passes (False): wait for the event, not a time."""
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(every)
+    return False
+
+
 def wait_exec(p: subprocess.Popen, comm: str, timeout: float = 30) -> None:
     """Until the child (started through a wrapper such as prlimit) runs `comm`: a fixed sleep
     can end while the wrapper is still there, with its limits and name."""
-    import time
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    def running() -> bool:
         try:
-            if Path(f"/proc/{p.pid}/comm").read_text().strip() == comm:
-                return
+            return Path(f"/proc/{p.pid}/comm").read_text().strip() == comm
         except FileNotFoundError:
-            break
-        time.sleep(0.02)
-    raise AssertionError(f"pid {p.pid} did not exec {comm} within {timeout:g} s")
+            return False
+    if not wait_for(running, timeout, every=0.02):
+        raise AssertionError(f"pid {p.pid} did not exec {comm} within {timeout:g} s")
 
 
 def proxytune(*args, env=None, netns=False, check=False, timeout=120):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IS_ROOT, REPO, needs_root
+from conftest import IS_ROOT, REPO, needs_root, wait_for
 from snapshot import SandboxState
 
 MIB = 1 << 20
@@ -473,15 +473,6 @@ def test_a_recycled_pid_is_not_the_same_process():
 
 def sleeper(seconds: int = 60) -> subprocess.Popen:
     return subprocess.Popen(["sleep", str(seconds)])
-
-
-def wait_for(pred, timeout=60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def tracers_of(tmp: Path) -> list[str]:

@@ -5,10 +5,10 @@ st_size of /proc/PID/fd (before 6.2) is reported unavailable, not faked."""
 
 import os
 import socket
-import time
 
 import pytest
 
+from conftest import wait_for
 from proxytune.probes import connsample
 
 HAS_COUNT = os.stat("/proc/self/fd").st_size > 0
@@ -20,10 +20,8 @@ def test_a_burst_of_sockets_between_ticks_is_in_the_fine_peak():
     s.sample()                                   # a tick before the burst: its non-socket fds
     base = os.stat("/proc/self/fd").st_size
     burst = [socket.socket() for _ in range(200)]
-    reads, deadline = s.fine.reads, time.monotonic() + 30
-    while s.fine.reads < reads + 2 and time.monotonic() < deadline:     # whole reads of the fine thread
-        time.sleep(0.01)                                                  # during the burst, none of a tick
-    assert s.fine.reads >= reads + 2, "the fine thread never read"
+    reads = s.fine.reads                 # two whole reads of the fine thread during the burst, none of a tick
+    assert wait_for(lambda: s.fine.reads >= reads + 2, 30, every=0.01), "the fine thread never read"
     for b in burst:
         b.close()
     s.sample()                                   # a tick after: the burst is gone
