@@ -30,7 +30,7 @@ from proxytune.core import console, monitoring
 from proxytune.core.errors import ProxytuneError, one_line
 from proxytune.core.invocation import command, needs_root, require_root
 from proxytune.tune.host import Host
-from proxytune.probes import kinds as proxy_kinds
+from proxytune import proxies as proxy_kinds
 from proxytune.probes.target import MAX_SECONDS, duration_option
 
 __version__ = "0.1.0"

@@ -1,6 +1,6 @@
 """`bench proxy --proxy nginx|haproxy|varnish|trafficserver`: each proxy's
-stores (from its module in probes/kinds, which also says how to start it
-here from Debian's packages) and the counters read from it after the
+stores (from its module in proxies/), how each is started here from
+Debian's packages (LAUNCHERS), and the counters read from it after the
 PolyMix-like load (proxybench drives it). Hit ratios come from the
 proxy's own counters where it has them (varnishstat, Traffic Server's
 /_stats), else from the X-Cache header every generated config sets.
@@ -10,14 +10,15 @@ import contextlib
 import json
 import urllib.request
 
+from proxytune import proxies as registry
 from proxytune.core.errors import ProxytuneError
 
-from proxytune.probes import kinds
+from . import proxyservers, servers
 
-PROXIES = tuple(kinds.names())
-SERVICES = {k.kind: k.unit for k in kinds.KINDS}          # Debian's unit names
-STORES = {k.kind: list(k.stores) for k in kinds.KINDS}
-OPTIONAL_STORES = {k.kind: list(k.optional_stores) for k in kinds.KINDS if k.optional_stores}
+PROXIES = tuple(registry.names())
+SERVICES = {k.kind: k.unit for k in registry.KINDS}          # Debian's unit names
+STORES = {k.kind: list(k.stores) for k in registry.KINDS}
+OPTIONAL_STORES = {k.kind: list(k.optional_stores) for k in registry.KINDS if k.optional_stores}
 STORE_NAMES = sorted({s for v in [*STORES.values(), *OPTIONAL_STORES.values()] for s in v})
 
 
@@ -39,10 +40,45 @@ def runs_for(proxies: list[str], stores: list[str] | None) -> list[tuple[str, st
     return out
 
 
+def _squid(store, plan, origin_port, nofile):
+    return servers.Squid(store, cache_mb=plan["cache_mb"], mem_mb=plan["mem_mb"], nofile=nofile)
+
+
+def _nginx(store, plan, origin_port, nofile):
+    return proxyservers.NginxCache(origin_port, plan["cache_mb"], nofile=nofile)
+
+
+def _haproxy(store, plan, origin_port, nofile):
+    return proxyservers.HAProxy(origin_port, cache_mb=min(plan["cache_mb"], 4095), nofile=nofile)
+
+
+def _varnish(store, plan, origin_port, nofile):
+    return proxyservers.Varnish(origin_port, store, plan["cache_mb"], nofile=nofile)
+
+
+@contextlib.contextmanager
+def _trafficserver(store, plan, origin_port, nofile):
+    """The raw store gets a loop device of its own."""
+    if store != "raw":
+        with proxyservers.TrafficServer(origin_port, cache_mb=plan["cache_mb"], nofile=nofile) as s:
+            yield s
+        return
+    from .devices import Sandbox
+    with Sandbox() as sb:
+        with proxyservers.TrafficServer(origin_port, raw_device=sb.loop(plan["cache_mb"], "ats-raw"),
+                                        nofile=nofile) as s:
+            yield s
+
+
+# how each proxy is started here for `bench proxy`: (store, plan, origin_port, nofile) -> a context manager
+LAUNCHERS = {"squid": _squid, "nginx": _nginx, "haproxy": _haproxy, "varnish": _varnish,
+             "trafficserver": _trafficserver}
+
+
 @contextlib.contextmanager
 def start(proxy: str, store: str, plan: dict, origin_port: int, nofile: tuple | None):
-    """The proxy with this store, started the way its module says (probes/kinds)."""
-    with kinds.by_kind(proxy).bench(store, plan, origin_port, nofile) as s:
+    """The proxy with this store, in front of the origin, started as LAUNCHERS says."""
+    with LAUNCHERS[proxy](store, plan, origin_port, nofile) as s:
         yield s
 
 

@@ -29,7 +29,7 @@ import threading
 from proxytune.core import procfs
 from proxytune.core.numbers import uint
 
-from .sockets import fd_inventory
+from proxytune.core.sockets import fd_inventory
 
 TICK_S = 0.25
 FINE_S = 0.01           # a worker at the top of nginx's tooth ~16 % of the time (measured) is seen there in a

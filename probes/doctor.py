@@ -13,12 +13,12 @@ import subprocess
 from pathlib import Path
 
 from proxytune.core.errors import ProxytuneError
-from proxytune.core import procfs, procgroup
+from proxytune.core import procfs, procgroup, sockets
 from proxytune.core.capability import no
 from proxytune.tune import audit as audit_mod, observe
 
 from . import bpftrace, caps, connsample, findings, netstat, nsstate, owncap, perf, proc, proxies, proxies_findings, \
-    sockets, target, triage
+    target, triage
 
 # Always: no syscall tracepoint among them (see triage.py for why that matters).
 DEFAULT_SCRIPTS = ["loop_blocking", "connect_fail", "fs_churn"]

@@ -35,9 +35,9 @@ counts usage against it, what it does at the cap (stops accepting, queues, drops
 keep-alives) and the source that says so (the proxy's source file and function, or its
 documentation section). Thresholds come from that mechanism, never from one test's numbers.
 
-A proxy is one module in `probes/kinds/` behind the registry (`probes/kinds/__init__.py`): how to
+A proxy is one module in `proxies/` behind the registry (`proxies/__init__.py`): how to
 recognise it, its config with includes, its statistics, its caps (`caps(ev)` returns
-`probes.owncap.Cap`s) and its fixes in its own terms (`fd_fix`, `port_fix`, `backlog_fix`,
+`proxies.cap.Cap`s) and its fixes in its own terms (`fd_fix`, `port_fix`, `backlog_fix`,
 `churn_fix`). The one own-cap rule (`probes/owncap.py`) turns a cap the proxy holds, or refusals it
 counted, into the finding, with the kernel's queue as its evidence; a generic rule lives in
 `probes/findings.py`. A sixth proxy is one module, one profile TOML and its cells.

@@ -92,7 +92,7 @@ RECYCLE = r"""
 import os, subprocess, sys, tempfile
 sys.path.insert(0, sys.argv[1])
 import conftest  # noqa: F401  (registers the checkout as the `proxytune` package)
-from proxytune.probes import targetread
+from proxytune.core import targetread
 from proxytune.probes.proxies import Proxy
 mine, roots = tempfile.mkdtemp(dir=sys.argv[2]), tempfile.mkdtemp(dir=sys.argv[2])
 os.chmod(mine, 0o755)

@@ -13,12 +13,12 @@ from . import hostfiles, names
 from proxytune.core.errors import ProxytuneError
 from .host import Host
 from proxytune.core.procfs import pids_of, uid_of
-from proxytune.probes import kinds
+from proxytune import proxies
 
-# the registry's order (probes/kinds): the first running one is audited
-KNOWN_PROXIES = tuple(exe for k in kinds.KINDS for exe in k.exe_names)
+# the registry's order (proxies/): the first running one is audited
+KNOWN_PROXIES = tuple(exe for k in proxies.KINDS for exe in k.exe_names)
 # the user each one's service runs as (varnishd's master runs as varnish, its cache child as vcache)
-DEFAULT_USERS = {exe: k.service_user or k.user for k in kinds.KINDS for exe in k.exe_names}
+DEFAULT_USERS = {exe: k.service_user or k.user for k in proxies.KINDS for exe in k.exe_names}
 PARAMS = {"service": str, "user": str, "cache_dirs": list}
 OPTIONS = {"service": "--service", "user": "--user", "cache_dirs": "--cache-dir"}
 

@@ -14,10 +14,10 @@ import json
 import subprocess
 from pathlib import Path
 
+from proxytune.core import targetread
 from proxytune.core.numbers import is_uint
 
-from .. import targetread
-from ..owncap import Cap
+from .cap import Cap
 from .base import STATS_SECONDS, Proxy, as_numbers, delta, nofile_now, option, peak
 
 SOURCE = "varnish bin/varnishd/cache/cache_pool.c (Pool_Task), varnishd(1) thread_pool_max/thread_queue_limit"
@@ -33,11 +33,6 @@ class Varnish(Proxy):
     stores = ("malloc", "file")
     store_design = {"malloc": "objects in memory (malloc)",
                     "file": "objects in one mmap'd file, written back by the page cache"}
-
-    @staticmethod
-    def bench(store, plan, origin_port, nofile):
-        from proxytune.microbench import proxyservers
-        return proxyservers.Varnish(origin_port, store, plan["cache_mb"], nofile=nofile)
 
     def config_arg(self):
         return (option(self.argv, "-f") or ["/etc/varnish/default.vcl"])[0]

@@ -18,10 +18,8 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxytune.core import procfs
+from proxytune.core import procfs, sockets, targetread
 from proxytune.core.numbers import uint
-
-from .. import sockets, targetread
 
 STATS_SECONDS = 3.0             # the whole of one statistics call: connect, ask, every byte of the answer
 LOG_TAIL = 4 << 20              # a log's last bytes, for what it said since the proxy started
@@ -251,15 +249,10 @@ class Proxy:
             raise ConnectionError(f"HTTP status {status}")
         return body
 
-    # ---- `bench proxy`: its stores, and how one is started here (microbench.proxyservers)
+    # ---- `bench proxy`: its stores (microbench.proxyruns starts one here)
     stores: tuple[str, ...] = ()
     optional_stores: tuple[str, ...] = ()        # run only when asked for
     store_design: dict[str, str] = {}           # store -> its design in a few words (the storage question)
-
-    @staticmethod
-    def bench(store: str, plan: dict, origin_port: int, nofile: tuple | None):
-        """A context manager: this proxy with `store`, in front of the origin, for `bench proxy`."""
-        raise NotImplementedError
 
     # ---- rules over recorded evidence (no live process): see probes/owncap.py
 

@@ -17,10 +17,10 @@ from fds / 2: an idle client holds no server connection.
 import os
 import re
 
+from proxytune.core import sockets
 from proxytune.core.numbers import is_uint, uint
 
-from .. import sockets
-from ..owncap import Cap
+from .cap import Cap
 from .base import STATS_SECONDS, Proxy, as_int, directives, nofile_now, option, peak, where
 
 SOURCE = "haproxy src/listener.c listener_accept/limit_listener; maxconn in the configuration manual, section 3.2/4.2"
@@ -75,11 +75,6 @@ class HAProxy(Proxy):
     unit, user, package = "haproxy", "haproxy", "haproxy"
     stores = ("cache",)
     store_design = {"cache": "small objects in shared memory only"}
-
-    @staticmethod
-    def bench(store, plan, origin_port, nofile):
-        from proxytune.microbench import proxyservers
-        return proxyservers.HAProxy(origin_port, cache_mb=min(plan["cache_mb"], 4095), nofile=nofile)
 
     def config_files(self) -> list[str]:
         return more_config_files(option(self.argv, "-f") or ["/etc/haproxy/haproxy.cfg"])

@@ -12,17 +12,15 @@ them. Its own gauge (connections_currently_open) can read 0 under load,
 so the sockets it holds (connsample) count too.
 """
 
-import contextlib
 import datetime
 import json
 import math
 import re
 from pathlib import Path
 
-from proxytune.core import procfs
+from proxytune.core import procfs, targetread
 
-from .. import targetread
-from ..owncap import Cap
+from .cap import Cap
 from .base import LOG_TAIL, Proxy, as_int, delta, nofile_now, option, peak, read_config, where
 
 THROTTLE = "proxy.config.net.connections_throttle"
@@ -37,21 +35,6 @@ class TrafficServer(Proxy):
     stores = ("file", "raw")
     store_design = {"file": "one large file: its own directory, aggregated writes",
                     "raw": "a raw block device: the same layout with no filesystem"}
-
-    @staticmethod
-    @contextlib.contextmanager
-    def bench(store, plan, origin_port, nofile):
-        """The raw store gets a loop device of its own."""
-        from proxytune.microbench import proxyservers
-        if store != "raw":
-            with proxyservers.TrafficServer(origin_port, cache_mb=plan["cache_mb"], nofile=nofile) as s:
-                yield s
-            return
-        from proxytune.microbench.devices import Sandbox
-        with Sandbox() as sb:
-            with proxyservers.TrafficServer(origin_port, raw_device=sb.loop(plan["cache_mb"], "ats-raw"),
-                                            nofile=nofile) as s:
-                yield s
 
     def layout(self, name: str, default: str) -> str:
         """A directory of the runroot the command line names (--run-root=FILE), else Debian's."""

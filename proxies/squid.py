@@ -17,7 +17,7 @@ is deferred too: /proc's count of its fds stands in.
 
 import re
 
-from ..owncap import Cap
+from .cap import Cap
 from .base import Proxy, directives, nofile_now, option, peak, where
 
 INCLUDE = re.compile(r"\s*include\s+(\S+)\s*$")
@@ -40,11 +40,6 @@ class Squid(Proxy):
                     "aufs": "one file per object, the file calls on a thread pool",
                     "rock": "one database file of fixed slots, disker process",
                     "diskd": "one file per object, the file calls in helper processes"}
-
-    @staticmethod
-    def bench(store, plan, origin_port, nofile):
-        from proxytune.microbench import servers
-        return servers.Squid(store, cache_mb=plan["cache_mb"], mem_mb=plan["mem_mb"], nofile=nofile)
 
     def config_arg(self):
         return (option(self.argv, "-f") or ["/etc/squid/squid.conf"])[0]

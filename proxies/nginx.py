@@ -30,7 +30,7 @@ the kernel's queue. Every worker is read; the cap is per worker.
 import re
 from pathlib import Path
 
-from ..owncap import Cap
+from .cap import Cap
 from .base import Proxy, as_int, delta, directives, nofile_now, option, where
 
 INCLUDE = re.compile(r"\s*include\s+([^;\s]+)\s*;")
@@ -45,11 +45,6 @@ class Nginx(Proxy):
     include_re = INCLUDE
     stores = ("proxy_cache",)
     store_design = {"proxy_cache": "one file per object (temp file + rename), metadata in shared memory"}
-
-    @staticmethod
-    def bench(store, plan, origin_port, nofile):
-        from proxytune.microbench import proxyservers
-        return proxyservers.NginxCache(origin_port, plan["cache_mb"], nofile=nofile)
 
     def config_arg(self):
         conf = (option(self.argv, "-c") or ["/etc/nginx/nginx.conf"])[0]
