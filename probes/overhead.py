@@ -42,6 +42,12 @@ def components() -> dict[str, str]:
     return {**FIXED_COMPONENTS, **scripts}
 
 
+def check_component(component: str) -> None:
+    """Refuse a --component that names nothing attachable."""
+    if component not in components():
+        raise ProxytuneError(f"unknown --component {component!r}", "one of: " + ", ".join(components()))
+
+
 def _cpu(pids: list[int]) -> float:
     """CPU seconds of every thread of pids, in the scheduler's nanoseconds (procfs.run_seconds)."""
     return sum(procfs.run_seconds(p) or 0.0 for p in pids)
