@@ -27,6 +27,7 @@ from pathlib import Path
 from proxytune.tune.datafiles import shipped
 from proxytune.core import procfs
 from proxytune.core.errors import ProxytuneError
+from proxytune.core.invocation import command, require_root
 from proxytune.core.numbers import uint
 
 from . import polymix, proxycost, proxyruns, servers
@@ -439,6 +440,28 @@ def service_nofile(changes, service: str) -> tuple[int, int]:
     now = DEFAULT_SERVICE_NOFILE if now is None else now
     want = uint(str(c.setting.wanted)) if c is not None else None
     return now, max(now, want or now)
+
+
+TARGET = re.compile(r"[\w.\-]+:\d{1,5}")
+
+
+def refuse_bad_request(target: str | None, compare_profile: str | None, stores, proxies, yes: bool) -> None:
+    """Refuse a `bench proxy` that cannot run as asked, before anything starts: --target is HOST:PORT
+    and loads the user's proxy (so none of ours: no --proxy, --store, --compare-profile); starting
+    ours needs root; --compare-profile changes the host (--yes) around one proxy."""
+    if target:
+        if not TARGET.fullmatch(target) or not 0 < int(target.rsplit(":", 1)[1]) < 65536:
+            raise ProxytuneError(f"--target must be HOST:PORT, not {target!r}", "e.g. --target 127.0.0.1:3128")
+        if compare_profile or stores or proxies:
+            raise ProxytuneError("--target loads your proxy; --proxy, --store and --compare-profile start our own")
+    else:
+        require_root("it starts squid, which drops privileges to user proxy")
+    if compare_profile:
+        if not yes:
+            raise ProxytuneError("--compare-profile changes the host (journaled, rolled back after)",
+                                 f"add --yes; {command('tune plan --profile ...')} shows the changes")
+        if len(proxies) > 1 or "all" in proxies:
+            raise ProxytuneError("--compare-profile runs one proxy before and after", "give one --proxy")
 
 
 def compare_profile(host, profile_ref: str, store: str | None = "ufs", quick: bool = False, concurrency: int | None = None,

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from proxytune.core.capability import perf_counts
+from proxytune.core.errors import ProxytuneError
 from proxytune.core.numbers import uint
 
 from . import devices, fio, rawdev, stats
@@ -66,6 +67,14 @@ def _run_phase(exe, store, engine, phase, path, state, cap, requests, count: boo
         doc["syscalls"] = uint(line.split(",")[0])
         doc["syscalls_per_object"] = doc["syscalls"] / doc["requests"] if doc["syscalls"] else None
     return doc
+
+
+def filesystems(listed: str | None) -> list[str] | None:
+    """--fs ext4,xfs as a list (None: the plan's own), refused when it names a filesystem we cannot make."""
+    fs_list = [f.strip() for f in listed.split(",")] if listed else None
+    if fs_list and (bad := [f for f in fs_list if f not in devices.MKFS]):
+        raise ProxytuneError(f"unknown filesystem {bad[0]!r}", f"known: {', '.join(devices.MKFS)}")
+    return fs_list
 
 
 def run(quick: bool = False, fss: list[str] | None = None, device: str | None = None, force: bool = False,
