@@ -7,6 +7,7 @@ drops connections under load), then the choices the benches measured here
 item is derived from this report's sections; none is written in advance.
 """
 
+from proxytune.core.console import term_text
 from proxytune.probes.findings import SEVERITY_RANK
 
 
@@ -106,3 +107,28 @@ def build(sections: dict) -> list[dict]:
              + from_events(sections.get("events")) + from_storage(sections.get("storage")))
     items.sort(key=lambda i: i["rank_key"])
     return [{"rank": n, **{k: v for k, v in i.items() if k != "rank_key"}} for n, i in enumerate(items, 1)]
+
+
+def terminal_lines(doc: dict) -> list[str]:
+    """What `report` prints when it is done: the five first items, each with why and what to run,
+    then each seed's verdict (a result's text shown inert)."""
+    lines = []
+    for item in doc["data"]["summary"][:5]:
+        what, why, do = (term_text(item[k], markup=False) for k in ("what", "why", "command"))
+        lines.append(f"{item['rank']}. {what}\n   why: {why}\n   do:  {do}")
+    for row in doc["data"]["sections"]["seeds"]["rows"]:
+        lines.append(term_text(f"seed: {row['seed']}: {row['verdict']} ({row['reason']})", markup=False))
+    return lines
+
+
+def audit_lines(audit: dict) -> list[str]:
+    """The audit's verdict (settings by status) and what to run, printed before the benchmarks start."""
+    counts = {}
+    for r in audit["settings"]:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    lines = [term_text(f"host: profile {audit['profile']}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
+                       markup=False)]
+    for item in from_audit(audit):
+        what, do = (term_text(item[k], markup=False) for k in ("what", "command"))
+        lines.append(f"  {what}\n  do: {do}")
+    return lines
