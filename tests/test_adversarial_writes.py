@@ -163,15 +163,15 @@ def test_report_is_refused_before_it_runs_anything(arena, monkeypatch, sandbox):
 
 @needs_root
 def test_bench_result_and_export_refuse_planted_links(arena, monkeypatch, sandbox):
-    """finish_bench's default proxytune-results/ and `tune export -o`: variant 1 the results dir is a
+    """A bench result's default proxytune-results/ and `tune export -o`: variant 1 the results dir is a
     link nobody planted; variant 2 -o is a link nobody planted in their own directory."""
-    from proxytune import cli
+    from proxytune.reports import benchresult
     home = arena / "home"
     monkeypatch.chdir(home)
     as_nobody("ln -s ../vault proxytune-results && ln -s ../vault/secret out.conf", home)
     data = json.loads((RESULTS / "fdscan-full.json").read_text())["data"]
     with pytest.raises(ProxytuneError, match="symlink"):
-        cli.finish_bench(data, "fdscan", None, True)
+        benchresult.store("fdscan", data, None)
     r = proxytune("tune", "export", "--format", "sysctl.d", "--only", "sysctl:net.core.somaxconn", "-o", "out.conf",
                   cwd=home)
     line = refused(r)

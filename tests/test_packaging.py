@@ -24,7 +24,7 @@ import pytest
 from conftest import REPO
 
 DEBIAN_PYTHON = Path("/usr/bin/python3")
-TOP_LEVEL = {"core", "proxies", "tune", "probes", "microbench", "reports", "cli", "cli.py", "profiles"}
+TOP_LEVEL = {"core", "proxies", "tune", "probes", "microbench", "reports", "commands", "cli", "cli.py", "profiles"}
 
 
 def run(argv, cwd, env=None, timeout=300):
@@ -68,7 +68,7 @@ def test_the_wheel_holds_one_namespace_and_its_data(dist):
     assert top_level(names) == {"proxytune", wheel.name.split("-py3")[0] + ".dist-info"}
     for data in ("proxytune/profiles/linux/proxy.toml", "proxytune/probes/pollscan.bt",
                  "proxytune/microbench/evbench/main.c", "proxytune/microbench/objbench/objbench.h",
-                 "proxytune/microbench/lua/polymix.lua", "proxytune/cli.py", "proxytune/tune/backends/sysctl.py",
+                 "proxytune/microbench/lua/polymix.lua", "proxytune/cli.py", "proxytune/commands/tune.py", "proxytune/tune/backends/sysctl.py",
                  "proxytune/core/procfs.py", "proxytune/reports/schemas/result.json"):
         assert data in names, data
     entry = zipfile.ZipFile(wheel).read(f"{wheel.name.split('-py3')[0]}.dist-info/entry_points.txt").decode()
@@ -278,7 +278,7 @@ def test_every_module_imports_without_matplotlib_or_numpy(tmp_path):
               "bad = []\n"
               f"for f in sorted(pathlib.Path({str(REPO)!r}).glob('*/**/*.py')):\n"
               "    rel = f.relative_to(sys.path[0])\n"
-              "    if rel.parts[0] not in ('core', 'proxies', 'tune', 'probes', 'microbench', 'reports'): continue\n"
+              "    if rel.parts[0] not in ('core', 'proxies', 'tune', 'probes', 'microbench', 'reports', 'commands'): continue\n"
               "    name = 'proxytune.' + '.'.join(rel.with_suffix('').parts).removesuffix('.__init__')\n"
               "    try: importlib.import_module(name)\n"
               "    except ImportError as e: bad += [f'{name}: {e}'] if '(test)' in str(e) else []\n"
