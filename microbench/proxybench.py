@@ -29,8 +29,10 @@ from proxytune.core import procfs
 from proxytune.core.errors import ProxytuneError
 from proxytune.core.invocation import command, require_root
 from proxytune.core.numbers import uint
+from proxytune.proxies.nginx import NginxServer
+from proxytune.proxies.squid import SquidServer
 
-from . import polymix, proxycost, proxyruns, servers
+from . import polymix, proxycost, proxyruns
 
 LUA = shipped("microbench", "lua", "polymix.lua")
 STORES = ["ufs", "aufs", "rock"]
@@ -56,8 +58,8 @@ def make_docroot(root: Path, files: int, seed: int = 3) -> dict:
             "total_mb": sum(sizes) / 1048576}
 
 
-def origin(root: Path) -> servers.Nginx:
-    return servers.Nginx(workers=1, body=f'root {root}; rewrite ^/o/[^/]+/(.*)$ /f/$1 break; '
+def origin(root: Path) -> NginxServer:
+    return NginxServer(workers=1, body=f'root {root}; rewrite ^/o/[^/]+/(.*)$ /f/$1 break; '
                                          'add_header Cache-Control "max-age=86400";')
 
 
@@ -276,7 +278,7 @@ def run_store(store: str, plan: dict, origin_port: int, workdir: Path, nofile: t
               progress=None, watch: bool = False) -> dict:
     """One Squid with this store, started here; hit ratio and errors from its own logs. With watch,
     the doctor watches Squid through the steady load: its CPU split goes in "watched"."""
-    with servers.Squid(store, cache_mb=plan["cache_mb"], mem_mb=plan["mem_mb"], nofile=nofile) as sq:
+    with SquidServer(store, cache_mb=plan["cache_mb"], mem_mb=plan["mem_mb"], nofile=nofile) as sq:
         limits = _nofile_of(sq.pid)
         mark = [0]
 
@@ -410,7 +412,7 @@ def run_proxy(proxy: str, store: str, plan: dict, origin_port: int, workdir, nof
     st = d["steady"]
     if after is not None:
         hits, misses = after["hits"] - mark["c"]["hits"], after["misses"] - mark["c"]["misses"]
-        source = "varnishstat MAIN.cache_hit/cache_miss" if proxy == "varnish" else "traffic_server /_stats"
+        source = proxyruns.hit_ratio_from(proxy)
     else:
         hits, misses, source = st["x_cache_hits"], st["x_cache_misses"], "X-Cache headers seen by wrk"
     return {"proxy": proxy, "store": store, "nofile": limits, "fill": d["fill"], "steady": st,
