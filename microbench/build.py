@@ -3,24 +3,23 @@ flags or the compiler change. Binaries live in the user's cache directory
 (tune.datafiles.cache_dir: private, every parent vetted), never next to
 installed code; a cached binary that is not ours is rebuilt, never run.
 
-Warnings are errors only when PROXYTUNE_WERROR=1 (the tests set it): a
-newer compiler on a user's host must not break the benchmarks."""
+The compiler and its flags are core.cc's (warnings are errors only when
+PROXYTUNE_WERROR=1: the tests set it)."""
 
 import hashlib
 import os
-import shutil
 import stat
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from proxytune.core import cc
 from proxytune.core.errors import ProxytuneError
 from proxytune.tune.datafiles import cache_dir, shipped
 
 from .runner import HarnessError
 
-CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra"]
 STALE_S = 86400
 LIBURING_HEADER = Path("/usr/include/liburing.h")
 
@@ -43,17 +42,14 @@ def _flags(name: str) -> tuple[list[str], list[str]]:
 
 
 def compiler() -> str:
-    """$CC when set (as make does), else cc, gcc or clang from PATH."""
-    wanted = os.environ.get("CC")
-    cc = shutil.which(wanted) if wanted else shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if not cc:
-        raise HarnessError(f"no C compiler found{f' (CC={wanted!r})' if wanted else ''}",
-                           "Debian: apt-get install build-essential")
-    return cc
+    """core.cc's compiler; its absence makes the harness unavailable, as any other build failure."""
+    try:
+        return cc.compiler()
+    except cc.NoCompiler as e:
+        raise HarnessError(e.message, e.hint) from None
 
 
-def cflags() -> list[str]:
-    return CFLAGS + (["-Werror"] if os.environ.get("PROXYTUNE_WERROR") == "1" else [])
+cflags = cc.cflags
 
 
 def build(name: str) -> Path:

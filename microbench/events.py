@@ -12,7 +12,7 @@ import re
 import shutil
 import subprocess
 
-from . import stats
+from proxytune.core import stats
 from .build import build
 from .runner import HarnessError, failed_point, progress, run_json, unavailable
 

@@ -15,7 +15,7 @@ import subprocess
 
 from proxytune.core.capability import perf_counts
 
-from . import stats
+from proxytune.core import stats
 from .build import build
 from .runner import HarnessError, failed_point, progress, run_json, unavailable
 

@@ -16,11 +16,12 @@ import json
 import sys
 from pathlib import Path
 
+from proxytune.core import stats
 from proxytune.core.capability import perf_counts
 from proxytune.core.errors import ProxytuneError
 from proxytune.core.numbers import uint
 
-from . import devices, fio, rawdev, stats
+from . import devices, fio, rawdev
 from .build import build
 from .runner import HarnessError, progress, unavailable
 

@@ -16,10 +16,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxytune.core import procfs, procgroup, rundir
+from proxytune.core import procfs, procgroup, rundir, stats
 from proxytune.core.errors import ProxytuneError
 from proxytune.core.numbers import is_uint
-from proxytune.microbench import stats
 from proxytune.proxies.launch import wrk
 from proxytune.proxies.nginx import NginxServer
 

@@ -31,16 +31,16 @@ SECTION_PLAN = {"audit": ("host audit", 1, 1),
 def _parts(host: Host, profile_ref: str, benches: bool, quiet: bool, with_proxy: bool, full: bool) -> dict:
     import os
     from proxytune.microbench import events, fdscan, hostsettings, proxybench, storage
+    from proxytune.probes import selfload
     root = os.geteuid() == 0
     parts = {"audit": lambda: audit_mod.build(host, profile_ref).to_json()}
     if benches:
         parts["events"] = lambda: events.run(quick=not full, quiet=quiet)
         parts["fdscan"] = lambda: fdscan.run(quick=not full, quiet=quiet)
         parts["storage"] = lambda: storage.run(quick=not full, quiet=quiet) if root else _needs_root()
-        parts["host_settings"] = lambda: (hostsettings.run(host, full=full) if root
+        parts["host_settings"] = lambda: (hostsettings.run(host, full=full, watch=selfload.PerfWatch) if root
                                           else _needs_root("Squid before/after the host settings"))
     if with_proxy:
-        from proxytune.probes import selfload
         parts["proxy"] = lambda: proxybench.run(quick=True, quiet=quiet) if root else _needs_root("bench proxy")
         parts["cpu_split"] = lambda: selfload.cpu_split_on_nginx() if root else _needs_root("the doctor")
     return parts

@@ -18,13 +18,7 @@ from conftest import REPO
 RANK = {"core": 0, "proxies": 1, "tune": 2, "microbench": 2, "probes": 2, "reports": 3, "cli": 4}
 SAME_RANK_ALLOWED = {("probes", "tune"), ("microbench", "tune")}
 # (file, package it imports) that break the rule today, each to be removed; a stale entry fails too
-KNOWN: set[tuple[str, str]] = {
-    ("microbench/proxybench.py", "probes"),     # perf/proc/caps sampling of the benched proxy
-    ("probes/overhead.py", "microbench"),       # the doctor's own overhead, measured against a server
-    ("probes/selfload.py", "microbench"),       # the load the doctor's self-test puts on a server
-    ("probes/syscost.py", "microbench"),        # builds its C helper with microbench.build
-}
-
+KNOWN: set[tuple[str, str]] = set()
 
 def package_of(rel: Path) -> str | None:
     top = rel.parts[0]

@@ -15,7 +15,8 @@ import subprocess
 import pytest
 
 from proxytune.core.capability import perf_counts
-from proxytune.microbench import build, events, fdscan, stats
+from proxytune.core import stats
+from proxytune.microbench import build, events, fdscan
 from proxytune.microbench.runner import run_json
 from proxytune.reports.schema import envelope, validate
 
