@@ -186,6 +186,7 @@ class Spec:
     service_user = ""                             # the user its service starts as, when not `user`
     worker_thread: str | None = None              # the name of its worker threads, counted in /proc
     host_configs: tuple[str, ...] = ()            # its config files on a host (globs), where tune looks
+    epoll: str | None = None                      # how to run its event loop on epoll; None: it does already
     process: type["Running"]                      # its running process: `class Squid(Spec, process=RunningSquid)`
 
     def __init_subclass__(cls, process: type["Running"] | None = None, **kw):

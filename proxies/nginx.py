@@ -91,6 +91,7 @@ class Nginx(Spec, process=RunningNginx):
     # nginx-light: the smallest of Debian's nginx packages, with proxy_cache and stub_status
     unit, user, package = "nginx", "www-data", "nginx-light"
     host_configs = ("/etc/nginx/nginx.conf", "/etc/nginx/conf.d/*.conf", "/etc/nginx/sites-enabled/*")
+    epoll = "events { use epoll; }"
     stores = ("proxy_cache",)
     store_design = {"proxy_cache": "one file per object (temp file + rename), metadata in shared memory"}
 

@@ -71,6 +71,7 @@ class Squid(Spec, process=RunningSquid):
     order = 10
     unit, user, package = "squid", "proxy", "squid"
     host_configs = ("/etc/squid/squid.conf", "/usr/local/etc/squid/squid.conf")
+    epoll = "build with --enable-epoll"           # ./configure --enable-epoll
     stores = ("ufs", "aufs", "rock")
     optional_stores = ("diskd",)
     store_design = {"ufs": "one file per object, open/create/unlink in the event loop",

@@ -3,7 +3,7 @@ import; a sixth proxy is one module, one profile TOML and its tests. Shown
 with a dummy proxy added to a copy of the checkout as ONE new module (and its
 profile): recognition, the doctor's caps and fixes, tune's detection, the
 bench launcher, the CLI's choices and the launcher's package list all pick
-it up, and nothing else is edited."""
+it up (and the report's advice on event loops), and nothing else is edited."""
 
 import json
 import os
@@ -119,6 +119,8 @@ out["findings"] = [(f.id, f.fix) for f in proxies_findings.refine(generic, ev)]
 out["tune"] = [params.KNOWN_PROXIES, params.DEFAULT_USERS["dummyproxyd"],
                params.detect_cache_dirs(Host(root=Path(sys.argv[3])), "dummyproxyd")]
 out["storage_question"] = sorted(k for k in storequestion.DESIGN if k[0] == "dummy")
+from proxytune.reports import summary
+out["epoll_fix"] = summary.epoll_fix()
 out["runs"] = proxyruns.runs_for(["dummy"], None)
 if out["runs"]:
     import urllib.request
@@ -178,6 +180,7 @@ def test_a_sixth_proxy_is_one_module_and_one_profile(tmp_path, dummy_process):
     assert known[-1] == "dummyproxyd" and user == "nobody"
     assert dirs == ["/srv/dummy-cache"] and source == "/etc/dummy/a.conf"
     assert out["storage_question"] == [["dummy", "mem"]]
+    assert out["epoll_fix"].endswith("trafficserver, dummy use it already")          # the report's advice
     assert out["runs"] == [["dummy", "mem"]]
     assert out["launched"] == ["DummyServer", 200, None, None]                  # no counters: X-Cache is used
 
