@@ -12,6 +12,7 @@ import stat
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from proxytune.core import cc
@@ -23,22 +24,25 @@ from .runner import HarnessError
 STALE_S = 86400
 LIBURING_HEADER = Path("/usr/include/liburing.h")
 
-HARNESSES = {
-    # name: (source directory, extra flags when available, libraries)
-    "evbench": ("evbench", ["-pthread"]),
-    "fdscan": ("fdscan", []),
-    "objbench": ("objbench", ["-pthread"]),
-}
+@dataclass(frozen=True)
+class Harness:
+    """One C harness: its sources (every .c and .h of microbench/DIRECTORY, shipped as data), the flags
+    and libraries it needs, and whether it uses liburing when the host has its header. Each measurement
+    module declares its own (events.HARNESS, ...); reports/measurements.py names it in the measurement's
+    spec, which packaging and the tests iterate."""
+    name: str                                   # the binary's name in the build cache
+    directory: str                              # microbench/DIRECTORY holds its sources
+    flags: tuple[str, ...] = ()
+    libraries: tuple[str, ...] = ()
+    uring: bool = False                         # -DHAVE_LIBURING and -luring when liburing.h is there
 
-
-def _flags(name: str) -> tuple[list[str], list[str]]:
-    extra, libs = list(HARNESSES[name][1]), []
-    if name in ("evbench", "objbench") and LIBURING_HEADER.exists():
-        extra.append("-DHAVE_LIBURING")
-        libs.append("-luring")
-    if name == "objbench":
-        libs.append("-lm")
-    return extra, libs
+    def flags_here(self) -> tuple[list[str], list[str]]:
+        """(extra compiler flags, libraries) on this host."""
+        extra, libs = list(self.flags), []
+        if self.uring and LIBURING_HEADER.exists():
+            extra.append("-DHAVE_LIBURING")
+            libs.append("-luring")
+        return extra, libs + list(self.libraries)
 
 
 def compiler() -> str:
@@ -52,12 +56,13 @@ def compiler() -> str:
 cflags = cc.cflags
 
 
-def build(name: str) -> Path:
+def build(harness: Harness) -> Path:
     """Path to the built harness, compiling it first if anything changed."""
-    src_dir = shipped("microbench", HARNESSES[name][0])
+    name = harness.name
+    src_dir = shipped("microbench", harness.directory)
     sources = sorted(src_dir.glob("*.c"))
     headers = sorted(src_dir.glob("*.h"))
-    extra, libs = _flags(name)
+    extra, libs = harness.flags_here()
     cc = compiler()
     key = hashlib.sha256()
     for f in sources + headers:

@@ -109,8 +109,8 @@ def from_storage(st: dict | None) -> list[dict]:
 
 def build(sections: dict) -> list[dict]:
     """Ranked actions, each {rank, what, why, command, source}."""
-    items = (from_doctor(sections.get("doctor")) + from_audit(sections.get("audit"))
-             + from_events(sections.get("events")) + from_storage(sections.get("storage")))
+    from .measurements import MEASUREMENTS
+    items = [item for m in MEASUREMENTS if m.summary for item in m.summary(sections.get(m.name))]
     items.sort(key=lambda i: i["rank_key"])
     return [{"rank": n, **{k: v for k, v in i.items() if k != "rank_key"}} for n, i in enumerate(items, 1)]
 
