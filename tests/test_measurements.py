@@ -80,7 +80,7 @@ def test_a_spec_missing_a_piece_fails_when_it_is_made(tmp_path):
 
 
 def test_the_cli_bench_commands_are_the_measurements_that_have_one():
-    import cli
+    from proxytune import cli
     assert set(cli.main.commands["bench"].commands) == {m.name for m in measurements.MEASUREMENTS if m.command}
 
 
