@@ -1,6 +1,6 @@
 """The layers of DESIGN.md, kept at package level:
 
-    core <- proxies <- {tune, microbench, probes} <- reports <- cli (cli.py and commands/)
+    core <- proxies <- {tune, microbench, probes} <- reports <- commands/ <- cli.py
 
 A package imports only packages to its left. Among the middle three, tune
 imports neither probes nor microbench (a `tune` command never loads the
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from conftest import REPO
 
-RANK = {"core": 0, "proxies": 1, "tune": 2, "microbench": 2, "probes": 2, "reports": 3, "commands": 4, "cli": 4}
+RANK = {"core": 0, "proxies": 1, "tune": 2, "microbench": 2, "probes": 2, "reports": 3, "commands": 4, "cli": 5}
 SAME_RANK_ALLOWED = {("probes", "tune"), ("microbench", "tune")}
 # (file, package it imports) that break the rule today, each to be removed; a stale entry fails too
 KNOWN: set[tuple[str, str]] = set()
