@@ -179,6 +179,97 @@ def remove_empty_dir(path: Path, root: Path = Path("/")) -> bool:
         raise _refusal(path, e)
 
 
+# -- append-only files (the watcher's recorder) -------------------------------------------
+
+_APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def open_private_dir(path: Path) -> int:
+    """An fd of a directory only we can change (made as private_dir() makes it), reopened from the
+    root without following a symlink and vetted again on the fd: files kept open in it (a
+    recorder's segments) are then made, read and removed relative to the directory that was
+    checked, whatever is renamed around it later. The caller closes it."""
+    path = private_dir(Path(path))
+    try:
+        with _parent(path / "_", Path("/"), create=False) as (dfd, _, _):
+            fd = os.dup(dfd)
+    except ProxytuneError:
+        raise
+    except OSError as e:
+        raise _refusal(path, e, "open")
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        os.close(fd)
+        raise ProxytuneError(f"refusing directory {path}: it changed while it was checked", "nothing was written")
+    return fd
+
+
+def open_append(dfd: int, name: str, where: Path) -> int:
+    """An fd that appends to `name` in the directory dfd, the file made 0600 when absent. Never
+    through a symlink (O_NOFOLLOW); it must be a plain file of ours with one link (a hard link to
+    another file would have us append to that one). `where` names it in a refusal."""
+    _plain_name(name, where)
+    try:
+        fd = os.open(name, _APPEND_FLAGS, 0o600, dir_fd=dfd)
+    except OSError as e:
+        raise _refusal(where / name, e, "append to")
+    _must_be_ours(fd, where / name)
+    return fd
+
+
+def open_read(dfd: int, name: str, where: Path) -> int | None:
+    """An fd to read `name` in dfd (None when absent): never a symlink, a plain file of ours."""
+    _plain_name(name, where)
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dfd)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise _refusal(where / name, e, "read")
+    _must_be_ours(fd, where / name)
+    return fd
+
+
+def append(fd: int, data: bytes, sync: bool = True) -> None:
+    """All of `data` at the end of the file, or none of it: a short or failed write (a full disk)
+    is cut back to where it began before the OSError is raised, so a reader never meets a part
+    of it that we left. sync: fdatasync, so that a crash loses at most this append."""
+    start = os.lseek(fd, 0, os.SEEK_END)
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+        if sync:
+            os.fdatasync(fd)
+    except OSError:
+        try:
+            os.ftruncate(fd, start)
+        except OSError:
+            pass            # a reader still drops it: records carry their length and checksum
+        raise
+
+
+def unlink_in(dfd: int, name: str, where: Path) -> None:
+    """Remove `name` from dfd (absent is fine); never a directory, and never follows a link."""
+    _plain_name(name, where)
+    _refuse_non_file(dfd, name, where / name)
+    _unlink_quietly(name, dfd)
+
+
+def _plain_name(name: str, where: Path) -> None:
+    if not name or name in (".", "..") or "/" in name or not name.isprintable():
+        raise ProxytuneError(f"refusing the file name {name!r} in {where}: not a plain name")
+
+
+def _must_be_ours(fd: int, path: Path) -> None:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+        os.close(fd)
+        raise ProxytuneError(f"refusing {path}: not a plain file of ours with one link",
+                             "remove it; nothing was written")
+
+
 # -- thin wrappers kept for the backends (same protections) -------------------------------
 
 def read_text(path: Path) -> str | None:
