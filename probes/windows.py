@@ -1,0 +1,63 @@
+"""One watch window as the recorder keeps it, and back to what the doctor's renderer reads.
+
+A window record holds the doctor's answer for the window (target, findings,
+verdict, headroom) and the part of its evidence the doctor's report prints
+(compact: no bpftrace maps, perf samples or per-connection lists), so that
+`watch show` prints the worst window of an episode exactly as `doctor`
+printed it live. The time budget is recorded when the doctor's evidence has
+one (`evidence["budget"]`, from probes/budget.py once it lands); until then
+the field is null, never invented.
+"""
+
+import time
+
+VERSION = 1
+WATCHED, ABSENT, FAILED = "watched", "absent", "failed"
+# The evidence keys doctor_report, doctor_nagios and the JSON readers use; the rest stays out.
+KEPT_EVIDENCE = ("pids", "comm", "scripts", "skipped_scripts", "proxy", "kernel", "loop", "window_s",
+                 "exited", "all_exited", "cpu_cores", "procs", "listeners")
+
+
+def compact(ev: dict) -> dict:
+    """The evidence the report of one window needs, bounded in size."""
+    out = {k: ev[k] for k in KEPT_EVIDENCE if k in ev}
+    perf = ev.get("perf") or {}
+    out["perf"] = {k: perf[k] for k in ("available", "reason", "split") if k in perf}
+    triage = ev.get("triage") or {}
+    out["triage"] = {"need": triage.get("need") or {}}
+    audit = ev.get("audit") or {}
+    out["audit"] = {k: audit[k] for k in ("available", "reason", "profile", "summary", "drift") if k in audit}
+    return out
+
+
+def watched(run: str, seq: int, t0: float, t1: float, result: dict, proxy: str | None) -> dict:
+    """The record of a window the doctor watched: its diagnose() result, compacted."""
+    ev = result["evidence"]
+    return {"v": VERSION, "run": run, "seq": seq, "t0": round(t0, 3), "t1": round(t1, 3), "status": WATCHED,
+            "proxy": proxy, "target": result["target"], "window_s": result["window_s"],
+            "verdict": result["verdict"], "findings": result["findings"], "headroom": result["headroom"],
+            "budget": ev.get("budget"), "evidence": compact(ev)}
+
+
+def unwatched(run: str, seq: int, t0: float, t1: float, status: str, reason: str, proxy: str | None) -> dict:
+    """The record of a window with no answer: the proxy absent, or the doctor failed (and why)."""
+    return {"v": VERSION, "run": run, "seq": seq, "t0": round(t0, 3), "t1": round(t1, 3), "status": status,
+            "proxy": proxy, "reason": reason, "findings": [], "budget": None}
+
+
+def as_result(record: dict) -> dict:
+    """A watched window's record as diagnose() returned it, for the doctor's renderers."""
+    return {"target": record["target"], "window_s": record["window_s"], "findings": record["findings"],
+            "verdict": record["verdict"], "headroom": record.get("headroom") or [],
+            "evidence": {**record["evidence"], "budget": record.get("budget")}}
+
+
+def is_window(record: dict) -> bool:
+    """A record this version can use (read as untrusted: a ring may hold older or damaged ones)."""
+    return (isinstance(record, dict) and record.get("v") == VERSION and isinstance(record.get("run"), str)
+            and isinstance(record.get("seq"), int) and isinstance(record.get("t0"), (int, float))
+            and isinstance(record.get("t1"), (int, float)) and isinstance(record.get("findings"), list))
+
+
+def stamp(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
