@@ -23,7 +23,7 @@ if not __package__:
 
 import click
 
-from proxytune.commands import bench, doctor, fleet, meta, probe, profiles, report, status, tune
+from proxytune.commands import bench, doctor, fleet, meta, probe, profiles, report, status, tune, watch
 from proxytune.commands.output import say_error
 from proxytune.core import console, monitoring
 from proxytune.core.errors import ProxytuneError, one_line
@@ -187,7 +187,7 @@ def main(ctx, root, state_dir, debug, table_format):
 
 
 # The registry, one command group per module of commands/; this order is the man page's.
-GROUPS = (tune.tune, status.status, fleet.fleet, bench.bench, probe.probe, doctor.doctor, profiles.profiles,
+GROUPS = (tune.tune, status.status, fleet.fleet, bench.bench, probe.probe, doctor.doctor, watch.watch, profiles.profiles,
           report.report, meta.schema_cmd, meta.man_command, meta.completion)
 for _group in GROUPS:
     main.add_command(_group)

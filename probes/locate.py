@@ -1,0 +1,78 @@
+"""Which proxy the watcher watches this window, followed through reloads, restarts and absence.
+
+A watcher outlives the processes it watches: nginx reloads (new workers, the
+same master), a restart gives a new master pid, a stopped service leaves
+nothing. So the target is re-found at every window: a master is a process
+whose executable is a known proxy's (proxies.identify) and whose parent is
+not one of that proxy's processes; its workers come with it (proc.workers_of).
+A process is its pid plus its start time, so a recycled pid is a new master.
+"""
+
+from proxytune import proxies
+from proxytune.core import procfs
+from proxytune.core.errors import ProxytuneError
+
+from . import proc, target
+
+
+def masters(kind: str | None = None) -> list[int]:
+    """Every running proxy master (of `kind`, else of any kind), in the proxies' detection order."""
+    known = {}
+    for pid in procfs.all_pids():
+        running = proxies.identify(pid)
+        if running is not None and (kind is None or running.kind == kind):
+            known[pid] = running.kind
+    out = []
+    for pid, k in known.items():
+        st = procfs.read_stat(pid)
+        if st is not None and known.get(st.ppid) != k and target.watchable([pid]):
+            out.append(pid)
+    order = {s.kind: i for i, s in enumerate(proxies.KINDS)}
+    return sorted(out, key=lambda p: (order.get(known[p], 99), p))
+
+
+class Locator:
+    """`find()` each window: (pids to watch or [], a line to say when the target changed, or None)."""
+
+    def __init__(self, pid: int | None = None, unit: str | None = None):
+        self.kind: str | None = None
+        self.current: tuple[int, int] | None = None      # (pid, start) of the master watched
+        self.absent_said = False
+        if unit is not None:
+            spec = proxies.for_service(unit)
+            if spec is None:
+                raise ProxytuneError(f"--unit {unit!r} is no proxy proxytune knows",
+                                     "one of: " + ", ".join(s.unit for s in proxies.KINDS))
+            self.kind = spec.kind
+        if pid is not None:
+            st = target.check(pid)
+            running = proxies.identify(pid)
+            self.kind = running.kind if running else None
+            self.current = (pid, st.start)
+            self.comm = st.comm
+
+    @property
+    def what(self) -> str:
+        return self.kind or (getattr(self, "comm", None) and f"process {self.comm}") or "a proxy"
+
+    def find(self) -> tuple[list[int], str | None]:
+        if self.current and procfs.alive(*self.current):
+            return proc.resolve(self.current[0], None), None
+        lost = self.current
+        if lost and self.kind is None:          # a --pid that is no proxy: nothing to follow it by
+            return self._absent(f"pid {lost[0]} exited; it is no proxy proxytune knows, so it cannot be followed")
+        found = masters(self.kind)
+        if not found:
+            return self._absent(f"no {self.what} is running; waiting for one")
+        pid = found[0]
+        self.current = (pid, procfs.read_stat(pid).start)
+        self.kind = self.kind or proxies.identify(pid).kind
+        self.absent_said = False
+        say = (f"{self.kind} restarted: following its new master pid {pid} (was {lost[0]})" if lost else
+               f"watching {self.kind} master pid {pid}" + (f" (of {len(found)} masters, the first)"
+                                                          if len(found) > 1 else ""))
+        return proc.resolve(pid, None), say
+
+    def _absent(self, line: str) -> tuple[list[int], str | None]:
+        said, self.absent_said = self.absent_said, True
+        return [], None if said else line

@@ -1,0 +1,96 @@
+"""`watch`: the doctor in a loop, each window recorded, each episode's start and end logged.
+
+Every window runs the doctor's own entry point (doctor.diagnose) with its
+default probes (no syscall tracepoint is attached unless its triage asks),
+on the target the Locator finds this window. One record per window goes to
+the recorder, whatever happened: watched, the proxy absent, or the doctor
+failing (and why). A window the recorder could not store (full disk) is
+counted and said once, and the watch goes on. When a finding appears or
+goes away, one line goes to the system journal (tune.eventlog), as an
+operator's `journalctl -t proxytune` shows apply and rollback.
+"""
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from proxytune.core.errors import ProxytuneError
+from proxytune.tune import eventlog
+
+from . import doctor, episodes, windows
+from .locate import Locator
+from .recorder import Recorder
+
+DEFAULT_WINDOW_S = 10.0
+
+
+@dataclass
+class Loop:
+    """One watcher run: its recorder, its target, what it says (`say(line)`) and the episodes it has open."""
+    recorder: Recorder
+    locator: Locator
+    window_s: float = DEFAULT_WINDOW_S
+    say: callable = print
+    diagnose_kw: dict = field(default_factory=dict)
+    run: str = field(default_factory=lambda: f"{os.getpid()}-{int(time.time())}")
+    seq: int = 0
+    active: dict = field(default_factory=dict)        # finding id -> (episode id, finding) open now
+    disk_said: bool = False
+
+    def forever(self, windows_max: int | None = None) -> None:
+        while windows_max is None or self.seq < windows_max:
+            self.once()
+
+    def once(self) -> dict:
+        """Watch one window, record it, log episode edges; returns the record."""
+        t0 = time.time()
+        pids, line = self.locator.find()
+        if line:
+            self.say(line)
+        if not pids:
+            time.sleep(self.window_s)
+            rec = windows.unwatched(self.run, self.seq, t0, time.time(), windows.ABSENT,
+                                    f"no {self.locator.what} running", self.locator.kind)
+        else:
+            rec = self._diagnose(pids, t0)
+        self._store(rec)
+        self._edges(rec)
+        self.seq += 1
+        return rec
+
+    def _diagnose(self, pids: list[int], t0: float) -> dict:
+        try:
+            result = doctor.diagnose(pids, self.window_s, **self.diagnose_kw)
+        except ProxytuneError as e:
+            status = windows.ABSENT if "exited" in e.message else windows.FAILED
+            if status == windows.FAILED:
+                self.say(f"window {self.seq}: the doctor failed: {e.message}")
+            return windows.unwatched(self.run, self.seq, t0, time.time(), status, e.message, self.locator.kind)
+        return windows.watched(self.run, self.seq, t0, time.time(), result, self.locator.kind)
+
+    def _store(self, rec: dict) -> None:
+        if self.recorder.append(rec):
+            if self.disk_said:
+                self.say(f"recording again ({self.recorder.dropped} window(s) lost while it failed)")
+            self.disk_said = False
+        elif not self.disk_said:
+            self.say(f"{self.recorder.last_error}; still watching, windows are not kept until it has room")
+            self.disk_said = True
+
+    def _edges(self, rec: dict) -> None:
+        """Journal one line per episode start and end (a window without the finding ends it)."""
+        now = {f["id"]: f for f in rec["findings"] if isinstance(f, dict) and "id" in f}
+        for fid in [k for k in self.active if k not in now]:
+            ident, f = self.active.pop(fid)
+            self._log("end", ident, f, rec)
+        for fid, f in now.items():
+            if fid not in self.active:
+                self.active[fid] = (episodes.episode_id(rec["t0"], fid), f)
+                self._log("start", self.active[fid][0], f, rec)
+
+    def _log(self, edge: str, ident: str, f: dict, rec: dict) -> None:
+        self.say(f"episode {edge}: {ident} ({f.get('severity')}) {f.get('title', '')}")
+        eventlog.record(f"watch-episode-{edge}", {"episode": ident, "proxy": rec.get("proxy") or "?",
+                                                  "finding": f["id"], "severity": f.get("severity"),
+                                                  "fix": f.get("fix", "")},
+                        eventlog.WARNING if f.get("severity") == "high" else eventlog.NOTICE)

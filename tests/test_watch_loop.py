@@ -1,0 +1,90 @@
+"""The watch loop: one record per window whatever happened, episode edges in the journal, a full disk
+said once. The doctor's answers are those the live matrix recorded from real proxies (see
+test_watch_episodes.py); only the locator's finding of pids is scripted here."""
+
+import socket
+import time
+
+from test_watch_episodes import BUSY, HEALTHY, answer
+from proxytune.probes import doctor, episodes, recorder, watch, windows
+
+
+class Seq:
+    """A Locator stand-in: the pids each window finds (the locator has its own real-process test)."""
+    def __init__(self, plan):
+        self.plan, self.kind, self.what = list(plan), "haproxy", "haproxy"
+
+    def find(self):
+        return self.plan.pop(0)
+
+
+def journal_socket(tmp_path, monkeypatch):
+    path = tmp_path / "journal.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(str(path))
+    s.settimeout(0.5)
+    monkeypatch.setenv("PROXYTUNE_JOURNAL_SOCKET", str(path))
+    return s
+
+
+def drain(s) -> list[str]:
+    out = []
+    try:
+        while True:
+            out.append(s.recv(65536).decode())
+    except (TimeoutError, socket.timeout):
+        return out
+
+
+def test_the_loop_records_every_window_and_journals_episode_edges(tmp_path, monkeypatch):
+    answers = [answer(HEALTHY), answer(BUSY), answer(BUSY), answer(HEALTHY)]
+    monkeypatch.setattr(doctor, "diagnose", lambda pids, duration, **kw: answers.pop(0))
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    j, said = journal_socket(tmp_path, monkeypatch), []
+    plan = [([10], "watching haproxy master pid 10"), ([10], None), ([], "no haproxy is running; waiting for one"),
+            ([11], "haproxy restarted: following its new master pid 11 (was 10)"), ([11], None), ([11], None)]
+    with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
+        loop = watch.Loop(r, Seq(plan), 1.0, say=said.append)
+        loop.forever(windows_max=5)
+    recs = recorder.read(tmp_path / "ring").records
+    assert [x["status"] for x in recs] == ["watched", "watched", "absent", "watched", "watched"]
+    assert [x["seq"] for x in recs] == list(range(5)) and len({x["run"] for x in recs}) == 1
+    assert [e["windows"] for e in episodes.fold(recs)] == [1, 1]      # the absent window split them
+    lines = drain(j)
+    assert [l.split("PROXYTUNE_ACTION=")[1].split("\n")[0] for l in lines] == [
+        "watch-episode-start", "watch-episode-end", "watch-episode-start", "watch-episode-end"]
+    assert all("PROXYTUNE_FINDING=haproxy-maxconn" in l and "PROXYTUNE_FIX=" in l for l in lines)
+    assert "haproxy restarted: following its new master pid 11 (was 10)" in said
+
+
+def test_a_full_disk_is_said_once_and_the_watch_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(doctor, "diagnose", lambda pids, duration, **kw: answer(BUSY))
+    said = []
+    with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
+        loop = watch.Loop(r, Seq([([10], None)] * 6), 1.0, say=said.append)
+        real = recorder.files.append
+
+        def full(fd, data, sync=True):
+            raise OSError(28, "No space left on device")
+        monkeypatch.setattr(recorder.files, "append", full)
+        for _ in range(3):
+            loop.once()
+        monkeypatch.setattr(recorder.files, "append", real)
+        loop.once()
+    full_lines = [s for s in said if "No space left" in s]
+    assert len(full_lines) == 1 and "still watching" in full_lines[0]
+    assert any("recording again (3 window(s) lost" in s for s in said)
+    assert [x["seq"] for x in recorder.read(tmp_path / "ring").records] == [3]
+
+
+def test_a_failing_doctor_is_a_recorded_window_not_the_end(tmp_path, monkeypatch):
+    from proxytune.core.errors import ProxytuneError
+
+    def fails(pids, duration, **kw):
+        raise ProxytuneError("bpftrace is not installed")
+    monkeypatch.setattr(doctor, "diagnose", fails)
+    said = []
+    with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
+        rec = watch.Loop(r, Seq([([10], None)]), 1.0, say=said.append).once()
+    assert rec["status"] == windows.FAILED and rec["reason"] == "bpftrace is not installed"
+    assert any("the doctor failed: bpftrace is not installed" in s for s in said)
