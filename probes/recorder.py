@@ -149,12 +149,17 @@ class Recorder:
             self._trim(len(data))
             files.append(self.seg_fd, data)
         except OSError as e:
-            self.dropped += 1
-            self.last_error = f"cannot write to the recorder {self.path}: {e.strerror or e}"
-            return False
+            return self._lost(f"cannot write to the recorder {self.path}: {e.strerror or e}")
+        except ProxytuneError as e:          # a new segment refused: a full disk, or a name planted there
+            return self._lost(e.message)
         self.sizes[self.current] += len(data)
         self.last_error = None
         return True
+
+    def _lost(self, why: str) -> bool:
+        self.dropped += 1
+        self.last_error = why
+        return False
 
     def total(self) -> int:
         return sum(self.sizes.values())

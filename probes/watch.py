@@ -61,11 +61,13 @@ class Loop:
     def _diagnose(self, pids: list[int], t0: float) -> dict:
         try:
             result = doctor.diagnose(pids, self.window_s, **self.diagnose_kw)
-        except ProxytuneError as e:
-            status = windows.ABSENT if "exited" in e.message else windows.FAILED
+        except (ProxytuneError, OSError) as e:
+            why = e.message if isinstance(e, ProxytuneError) else f"{e.strerror or e}: {e.filename or ''}"
+            # every target exited in the window (target.gone_error): the proxy was absent, not the doctor broken
+            status = windows.ABSENT if "exited" in why else windows.FAILED
             if status == windows.FAILED:
-                self.say(f"window {self.seq}: the doctor failed: {e.message}")
-            return windows.unwatched(self.run, self.seq, t0, time.time(), status, e.message, self.locator.kind)
+                self.say(f"window {self.seq}: the doctor failed: {why}")
+            return windows.unwatched(self.run, self.seq, t0, time.time(), status, why, self.locator.kind)
         return windows.watched(self.run, self.seq, t0, time.time(), result, self.locator.kind)
 
     def _store(self, rec: dict) -> None:

@@ -274,3 +274,19 @@ def test_kill_9_mid_write_leaves_a_readable_ring(tmp_path, after):
     with recorder.Recorder(ring, 4 << 20) as r:        # the kernel dropped the lock with the writer
         assert r.append(rec(-1))
     assert recorder.read(ring).records[-1]["seq"] == -1
+
+
+def test_a_segment_that_cannot_be_made_costs_the_record_not_the_writer(tmp_path):
+    ring = tmp_path / "ring"
+    with recorder.Recorder(ring, recorder.MIN_CAP) as r:
+        i = 0
+        while r.current is None or r.current == "000000000001.seg":
+            assert r.append(rec(i, 300))
+            i += 1
+        victim = tmp_path / "victim"
+        victim.write_bytes(b"precious")
+        (ring / "000000000003.seg").symlink_to(victim)      # where the next segment goes
+        while r.append(rec(i, 300)):
+            i += 1
+        assert "symlink" in r.last_error and r.dropped == 1
+    assert victim.read_bytes() == b"precious"

@@ -1,0 +1,112 @@
+"""`proxytune watch` on a real HAProxy (Debian's), in a loopback-only network namespace: the target
+followed through a restart and an absence, one record per window, Ctrl-C is exit 130 and leaves a
+readable recorder. Run under the heavy lock: it starts a proxy, bpftrace and perf."""
+
+import json
+import shutil
+import signal
+import subprocess
+
+import pytest
+
+from conftest import IS_ROOT, proxytune, wait_exec, wait_for
+from proxytune.core import procfs
+from proxytune.probes import locate, recorder
+
+pytestmark = pytest.mark.skipif(not (IS_ROOT and shutil.which("haproxy") and shutil.which("bpftrace")),
+                                reason="needs root, haproxy and bpftrace")
+
+CONFIG = """global
+    maxconn 100
+defaults
+    mode http
+    timeout connect 1s
+    timeout client 5s
+    timeout server 5s
+frontend fe
+    bind 127.0.0.1:18080
+    http-request return status 200 content-type text/plain string ok
+"""
+
+
+def start_haproxy(tmp_path) -> subprocess.Popen:
+    cfg = tmp_path / "haproxy.cfg"
+    cfg.write_text(CONFIG)
+    p = subprocess.Popen(["unshare", "-n", "sh", "-c", 'ip link set lo up && exec haproxy -db -f "$1"', "sh",
+                          str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_exec(p, "haproxy")
+    return p
+
+
+def stop(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        p.kill()
+    p.wait(timeout=30)
+
+
+@pytest.fixture
+def no_other_haproxy():
+    if locate.masters("haproxy"):
+        pytest.skip("another haproxy runs on this host: the follow-a-restart check would be ambiguous")
+
+
+def test_the_locator_follows_a_restart_and_says_when_the_proxy_is_absent(tmp_path, no_other_haproxy):
+    first = start_haproxy(tmp_path)
+    second = None
+    try:
+        loc = locate.Locator(pid=first.pid)
+        pids, line = loc.find()
+        assert pids[0] == first.pid and line is None and loc.kind == "haproxy"
+        stop(first)
+        pids, line = loc.find()
+        assert pids == [] and line == "no haproxy is running; waiting for one"
+        assert loc.find() == ([], None)                  # said once
+        second = start_haproxy(tmp_path)
+        pids, line = loc.find()
+        assert pids[0] == second.pid
+        assert line == f"haproxy restarted: following its new master pid {second.pid} (was {first.pid})"
+        assert locate.Locator().find()[0][0] == second.pid   # detected without --pid too
+    finally:
+        stop(first)
+        if second:
+            stop(second)
+
+
+def test_watch_records_windows_and_ctrl_c_exits_130(tmp_path, no_other_haproxy):
+    hp = start_haproxy(tmp_path)
+    state = tmp_path / "state"
+    w = None
+    try:
+        w = subprocess.Popen([*proxytune_argv(), "--state-dir", str(state), "watch", "--pid", str(hp.pid),
+                              "--window", "2", "--no-perf", "--max-size", "1M"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert wait_for(lambda: len(recorder.read(state / "watch").records) >= 2, timeout=120), _tail(w)
+        w.send_signal(signal.SIGINT)
+        out, err = w.communicate(timeout=60)
+        assert w.returncode == 130, err
+        assert "watching" in err or "recording" in err
+        assert "stopped after" in err and "Traceback" not in err
+    finally:
+        if w and w.poll() is None:
+            w.kill()
+            w.wait()
+        stop(hp)
+    recs = recorder.read(state / "watch").records
+    assert [r["status"] for r in recs[:2]] == ["watched", "watched"], recs[0].get("reason")
+    assert recs[0]["target"]["pids"][0] == hp.pid and recs[0]["proxy"] == "haproxy"
+    assert 1.5 < recs[0]["window_s"] < 4 and recs[0]["verdict"] in ("no limit found", "limited")
+    assert procfs.read_stat(hp.pid) is None or procfs.read_stat(hp.pid).gone
+    r = proxytune("--state-dir", str(state), "watch", "history", "--json")
+    assert r.returncode in (0, 1), r.stderr
+    assert json.loads(r.stdout)["data"]["recorder"] == str(state / "watch")
+
+
+def proxytune_argv() -> list[str]:
+    from conftest import CLI, REPO
+    return [str(REPO / ".venv/bin/python"), str(CLI)]
+
+
+def _tail(p: subprocess.Popen) -> str:
+    if p.poll() is None:
+        return "watcher still running, no records yet"
+    return p.stderr.read()[-2000:]
