@@ -8,6 +8,9 @@ not one of that proxy's processes; its workers come with it (proc.workers_of).
 A process is its pid plus its start time, so a recycled pid is a new master.
 """
 
+import os
+import subprocess
+
 from proxytune import proxies
 from proxytune.core import procfs
 from proxytune.core.errors import ProxytuneError
@@ -31,6 +34,20 @@ def masters(kind: str | None = None) -> list[int]:
     return sorted(out, key=lambda p: (order.get(known[p], 99), p))
 
 
+def unit_main_pid(unit: str) -> int | None:
+    """The main pid systemd gives a proxy's unit, where systemd runs (not in a container or this VM)."""
+    if not os.path.isdir("/run/systemd/system"):
+        return None
+    try:
+        p = subprocess.run(["systemctl", "show", "--property=MainPID", "--value", "--", unit],
+                           capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    pid = p.stdout.strip()
+    return int(pid) if p.returncode == 0 and pid.isdigit() and int(pid) > 0 and target.watchable([int(pid)]) \
+        else None
+
+
 class Locator:
     """`find()` each window: (pids to watch or [], a line to say when the target changed, or None)."""
 
@@ -38,12 +55,14 @@ class Locator:
         self.kind: str | None = None
         self.current: tuple[int, int] | None = None      # (pid, start) of the master watched
         self.absent_said = False
+        self.unit: str | None = None
+        self.comm: str | None = None
         if unit is not None:
             spec = proxies.for_service(unit)
             if spec is None:
                 raise ProxytuneError(f"--unit {unit!r} is no proxy proxytune knows",
                                      "one of: " + ", ".join(s.unit for s in proxies.KINDS))
-            self.kind = spec.kind
+            self.kind, self.unit = spec.kind, spec.unit
         if pid is not None:
             st = target.check(pid)
             running = proxies.identify(pid)
@@ -53,7 +72,7 @@ class Locator:
 
     @property
     def what(self) -> str:
-        return self.kind or (getattr(self, "comm", None) and f"process {self.comm}") or "a proxy"
+        return self.kind or (self.comm and f"process {self.comm}") or "a proxy"
 
     def find(self) -> tuple[list[int], str | None]:
         if self.current and procfs.alive(*self.current):
@@ -61,15 +80,19 @@ class Locator:
         lost = self.current
         if lost and self.kind is None:          # a --pid that is no proxy: nothing to follow it by
             return self._absent(f"pid {lost[0]} exited; it is no proxy proxytune knows, so it cannot be followed")
-        found = masters(self.kind)
+        main = unit_main_pid(self.unit) if self.unit else None
+        found = [main] if main else masters(self.kind)
         if not found:
             return self._absent(f"no {self.what} is running; waiting for one")
-        pid = found[0]
-        self.current = (pid, procfs.read_stat(pid).start)
-        self.kind = self.kind or proxies.identify(pid).kind
+        pid, st = found[0], procfs.read_stat(found[0])
+        if st is None:                          # gone since it was listed: next window
+            return self._absent(f"no {self.what} is running; waiting for one")
+        running = proxies.identify(pid)
+        self.current, self.comm = (pid, st.start), st.comm
+        self.kind = self.kind or (running.kind if running else None)
         self.absent_said = False
         say = (f"{self.kind} restarted: following its new master pid {pid} (was {lost[0]})" if lost else
-               f"watching {self.kind} master pid {pid}" + (f" (of {len(found)} masters, the first)"
+               f"watching {self.what} master pid {pid}" + (f" (of {len(found)} masters, the first)"
                                                           if len(found) > 1 else ""))
         return proc.resolve(pid, None), say
 
