@@ -1,5 +1,6 @@
 """`proxytune watch`: the doctor always on, as a flight recorder; `watch history` and `watch show`."""
 
+import os
 import re
 import sys
 import time
@@ -21,7 +22,8 @@ _AGO = re.compile(r"(\d+)\s*([smhd])", re.I)
 
 
 def ring_dir(host) -> Path:
-    return Path(host.state_dir) / RING
+    """STATE_DIR/watch, absolute (the safe file layer walks it from /)."""
+    return Path(os.path.abspath(host.state_dir)) / RING
 
 
 def parse_size(ctx, param, value) -> int:

@@ -78,3 +78,10 @@ def test_watch_refuses_bad_targets_and_sizes(sandbox, cli):
     assert r.exit_code == 2 and "is no size" in r.output
     r = cli("watch", "--max-size", "1K", "--unit", "haproxy")
     assert r.exit_code == 2 and "at least" in r.output
+
+
+def test_a_relative_state_dir_works(sandbox, cli, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    fill(sandbox, [BUSY])
+    r = cli("--state-dir", "state", "watch", "history")
+    assert r.exit_code == 1 and "1 episode(s)" in r.output, r.output
