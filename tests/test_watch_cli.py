@@ -85,3 +85,13 @@ def test_a_relative_state_dir_works(sandbox, cli, monkeypatch, tmp_path):
     fill(sandbox, [BUSY])
     r = cli("--state-dir", "state", "watch", "history")
     assert r.exit_code == 1 and "1 episode(s)" in r.output, r.output
+
+
+def test_the_schema_holds_history_to_its_shape(sandbox, cli):
+    import jsonschema
+    import pytest
+    fill(sandbox, [BUSY])
+    doc = json.loads(cli("watch", "history", "--json").output)
+    del doc["data"]["episodes"][0]["worst_window"]
+    with pytest.raises(jsonschema.ValidationError):
+        validate(doc)
