@@ -242,7 +242,7 @@ def append(fd: int, data: bytes, sync: bool = True) -> None:
             view = view[os.write(fd, view):]
         if sync:
             os.fdatasync(fd)
-    except OSError:
+    except BaseException:           # a full disk, or Ctrl-C between two partial writes
         try:
             os.ftruncate(fd, start)
         except OSError:
