@@ -2,6 +2,7 @@
 
 import os
 import re
+import signal
 import sys
 import time
 from datetime import datetime, timezone
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from proxytune.core import signals
 from proxytune.core.errors import ProxytuneError
 from proxytune.core.invocation import require_root
 from proxytune.probes.target import duration_option
@@ -95,11 +97,16 @@ def watch(ctx, pid, unit, window, max_size, profile_ref, no_perf):
                               diagnose_kw={"host": host, "profile_ref": profile_ref, "use_perf": not no_perf})
         _say(f"recording {window:g} s windows into {ring_dir(host)} (at most {max_size >> 20} MiB)")
         try:
+            signals.catch((signal.SIGTERM, signal.SIGHUP), _stop)      # `systemctl stop`: the same clean end
             loop.forever()
         except KeyboardInterrupt:
             _say(f"stopped after {loop.seq} window(s)"
                  + (f"; {ring.dropped} could not be stored" if ring.dropped else ""))
             raise
+
+
+def _stop(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _say(line: str) -> None:

@@ -110,3 +110,26 @@ def _tail(p: subprocess.Popen) -> str:
     if p.poll() is None:
         return "watcher still running, no records yet"
     return p.stderr.read()[-2000:]
+
+
+def test_sigterm_ends_the_watch_cleanly_and_a_vanished_non_proxy_is_said_once(tmp_path):
+    sleeper = subprocess.Popen(["sleep", "600"])
+    state = tmp_path / "state"
+    w = subprocess.Popen([*proxytune_argv(), "--state-dir", str(state), "watch", "--pid", str(sleeper.pid),
+                          "--window", "1", "--no-perf", "--max-size", "1M"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: len(recorder.read(state / "watch").records) >= 1, timeout=120), _tail(w)
+        stop(sleeper)
+        assert wait_for(lambda: any(r["status"] == "absent" for r in recorder.read(state / "watch").records),
+                        timeout=60), _tail(w)
+        w.send_signal(signal.SIGTERM)
+        out, err = w.communicate(timeout=60)
+    finally:
+        stop(sleeper)
+        if w.poll() is None:
+            w.kill()
+            w.wait()
+    assert w.returncode == 130, err
+    assert err.count("it is no proxy proxytune knows, so it cannot be followed") == 1, err
+    assert "stopped after" in err and "Traceback" not in err
