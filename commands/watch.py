@@ -115,7 +115,7 @@ def _say(line: str) -> None:
 
 def _episodes(host) -> tuple[list[dict], object]:
     from proxytune.probes import episodes, recorder
-    reading = recorder.read(ring_dir(host))
+    reading = recorder.read(ring_dir(host), whole=False)        # heads only: a full ring is 100k windows
     return episodes.fold(reading.records), reading
 
 
@@ -176,12 +176,16 @@ def show(host, ident, fmt):
       proxytune watch show 20261126T031200Z-haproxy-maxconn
       proxytune watch show 20261126T031200Z-haproxy-maxconn --format markdown
     """
-    from proxytune.probes import episodes, render as prender, windows
+    from proxytune.probes import episodes, recorder, render as prender, windows
     eps, _ = _episodes(host)
     ep = episodes.find(eps, ident)
     if ep is None:
         raise ProxytuneError(f"no episode {ident!r} in {ring_dir(host)}", "list them with: proxytune watch history")
-    r = windows.as_result(ep["worst"])
+    whole = recorder.load(ring_dir(host), ep["worst"]["_at"])
+    if whole is None:
+        raise ProxytuneError(f"the worst window of episode {ident} is no longer in {ring_dir(host)}",
+                             "the ring moved on while it was read; run it again")
+    r = windows.as_result(whole)
     if fmt == "json":
         from proxytune.reports.schema import envelope
         doc = envelope("probe", {"probe": "doctor", **r})

@@ -32,7 +32,7 @@ def _consecutive(prev: dict | None, rec: dict) -> bool:
 
 def _open_episode(rec: dict, f: dict) -> dict:
     return {"finding": f["id"], "start": rec["t0"], "end": rec["t1"], "windows": 1, "proxy": rec.get("proxy"),
-            "comm": (rec.get("target") or {}).get("comm"), "worst": rec, "worst_finding": f,
+            "comm": rec.get("comm"), "worst": rec, "worst_finding": f,
             "last_seq": (rec["run"], rec["seq"])}
 
 
@@ -43,8 +43,9 @@ def _extend(ep: dict, rec: dict, f: dict) -> None:
 
 
 def fold(records: list[dict]) -> list[dict]:
-    """Every episode in the records (ordered by start, then finding), with the worst window kept whole
-    (`worst`) for `watch show`; records that are not windows of this version are skipped."""
+    """Every episode in the records (ordered by start, then finding), with the worst window's record
+    (`worst`: its head, and `_at` when the recorder read heads only) for `watch show`; records that are
+    not windows of this version are skipped."""
     done, current, prev = [], {}, None
     for rec in (r for r in records if is_window(r)):
         if not _consecutive(prev, rec):

@@ -3,7 +3,8 @@
 Why this shape: the watcher runs for months as root and may be killed at any
 byte, on a disk that fills up. So the ring is a directory of append-only
 segments (NNNNNNNNNNNN.seg); each record is MAGIC, payload length, CRC-32 of
-the payload, then the payload (zlib-compressed JSON). A record is appended in
+the payload, then the payload: a head (what a listing needs) and a body
+(the rest, decoded only when asked), each zlib-compressed JSON. A record is appended in
 one write and fdatasync'ed; a write that fails (a full disk) is cut back to
 where it began (tune.files.append). A reader checks length and checksum and
 drops what fails them (a torn tail after kill -9, a flipped byte) and looks
@@ -32,6 +33,7 @@ from proxytune.tune import files
 
 MAGIC = b"\xa5PTw"
 HEADER = struct.Struct(">4sII")          # magic, payload length, crc32(payload)
+HEAD_LEN = struct.Struct(">I")           # the payload starts with its head's length
 MAX_RECORD = 16 << 20                    # a longer length field is corruption, not a record
 DEFAULT_CAP = 256 << 20
 MIN_CAP = 64 << 10
@@ -41,27 +43,41 @@ LOCK = "lock"
 
 
 def encode(record: dict) -> bytes:
-    """One record as it is stored: header, then the compressed JSON."""
-    payload = zlib.compress(json.dumps(record, separators=(",", ":"), default=str).encode(), 6)
+    """One record as it is stored: header, then the payload: the head's length, the head, and the
+    record's `body`, which a reader decodes only when asked (each compressed JSON)."""
+    head = {k: v for k, v in record.items() if k != "body"}
+    hb = zlib.compress(json.dumps(head, separators=(",", ":"), default=str).encode(), 6)
+    body = record.get("body")
+    bb = zlib.compress(json.dumps(body, separators=(",", ":"), default=str).encode(), 6) if body is not None else b""
+    payload = HEAD_LEN.pack(len(hb)) + hb + bb
     return HEADER.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
 
 
-def decode_at(buf: bytes, pos: int) -> tuple[dict | None, int]:
-    """(record, end) when a whole, intact record starts at pos; (None, pos) otherwise."""
+def decode_at(buf: bytes, pos: int, whole: bool = True) -> tuple[dict | None, int]:
+    """(record, end) when a whole, intact record starts at pos; (None, pos) otherwise. Without
+    `whole`, the body is checked (CRC) but not decoded: the head says where it is (`_at`)."""
     if len(buf) - pos < HEADER.size:
         return None, pos
     magic, size, crc = HEADER.unpack_from(buf, pos)
     end = pos + HEADER.size + size
-    if magic != MAGIC or size > MAX_RECORD or end > len(buf):
+    if magic != MAGIC or not HEAD_LEN.size <= size <= MAX_RECORD or end > len(buf):
         return None, pos
-    payload = buf[pos + HEADER.size:end]
+    payload = memoryview(buf)[pos + HEADER.size:end]
     if zlib.crc32(payload) != crc:
         return None, pos
+    (n,) = HEAD_LEN.unpack_from(payload)
     try:
-        record = json.loads(zlib.decompress(payload))
+        record = json.loads(zlib.decompress(payload[HEAD_LEN.size:HEAD_LEN.size + n]))
+        if not isinstance(record, dict):
+            return None, pos
+        rest = payload[HEAD_LEN.size + n:]
+        if whole and len(rest):
+            record["body"] = json.loads(zlib.decompress(rest))
+        elif not whole:
+            record["_at"] = pos
     except (zlib.error, ValueError):
         return None, pos
-    return (record, end) if isinstance(record, dict) else (None, pos)
+    return record, end
 
 
 @dataclass
@@ -72,12 +88,12 @@ class Scan:
     damaged: bool = False
 
 
-def scan(buf: bytes) -> Scan:
+def scan(buf: bytes, whole: bool = True) -> Scan:
     """Every intact record in a segment's bytes, in order; damage is skipped to the next MAGIC
-    that starts an intact record (a torn tail simply ends the segment)."""
+    that starts an intact record (a torn tail simply ends the segment). Without `whole`, heads only."""
     out, pos = Scan(), 0
     while pos < len(buf):
-        record, end = decode_at(buf, pos)
+        record, end = decode_at(buf, pos, whole)
         if record is not None:
             out.records.append(record)
             pos = end
@@ -222,8 +238,9 @@ class Reading:
     dropped_bytes: int
 
 
-def read(path: Path) -> Reading:
-    """Read a ring (no lock needed: a watcher may be writing; its unfinished record is dropped)."""
+def read(path: Path, whole: bool = True) -> Reading:
+    """Read a ring (no lock needed: a watcher may be writing; its unfinished record is dropped).
+    Without `whole`, each record is its head and `_at` ([segment, offset]) for load()."""
     path = Path(path)
     try:
         os.lstat(path)
@@ -241,7 +258,9 @@ def read(path: Path) -> Reading:
             if fd is None:
                 continue            # removed by the writer's trim while we listed
             with os.fdopen(fd, "rb") as fh:
-                found = scan(fh.read())
+                found = scan(fh.read(), whole)
+            for r in found.records if not whole else ():
+                r["_at"] = [name, r["_at"]]
             out.records += found.records
             out.dropped_bytes += found.dropped_bytes
             if found.damaged:
@@ -249,3 +268,24 @@ def read(path: Path) -> Reading:
     finally:
         os.close(dfd)
     return out
+
+
+def load(path: Path, at: list) -> dict | None:
+    """The whole record a head-only read() placed at `at` ([segment, offset]); None when it is gone
+    (the ring moved on) or no longer intact there."""
+    name, offset = at
+    dfd = files.open_private_dir(Path(path))
+    try:
+        fd = files.open_read(dfd, name, Path(path)) if SEGMENT_RE.fullmatch(str(name)) else None
+    finally:
+        os.close(dfd)
+    if fd is None or not isinstance(offset, int) or offset < 0:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        fh.seek(offset)
+        buf = fh.read(HEADER.size)
+        if len(buf) < HEADER.size or HEADER.unpack(buf)[1] > MAX_RECORD:
+            return None
+        buf += fh.read(HEADER.unpack(buf)[1])
+    return decode_at(buf, 0)[0]
+

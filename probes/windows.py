@@ -1,12 +1,14 @@
 """One watch window as the recorder keeps it, and back to what the doctor's renderer reads.
 
-A window record holds the doctor's answer for the window (target, findings,
-verdict, headroom) and the part of its evidence the doctor's report prints
-(compact: no bpftrace maps, perf samples or per-connection lists), so that
-`watch show` prints the worst window of an episode exactly as `doctor`
-printed it live. The time budget is recorded when the doctor's evidence has
+A window record's head holds what episodes are folded from (run, seq, times,
+status, proxy, findings); its body (stored compressed, decoded only when
+asked) the rest of the doctor's answer (target, verdict, headroom) and the
+part of its evidence the doctor's report prints (compact: no bpftrace maps,
+perf samples or per-connection lists), so that `watch history` reads heads
+only and `watch show` prints the worst window of an episode exactly as
+`doctor` printed it live. The time budget is recorded when the doctor's evidence has
 one (`evidence["budget"]`, from probes/budget.py once it lands); until then
-the field is null, never invented.
+the body's field is null, never invented.
 """
 
 import time
@@ -31,25 +33,27 @@ def compact(ev: dict) -> dict:
 
 
 def watched(run: str, seq: int, t0: float, t1: float, result: dict, proxy: str | None) -> dict:
-    """The record of a window the doctor watched: its diagnose() result, compacted."""
+    """The record of a window the doctor watched: a head that episodes are folded from (times,
+    findings) and, as its body (read only for `watch show`), the rest of the answer, compacted."""
     ev = result["evidence"]
     return {"v": VERSION, "run": run, "seq": seq, "t0": round(t0, 3), "t1": round(t1, 3), "status": WATCHED,
-            "proxy": proxy, "target": result["target"], "window_s": result["window_s"],
-            "verdict": result["verdict"], "findings": result["findings"], "headroom": result["headroom"],
-            "budget": ev.get("budget"), "evidence": compact(ev)}
+            "proxy": proxy, "comm": result["target"].get("comm"), "findings": result["findings"],
+            "body": {"target": result["target"], "window_s": result["window_s"], "verdict": result["verdict"],
+                     "headroom": result["headroom"], "budget": ev.get("budget"), "evidence": compact(ev)}}
 
 
 def unwatched(run: str, seq: int, t0: float, t1: float, status: str, reason: str, proxy: str | None) -> dict:
     """The record of a window with no answer: the proxy absent, or the doctor failed (and why)."""
     return {"v": VERSION, "run": run, "seq": seq, "t0": round(t0, 3), "t1": round(t1, 3), "status": status,
-            "proxy": proxy, "reason": reason, "findings": [], "budget": None}
+            "proxy": proxy, "reason": reason, "findings": []}
 
 
 def as_result(record: dict) -> dict:
-    """A watched window's record as diagnose() returned it, for the doctor's renderers."""
-    return {"target": record["target"], "window_s": record["window_s"], "findings": record["findings"],
-            "verdict": record["verdict"], "headroom": record.get("headroom") or [],
-            "evidence": {**record["evidence"], "budget": record.get("budget")}}
+    """A watched window's whole record as diagnose() returned it, for the doctor's renderers."""
+    b = record["body"]
+    return {"target": b["target"], "window_s": b["window_s"], "findings": record["findings"],
+            "verdict": b["verdict"], "headroom": b.get("headroom") or [],
+            "evidence": {**b["evidence"], "budget": b.get("budget")}}
 
 
 def is_window(record: dict) -> bool:

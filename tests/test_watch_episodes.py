@@ -84,11 +84,13 @@ def test_a_recorded_worst_window_renders_as_the_doctor_printed_it(tmp_path, caps
     with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
         for i, cell in enumerate([HEALTHY, BUSY, BUSY, HEALTHY]):
             assert r.append(window(cell, i, scale=i))
-    ep = episodes.fold(recorder.read(tmp_path / "ring").records)[0]
+    ep = episodes.fold(recorder.read(tmp_path / "ring", whole=False).records)[0]
+    assert "body" not in ep["worst"]                     # history reads heads only
+    whole = recorder.load(tmp_path / "ring", ep["worst"]["_at"])
     live = answer(BUSY)
-    render.doctor_report(windows.as_result(ep["worst"]))
+    render.doctor_report(windows.as_result(whole))
     again = capsys.readouterr().out
     render.doctor_report({**live, "findings": [dict(f, impact=f["impact"] * 2) for f in live["findings"]]})
     assert again == capsys.readouterr().out and "haproxy-maxconn" in again
-    md = doctor_md.render(windows.as_result(ep["worst"]), episodes.summary(ep))
+    md = doctor_md.render(windows.as_result(whole), episodes.summary(ep))
     assert "haproxy-maxconn" in md and "**fix**" in md and "| what | used | limit | where |" in md

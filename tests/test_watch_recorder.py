@@ -290,3 +290,22 @@ def test_a_segment_that_cannot_be_made_costs_the_record_not_the_writer(tmp_path)
             i += 1
         assert "symlink" in r.last_error and r.dropped == 1
     assert victim.read_bytes() == b"precious"
+
+
+def test_heads_only_still_checks_the_body_and_load_gets_it_back(tmp_path):
+    ring = tmp_path / "ring"
+    bodies = [{"pad": os.urandom(500).hex(), "i": i} for i in range(3)]     # ~600 bytes compressed
+    with recorder.Recorder(ring, CAP) as r:
+        for i in range(3):
+            assert r.append({"seq": i, "body": bodies[i]})
+    heads = recorder.read(ring, whole=False).records
+    assert [("body" in h, h["seq"]) for h in heads] == [(False, 0), (False, 1), (False, 2)]
+    assert recorder.load(ring, heads[1]["_at"]) == {"seq": 1, "body": bodies[1]}
+    for bad in (["../../etc/passwd", 0], [heads[1]["_at"][0], heads[1]["_at"][1] + 1], ["000000000099.seg", 0],
+                [heads[1]["_at"][0], -5]):
+        assert recorder.load(ring, bad) is None, bad
+    seg = segments(ring)[-1]
+    data = bytearray(seg.read_bytes())
+    data[heads[1]["_at"][1] + recorder.HEADER.size + 60] ^= 1       # inside record 1's compressed body
+    seg.write_bytes(bytes(data))
+    assert [h["seq"] for h in recorder.read(ring, whole=False).records] == [0, 2]
