@@ -100,6 +100,7 @@ def watch(ctx, pid, unit, window, max_size, profile_ref, no_perf):
             signals.catch((signal.SIGTERM, signal.SIGHUP), _stop)      # `systemctl stop`: the same clean end
             loop.forever()
         except KeyboardInterrupt:
+            loop.stopped()
             _say(f"stopped after {loop.seq} window(s)"
                  + (f"; {ring.dropped} could not be stored" if ring.dropped else ""))
             raise

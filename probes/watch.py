@@ -90,9 +90,15 @@ class Loop:
                 self.active[fid] = (episodes.episode_id(rec["t0"], fid), f)
                 self._log("start", self.active[fid][0], f, rec)
 
-    def _log(self, edge: str, ident: str, f: dict, rec: dict) -> None:
-        self.say(f"episode {edge}: {ident} ({f.get('severity')}) {f.get('title', '')}")
+    def stopped(self) -> None:
+        """The watch ends: so do its open episodes (a later run starts new ones), in the journal too."""
+        for ident, f in self.active.values():
+            self._log("end", ident, f, {"proxy": self.locator.kind}, why="the watch stopped")
+        self.active = {}
+
+    def _log(self, edge: str, ident: str, f: dict, rec: dict, why: str | None = None) -> None:
+        self.say(f"episode {edge}: {ident} ({f.get('severity')}) {f.get('title', '')}" + (f" ({why})" if why else ""))
         eventlog.record(f"watch-episode-{edge}", {"episode": ident, "proxy": rec.get("proxy") or "?",
                                                   "finding": f["id"], "severity": f.get("severity"),
-                                                  "fix": f.get("fix", "")},
+                                                  "fix": f.get("fix", ""), **({"why": why} if why else {})},
                         eventlog.WARNING if f.get("severity") == "high" else eventlog.NOTICE)

@@ -88,3 +88,16 @@ def test_a_failing_doctor_is_a_recorded_window_not_the_end(tmp_path, monkeypatch
         rec = watch.Loop(r, Seq([([10], None)]), 1.0, say=said.append).once()
     assert rec["status"] == windows.FAILED and rec["reason"] == "bpftrace is not installed"
     assert any("the doctor failed: bpftrace is not installed" in s for s in said)
+
+
+def test_stopping_ends_the_open_episodes_in_the_journal(tmp_path, monkeypatch):
+    monkeypatch.setattr(doctor, "diagnose", lambda pids, duration, **kw: answer(BUSY))
+    j, said = journal_socket(tmp_path, monkeypatch), []
+    with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
+        loop = watch.Loop(r, Seq([([10], None)] * 2), 1.0, say=said.append)
+        loop.forever(windows_max=2)
+        loop.stopped()
+    lines = drain(j)
+    assert len(lines) == 2 and "PROXYTUNE_ACTION=watch-episode-end" in lines[1]
+    assert "PROXYTUNE_WHY=the watch stopped" in lines[1] and loop.active == {}
+
