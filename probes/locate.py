@@ -48,6 +48,16 @@ def unit_main_pid(unit: str) -> int | None:
         else None
 
 
+def pids_of(master: int) -> list[int]:
+    """The master first, then the processes that hold the proxy's connections: its descendants with
+    its executable (varnish's cache process is named otherwise), else children with its name."""
+    running = proxies.identify(master)
+    if running is None:
+        return proc.resolve(master, None)
+    rest = sorted(set(target.watchable(running.processes())) - {master})
+    return [master] + rest
+
+
 class Locator:
     """`find()` each window: (pids to watch or [], a line to say when the target changed, or None)."""
 
@@ -76,7 +86,7 @@ class Locator:
 
     def find(self) -> tuple[list[int], str | None]:
         if self.current and procfs.alive(*self.current):
-            return proc.resolve(self.current[0], None), None
+            return pids_of(self.current[0]), None
         lost = self.current
         if lost and self.kind is None:          # a --pid that is no proxy: nothing to follow it by
             return self._absent(f"pid {lost[0]} exited; it is no proxy proxytune knows, so it cannot be followed")
@@ -94,7 +104,7 @@ class Locator:
         say = (f"{self.kind} restarted: following its new master pid {pid} (was {lost[0]})" if lost else
                f"watching {self.what} master pid {pid}" + (f" (of {len(found)} masters, the first)"
                                                           if len(found) > 1 else ""))
-        return proc.resolve(pid, None), say
+        return pids_of(pid), say
 
     def _absent(self, line: str) -> tuple[list[int], str | None]:
         said, self.absent_said = self.absent_said, True
