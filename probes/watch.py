@@ -53,6 +53,7 @@ class Loop:
                                     f"no {self.locator.what} running", self.locator.kind)
         else:
             rec = self._diagnose(pids, t0)
+            time.sleep(max(0.0, t0 + self.window_s - time.time()))    # a doctor that failed at once must not spin
         self._store(rec)
         self._edges(rec)
         self.seq += 1

@@ -58,6 +58,7 @@ def test_the_loop_records_every_window_and_journals_episode_edges(tmp_path, monk
 
 
 def test_a_full_disk_is_said_once_and_the_watch_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(time, "sleep", lambda s: None)
     monkeypatch.setattr(doctor, "diagnose", lambda pids, duration, **kw: answer(BUSY))
     said = []
     with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
@@ -83,14 +84,18 @@ def test_a_failing_doctor_is_a_recorded_window_not_the_end(tmp_path, monkeypatch
     def fails(pids, duration, **kw):
         raise ProxytuneError("bpftrace is not installed")
     monkeypatch.setattr(doctor, "diagnose", fails)
+    slept = []
+    monkeypatch.setattr(time, "sleep", slept.append)
     said = []
     with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
         rec = watch.Loop(r, Seq([([10], None)]), 1.0, say=said.append).once()
     assert rec["status"] == windows.FAILED and rec["reason"] == "bpftrace is not installed"
+    assert len(slept) == 1 and 0.9 < slept[0] <= 1.0          # the rest of the window: no busy loop
     assert any("the doctor failed: bpftrace is not installed" in s for s in said)
 
 
 def test_stopping_ends_the_open_episodes_in_the_journal(tmp_path, monkeypatch):
+    monkeypatch.setattr(time, "sleep", lambda s: None)
     monkeypatch.setattr(doctor, "diagnose", lambda pids, duration, **kw: answer(BUSY))
     j, said = journal_socket(tmp_path, monkeypatch), []
     with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
