@@ -93,8 +93,9 @@ def test_watch_records_windows_and_ctrl_c_exits_130(tmp_path, no_other_haproxy):
         stop(hp)
     recs = recorder.read(state / "watch").records
     assert [r["status"] for r in recs[:2]] == ["watched", "watched"], recs[0].get("reason")
-    assert recs[0]["target"]["pids"][0] == hp.pid and recs[0]["proxy"] == "haproxy"
-    assert 1.5 < recs[0]["window_s"] < 4 and recs[0]["verdict"] in ("no limit found", "limited")
+    body = recs[0]["body"]
+    assert body["target"]["pids"][0] == hp.pid and recs[0]["proxy"] == "haproxy"
+    assert 1.5 < body["window_s"] < 4 and body["verdict"] in ("no limit found", "limited")
     assert procfs.read_stat(hp.pid) is None or procfs.read_stat(hp.pid).gone
     r = proxytune("--state-dir", str(state), "watch", "history", "--json")
     assert r.returncode in (0, 1), r.stderr
