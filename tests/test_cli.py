@@ -255,7 +255,7 @@ def test_non_root_benches_say_needs_root_before_starting(as_nobody, command, why
     assert not (as_nobody.scratch / "unused").exists() and r.stdout == ""
 
 
-@pytest.mark.skipif(not Path("/sys/kernel/tracing/events/syscalls").is_dir(), reason="needs tracefs (as root)")
+@pytest.mark.skipif(not os.path.isdir("/sys/kernel/tracing/events/syscalls"), reason="needs tracefs (as root)")
 def test_missing_tracepoints_are_named_when_tracefs_is_readable():
     from proxytune.probes import bpftrace
     script = bpftrace.Script("t", Path("t.bt"), "t", "", "", ["syscalls:sys_enter_poll", "nosuch:tracepoint"])
