@@ -36,6 +36,16 @@ for _var, _name in (("PROXYTUNE_LOCK_DIR", "lock"), ("PROXYTUNE_JOURNAL_SOCKET",
 
 from proxytune.tune.host import Host  # noqa: E402
 
+import tiers  # noqa: E402
+from tiers import pytest_runtest_protocol  # noqa: E402,F401  (a hook: make test-fast's no-program guard)
+
+tiers.guard_fast_tier()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test gets its tiers (host, proxy, slow) from the gates and fixtures it uses: tests/tiers.py."""
+    tiers.mark(items)
+
 IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (network namespaces, loop devices, prlimit)")
 

@@ -219,6 +219,7 @@ def _settings(payload: str) -> list[Setting]:
             Setting("service", "pttest:LimitNOFILE", "at_least", 4096, f"why {payload}", "s")]
 
 
+@pytest.mark.host  # asks tuned-adm its version (the tier: tests/tiers.py)
 def test_tuned_export_refuses_an_exec_expansion_that_bypassed_load():
     with pytest.raises(ProxytuneError, match=r"\$\{"):
         export_mod.export("tuned", _settings("${f:exec:/bin/sh:-c:touch /tmp/pt-x}"), "p", "linux")

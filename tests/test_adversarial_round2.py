@@ -41,6 +41,7 @@ def _nested(depth: int) -> str:
 
 
 @pytest.mark.parametrize("where", ["whole", "current"])
+@pytest.mark.host  # the host fingerprint runs systemd-detect-virt (the tier: tests/tiers.py)
 def test_a_host_answer_nested_too_deeply_is_a_failed_host(where):
     """A host prints 100000 nested arrays (json.loads raised RecursionError: the fleet crashed), or a
     schema-valid audit whose setting's free-form `current` is 950 levels deep (it parses, but any later

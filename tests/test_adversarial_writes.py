@@ -334,6 +334,7 @@ def test_terminal_text_escapes_controls_and_markup(s):
     assert Text.from_markup(t).plain == term_text(s, markup=False)     # markup shown as written
 
 
+@pytest.mark.host  # the host fingerprint runs systemd-detect-virt (the tier: tests/tiers.py)
 def test_terminal_tables_sections_and_fleet_show_hostile_text_inert():
     from proxytune.core.console import print_section, rich_table
     from proxytune.core.sections import Section, Table
@@ -402,6 +403,7 @@ def test_markdown_and_html_reports_of_hostile_results_are_inert(tmp_path):
     check_html(html.read_text())
 
 
+@pytest.mark.host  # the host fingerprint runs systemd-detect-virt (the tier: tests/tiers.py)
 def test_fleet_markdown_and_html_of_hostile_hosts_are_inert(tmp_path):
     from proxytune.reports import fleet as fleet_report
     doc = fleet_doc({s: host_entry(s) for s in HOSTILE})
@@ -511,6 +513,7 @@ def failing_harness(tmp_path: Path) -> Path:
 
 
 @pytest.mark.skipif(not shutil.which("valgrind"), reason="needs valgrind")
+@pytest.mark.host  # runs valgrind (the tier: tests/tiers.py)
 def test_cachegrind_over_a_failed_harness_is_an_error_not_zero_misses(tmp_path):
     """cachegrind still prints D1 misses (the shell's) when the program fails: twice the same count,
     so 0.0 misses per call. Variant 1: the counter itself; variant 2: a whole run records no miss."""
@@ -522,6 +525,7 @@ def test_cachegrind_over_a_failed_harness_is_an_error_not_zero_misses(tmp_path):
 
 
 @pytest.mark.parametrize("source", ["cachegrind", "perf"])
+@pytest.mark.host  # runs the failing harness (the tier: tests/tiers.py)
 def test_a_run_with_a_failed_harness_records_no_misses(source, tmp_path, monkeypatch):
     from proxytune.core.capability import Capability
     from proxytune.microbench import fdscan

@@ -15,6 +15,7 @@ HAS_COUNT = os.stat("/proc/self/fd").st_size > 0
 
 
 @pytest.mark.skipif(not HAS_COUNT, reason="st_size of /proc/PID/fd is 0 here (Linux before 6.2)")
+@pytest.mark.host  # the sampler runs ss (the tier: tests/tiers.py)
 def test_a_burst_of_sockets_between_ticks_is_in_the_fine_peak():
     s = connsample.Sampler([os.getpid()])
     s.sample()                                   # a tick before the burst: its non-socket fds
@@ -34,6 +35,7 @@ def test_a_burst_of_sockets_between_ticks_is_in_the_fine_peak():
     assert 198 <= mine["sockets_peak_fine"] <= mine["fds_peak_fine"]
 
 
+@pytest.mark.host  # the sampler runs ss (the tier: tests/tiers.py)
 def test_no_open_fd_count_is_reported_unavailable(monkeypatch):
     monkeypatch.setattr(connsample.FdPeaks, "count", staticmethod(lambda pid: 0))
     s = connsample.Sampler([os.getpid()])

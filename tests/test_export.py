@@ -17,6 +17,7 @@ has_ansible = shutil.which("ansible-playbook") is not None
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.host  # the tuned format asks tuned-adm its version (the tier: tests/tiers.py)
 def test_every_linux_format_renders(fmt, cli):
     r = cli("tune", "export", "--format", fmt, "--service", "squid", "--user", "proxy",
             "--cache-dir", "/var/spool/squid")
@@ -28,6 +29,7 @@ def test_every_linux_format_renders(fmt, cli):
     assert expected in r.output
 
 
+@pytest.mark.host  # asks tuned-adm its version (the tier: tests/tiers.py)
 def test_tuned_uses_assignment_modifiers_and_lists_what_it_cannot_carry(cli):
     out = cli("tune", "export", "--format", "tuned", "--cache-dir", "/var/spool/squid").output
     assert "net.ipv4.tcp_fin_timeout=<30" in out

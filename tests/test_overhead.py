@@ -383,6 +383,7 @@ def test_the_composed_doctor_program_still_fills_every_map_the_rules_read():
     assert any(k.startswith("tracepoint:syscalls:sys_exit_openat") and k.endswith("24") for k in maps["@fderr"])
 
 
+@pytest.mark.host  # reads /sys/kernel/tracing (root) (the tier: tests/tiers.py)
 def test_the_doctor_attaches_no_syscall_tracepoint_unless_its_triage_needs_one():
     """Any syscalls:* tracepoint puts every task's syscalls on the kernel's slow path (+58-65 ns each
     here, about 2 % of an nginx request), so the default program has none; each syscall script comes

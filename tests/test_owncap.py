@@ -187,6 +187,7 @@ def test_a_saturated_proxy_whose_only_finding_is_a_hotspot_is_cpu_bound():
     assert proxies_findings.cpu_bound([hot], {"cpu_cores": 0.98}) == [hot]
 
 
+@pytest.mark.host  # reads the config in a child with the target's credentials (the tier: tests/tiers.py)
 def test_includes_are_followed_with_file_and_line(tmp_path):
     (tmp_path / "conf.d").mkdir()
     (tmp_path / "conf.d" / "events.conf").write_text("events {\n    worker_connections 96;\n}\n")
@@ -199,6 +200,7 @@ def test_includes_are_followed_with_file_and_line(tmp_path):
     assert base.where(d, "worker_processes", main) == f"{main}:1"
 
 
+@pytest.mark.host  # reads the config in a child with the target's credentials (the tier: tests/tiers.py)
 def test_an_include_loop_and_a_missing_include_end():
     import tempfile
     with tempfile.TemporaryDirectory() as t:
