@@ -565,3 +565,36 @@ def test_a_fleet_result_file_that_would_crash_the_report_is_refused(tmp_path, ho
     r = subprocess.run([str(REPO / ".venv/bin/python"), str(REPO / "cli.py"), "report", "fleet", str(tmp_path / "f.json"),
                         "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith("proxytune: error:") and "internal error" not in r.stderr, r.stderr
+
+
+# ------------------------------------------- fleet: hostile JSON shapes that pass (or break) the parser
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("where", ["whole", "current"])
+@pytest.mark.host  # the host fingerprint runs systemd-detect-virt (the tier: tests/tiers.py)
+def test_a_host_answer_nested_too_deeply_is_a_failed_host(where):
+    """A host prints 100000 nested arrays (json.loads raised RecursionError: the fleet crashed), or a
+    schema-valid audit whose setting's free-form `current` is 950 levels deep (it parses, but any later
+    json.dumps or render of the host rows from a few frames deeper recurses past Python's limit)."""
+    deep = json.loads(_nested(950))
+    if where == "whole":
+        stdout = _nested(100000)
+    else:
+        stdout = envelope("audit", {**AUDIT, "settings": [{**SETTING, "current": deep}]})
+    r = fleet_result.host_result([run_event(stdout)], fp.RUN_TASK, "audit")
+    assert r["status"] == "failed" and "nested too deeply" in r["error"], r["error"]
+    assert r["doc"] is None and r["settings"] == []
+
+    def deeper(n):      # what a renderer 60 frames down would have met, had the document passed
+        return deeper(n - 1) if n else json.dumps(deep)
+    with pytest.raises(RecursionError):
+        deeper(60)
+
+
+def test_a_host_answering_json_null_is_not_called_too_deep():
+    from test_adversarial_fleet import run_event
+    r = fleet_result.host_result([run_event("null")], fp.RUN_TASK, "audit")
+    assert r["status"] == "failed" and "does not fit the schema" in r["error"], r["error"]

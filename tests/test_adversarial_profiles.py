@@ -350,3 +350,18 @@ def test_a_profile_path_with_a_newline_cannot_add_a_line_to_an_export(tmp_path, 
     r = run("tune", "export", "--format", "sysctl.d", "-p", str(d / "p.toml"))
     assert r.returncode == 2 and "control character" in r.stderr and "core_pattern" not in r.stdout
     assert len(r.stderr.strip().splitlines()) == 2, r.stderr        # the line and its hint
+
+
+# ------------------------------------------- exports: a payload in the profile's own file name
+
+@pytest.mark.parametrize("name", ["{{ lookup('pipe','id') }} proxytune-service-var.toml",
+                                  "{% if lookup('pipe','id') %}{% endif %} proxytune-user-var.toml"])
+def test_a_profile_file_name_that_would_be_templated_is_refused(tmp_path, sandbox, name):
+    """The reference goes into the playbook's play name. Alone it is tagged !unsafe, but with the
+    detected-service stand-in in it too, the scalar was untagged to take `{{ proxytune_service }}`:
+    the lookup became live Jinja in the play name. A reference with evaluable text is refused."""
+    prof = tmp_path / name
+    prof.write_text(GOOD.format(what="d", include=""))
+    r = run("tune", "export", "--format", "ansible", "-p", f"./{name}", cwd=tmp_path)
+    assert r.returncode == 2, r.stdout
+    assert "lookup" not in r.stdout and "would evaluate" in r.stderr and len(r.stderr.splitlines()) <= 2
