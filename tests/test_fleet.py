@@ -14,32 +14,13 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, needs_root
-from fleet_hosts import namespace_hosts
+from fleet_hosts import NET_ONLY_PROFILE, namespace_hosts
 
 pytestmark = [needs_root, pytest.mark.skipif(
     not (shutil.which("ansible-playbook") and os.path.exists("/usr/sbin/sshd")),
     reason="needs ansible-playbook and openssh-server (make test installs them as root)")]
 
-PROFILE = """
-[profile]
-description = "fleet test: only namespaced net.* settings"
-os = "linux"
-
-[sysctl."net.core.somaxconn"]
-at_least = 8192
-reason = "listen backlog"
-source = "test"
-
-[sysctl."net.ipv4.tcp_fin_timeout"]
-at_most = 30
-reason = "FIN-WAIT-2"
-source = "test"
-
-[sysctl."net.ipv4.ip_local_port_range"]
-covers = [1024, 65535]
-reason = "ephemeral ports"
-source = "test"
-"""
+PROFILE = NET_ONLY_PROFILE
 # host -> values set in its namespace before the test
 HOSTS = {"pxa": {"net.core.somaxconn": "100000", "net.ipv4.tcp_fin_timeout": "20",
                  "net.ipv4.ip_local_port_range": "1024 65535"},
