@@ -153,6 +153,48 @@ def summary(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least squares y = a + b*x."""
+    n = len(points)
+    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
+    return my - b * mx, b
+
+
+def model(records: list[dict], tree: str, cores: int, hosts: int, forks=(10, 50, 100)) -> str:
+    """The time for `hosts` real hosts from one controller with `cores` cores, per command, from
+    the measured per-host costs: the slowest of three limits, each a floor, plus the fixed start.
+      - ansible-playbook's main process, one core: hosts * main CPU per host;
+      - the controller's CPU (workers, ssh), all cores: hosts * controller CPU per host / cores;
+      - the forks: ceil(hosts / forks) rounds of one host's latency, taken as its own CPU (measured
+        here, on a real host nothing else runs) plus the worker's CPU for it (in series).
+    Network time is left out (a LAN round trip is < 1 ms against ~1 s per host)."""
+    lines = ["| command | controller CPU s/host | of it, ansible main process s/host | host CPU s/host | fixed s |"
+             + "".join(f" {hosts} hosts, forks {f} |" for f in forks),
+             "|---|---:|---:|---:|---:|" + "---:|" * len(forks)]
+    for command in ("check", "apply", "rollback"):
+        rs = [r for r in records if r["tree"] == tree and r["command"] == command and r["valid"]]
+        sizes = sorted({r["hosts"] for r in rs})
+        if len(sizes) < 2:
+            continue
+        med = {n: {k: statistics.median(f(r) for r in rs if r["hosts"] == n) for k, f in (
+            ("ctl", lambda r: r["controller_cpu_s"]), ("main", lambda r: r["ansible_main_cpu_s"]),
+            ("host", lambda r: sum(r["host_cpu_s"].values()) / r["hosts"]), ("wall", lambda r: r["wall_s"]))}
+            for n in sizes}
+        ctl0, ctl = _fit([(n, med[n]["ctl"]) for n in sizes])
+        _, main_cpu = _fit([(n, med[n]["main"]) for n in sizes])
+        host = statistics.median(med[n]["host"] for n in sizes)
+        fixed = max(0.0, _fit([(n, med[n]["wall"]) for n in sizes])[0])
+        latency = host + max(0.0, ctl - main_cpu)
+        cells = []
+        for f in forks:
+            floor = max(hosts * main_cpu, hosts * ctl / cores, -(-hosts // f) * latency)
+            cells.append(f" {(fixed + floor) / 60:.1f} min |")
+        lines.append(f"| {command} | {ctl:.3f} | {main_cpu:.3f} | {host:.3f} | {fixed:.1f} |" + "".join(cells))
+    return "\n".join(lines)
+
+
 def versions() -> dict:
     def first_line(argv):
         r = subprocess.run(argv, capture_output=True, text=True)
@@ -172,7 +214,15 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="append each run as a JSON line here")
     ap.add_argument("--stub-host", action="store_true",
                     help="hosts answer a canned audit instead of running proxytune (check only): the controller alone")
+    ap.add_argument("--model", type=Path, metavar="RESULTS.jsonl",
+                    help="no runs: the 1,000-host model from the runs recorded in this file")
+    ap.add_argument("--model-tree", default="after")
+    ap.add_argument("--cores", type=int, default=8)
     a = ap.parse_args()
+    if a.model:
+        recs = [json.loads(line) for line in a.model.read_text().splitlines() if line.strip()]
+        print(model(recs, a.model_tree, a.cores, 1000))
+        return 0
     sizes = [int(s) for s in a.sizes.split(",")]
     if a.stub_host and a.commands != "check":
         ap.error("--stub-host measures `fleet check` only (use --commands check)")
