@@ -333,10 +333,11 @@ def serve(args) -> dict:
     out = {"changed": False, "rc": r.returncode, "stdout": r.stdout.decode(errors="replace"),
            "stderr": r.stderr.decode(errors="replace")}
     if r.returncode == 3 and a["deps"] == "install" and out["stdout"].split():
-        return {**out, "skipped": True, "missing": out["stdout"].split(),
+        return {**out, "skipped": True, "failed": False, "missing": out["stdout"].split(),
                 "msg": f"Python modules missing: apt installs {out['stdout'].strip()}, then proxytune runs again"}
-    if r.returncode not in a["ok"]:
-        out.update(failed=True, msg=f"proxytune exited {r.returncode}")
+    out["failed"] = r.returncode not in a["ok"]         # stated: Ansible fails any rc but 0 otherwise
+    if out["failed"]:
+        out["msg"] = f"proxytune exited {r.returncode}"
     return out
 
 
