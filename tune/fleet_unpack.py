@@ -201,6 +201,7 @@ def code_dir(fleet: str, sha: str, files: dict):
                 os.close(fd)
             return
         os.close(fd)
+    if os.path.lexists(shared):              # no match, or not a directory at all
         _discard(fleet, shared)
     fresh = tempfile.mkdtemp(prefix=".unpack-", dir=fleet)
     try:
