@@ -246,3 +246,7 @@ def test_the_bundle_carries_what_the_wheel_carries():
     wheel = {f"{pkg.removeprefix('proxytune.').replace('.', '/')}/{glob}" for pkg, globs in data.items()
              for glob in globs if not glob.endswith(".py")}          # the bundle ships every .py anyway
     assert wheel == set(fleet_play.DATA)
+    # and its Python packages: a top-level package missing here (proxies/ was) breaks every remote run
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    tops = {pkg.split(".")[1] for pkg in packages if pkg.count(".") >= 1}
+    assert tops == set(fleet_play.CODE) - {"cli.py"}
