@@ -215,12 +215,14 @@ def main() -> int:
     ap.add_argument("--stub-host", action="store_true",
                     help="hosts answer a canned audit instead of running proxytune (check only): the controller alone")
     ap.add_argument("--model", type=Path, metavar="RESULTS.jsonl",
-                    help="no runs: the 1,000-host model from the runs recorded in this file")
+                    help="no runs: the table of the runs recorded in this file (--out of one or more runs), "
+                         "then the 1,000-host model from them")
     ap.add_argument("--model-tree", default="after")
     ap.add_argument("--cores", type=int, default=8)
     a = ap.parse_args()
     if a.model:
         recs = [json.loads(line) for line in a.model.read_text().splitlines() if line.strip()]
+        print(summary(recs) + "\n")        # the runs of several invocations (one grid point each) together
         print(model(recs, a.model_tree, a.cores, 1000))
         return 0
     sizes = [int(s) for s in a.sizes.split(",")]
