@@ -22,7 +22,8 @@ def fleet_options(f):
         click.option("--skip", multiple=True, metavar="GLOB", help="Leave out settings matching (repeatable)."),
         click.option("--limit", metavar="PATTERN", help="Ansible host pattern, e.g. 'proxies:!canary'."),
         click.option("--forks", type=click.IntRange(1, 500), default=5, show_default=True,
-                     help="Hosts Ansible works on at once."),
+                     help="Hosts Ansible works on at once, one worker process each on this machine "
+                          "(sizing for large fleets: docs/BENCHMARKS.md)."),
         click.option("--timeout", type=click.IntRange(10, 86400), default=900, show_default=True, metavar="SECONDS",
                      help="Per host and task: a host that takes longer is stopped there and counts as failed."),
         click.option("--no-install", is_flag=True,

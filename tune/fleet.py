@@ -101,7 +101,7 @@ class Fleet:
         return argv + list(extra)
 
     def run_task(self, argv: list[str], ok_codes: tuple[int, ...], name: str = fp.RUN_TASK) -> dict:
-        return fp.run_task(argv, self.bundle_id, ok_codes, self.timeout, name)
+        return fp.run_task(argv, self.bundle_id, self.sha, ok_codes, self.timeout, name)
 
 
 def play(fleet: Fleet, hosts: list[str], tasks: list[dict], serial: int | None = None,
@@ -109,9 +109,9 @@ def play(fleet: Fleet, hosts: list[str], tasks: list[dict], serial: int | None =
     """Run one playbook over `hosts`; every host's events, in order.
     `on_event(ev)` sees each as it arrives (so a run can be recorded before Ctrl-C)."""
     book = fleet.workdir / "play.json"
-    head = (fp.ship_tasks(fleet.tarball, fleet.sha, fleet.bundle_id, fleet.timeout)
-            + fp.dependency_tasks(fleet.bundle_id, fleet.install, fleet.timeout))
-    book.write_text(fp.playbook(head + tasks, fleet.bundle_id, fleet.timeout, serial, stop_on_failure))
+    tasks = fp.with_dependencies(tasks[0], fleet.install) + tasks[1:]
+    book.write_text(fp.playbook(tasks, fleet.tarball, fleet.timeout, serial, stop_on_failure))
+    fp.library(fleet.workdir)
     limit = fleet.workdir / "limit.txt"
     limit.write_text("".join(inv.check_host_name(h) + "\n" for h in hosts))
     argv = [inv.ansible_binary("ansible-playbook"), "-i", fleet.inventory, "--limit", f"@{limit}", str(book)]
