@@ -5,7 +5,7 @@ module here, one profile TOML and its tests."""
 
 from pathlib import Path
 
-from proxytune.core import procfs
+from proxytune.core import procfs, proxytree
 
 from .base import Proxy, argv_of
 from .haproxy import HAProxy
@@ -35,3 +35,24 @@ def identify(pid: int) -> Proxy | None:
         if name in cls.exe_names:
             return cls(pid, exe, argv_of(pid))
     return None
+
+
+def identity(cls: type[Proxy]) -> proxytree.Identity:
+    """How core.proxytree tells this proxy's processes from a namesake: its executables and unit."""
+    return proxytree.Identity(cls.kind, cls.exe_names, cls.unit, cls.managers)
+
+
+def identity_for(name: str) -> proxytree.Identity:
+    """The proxy a service, unit or executable name means; a name the registry lacks is a service
+    of that name whose executable is called so too (a --service of the operator's own)."""
+    for cls in KINDS:
+        if name in (cls.kind, cls.unit, *cls.exe_names):
+            return identity(cls)
+    return proxytree.Identity(name, (name,), name)
+
+
+def identities_for(comm: str) -> list[proxytree.Identity]:
+    """Every proxy whose service may hold a process named `comm` (varnish's cache-main, Traffic
+    Server's [TS_MAIN]): the registry's, and a service called `comm` when it is none of theirs."""
+    known = [identity(cls) for cls in KINDS]
+    return known + ([] if any(comm in i.exe_names for i in known) else [proxytree.Identity(comm, (comm,), comm)])

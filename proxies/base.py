@@ -174,6 +174,7 @@ class Proxy:
     exe_names: tuple[str, ...] = ()
     unit = user = package = ""                  # Debian's unit, the user its limits are for, its package
     service_user = ""                             # the user its service starts as, when not `user`
+    managers: tuple[str, ...] = ()                # executables that start it as root (core.proxytree)
     include_re: re.Pattern | None = None
     worker_thread: str | None = None              # the name of its worker threads, counted in /proc
 

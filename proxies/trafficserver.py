@@ -32,6 +32,7 @@ ACCEPT_HEADROOM = 1.1
 class TrafficServer(Proxy):
     kind, exe_names = "trafficserver", ("traffic_server",)
     unit, user, package = "trafficserver", "trafficserver", "trafficserver"
+    managers = ("traffic_manager",)             # Debian's unit runs traffic_manager, which starts traffic_server
     stores = ("file", "raw")
     store_design = {"file": "one large file: its own directory, aggregated writes",
                     "raw": "a raw block device: the same layout with no filesystem"}

@@ -36,7 +36,8 @@ def build(host: Host, profile_ref: str, params: dict | None = None, only=(), ski
     plan = plan_mod.build(profile_ref, host, params or {}, only, skip)
     values = plan.params["values"]
     somaxconn = next((c.current for c in plan.changes if c.setting.address == "sysctl:net.core.somaxconn"), None)
-    obs = observe.observe(values["service"], values["cache_dirs"], somaxconn if isinstance(somaxconn, int) else None)
+    obs = observe.observe(values["service"], values["cache_dirs"], somaxconn if isinstance(somaxconn, int) else None,
+                          host.live)
     return Audit(plan, obs)
 
 

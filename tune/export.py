@@ -328,15 +328,23 @@ def _service_tasks(s, reg):
 
 
 RLIMIT_NAME = re.compile(r"[a-z]+")
+# The host's highest system uid (core.proxytree's rule): SYS_UID_MAX, else UID_MIN - 1, of login.defs; else 999
+SYS_UID_MAX = ("top=$(awk '$1==\"SYS_UID_MAX\"{v=$2} $1==\"UID_MIN\"{m=$2-1} END{print v?v:m}' "
+               "/etc/login.defs 2>/dev/null); [ -n \"$top\" ] || top=999; ")
 
 
 def _rlimit_tasks(s, reg):
+    """prlimit on the processes of that name that run as root or a system user: never a local user's
+    program of the proxy's name (the one rule of core.proxytree, as far as a shell on the host can say)."""
     service, _, name = s.key.rpartition(":")
     if not RLIMIT_NAME.fullmatch(name) or not isinstance(s.wanted, int):
         raise ProxytuneError(f"{s.address}: cannot render {name!r} = {s.wanted!r} as a prlimit task")
     n = s.wanted
     quoted = "{{ proxytune_service | quote }}" if service == STAND_INS["service"] else shlex.quote(service)
-    script = (f"for p in $(pgrep -x -- {quoted}); do s=$(prlimit --pid \"$p\" --{name} -o SOFT --noheadings); "
+    script = (SYS_UID_MAX + f"for p in $(pgrep -x -- {quoted}); do ok=1; "
+              "for u in $(ps -o ruid=,euid= -p \"$p\"); do [ \"$u\" -le \"$top\" ] || ok=0; done; "
+              "[ \"$ok\" = 1 ] || continue; "
+              f"s=$(prlimit --pid \"$p\" --{name} -o SOFT --noheadings); "
               f"[ \"$s\" = unlimited ] || [ \"$s\" -ge {n} ] || {{ prlimit --pid \"$p\" --{name}={n}:{n} && echo changed; }}; done")
     return [f"    - name: {_u(s.address + ' ' + s.wanted_text + ' on running processes')}",
             f"      ansible.builtin.shell: {_u(script)}", f"      register: {reg}",
