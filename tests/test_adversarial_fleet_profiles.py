@@ -151,3 +151,4 @@ def test_every_host_checks_the_operators_override_with_its_waiver(hosts, tmp_pat
         assert set(status) == {"sysctl:net.core.somaxconn", "sysctl:net.ipv4.tcp_fin_timeout",
                                "sysctl:net.ipv4.ip_local_port_range"}, status
         assert status["sysctl:net.core.somaxconn"] == "waived", status
+
