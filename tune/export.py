@@ -86,8 +86,15 @@ def export(fmt: str, settings: list[Setting], profile: str, os_name: str, target
         raise ProxytuneError(f"--format freebsd needs a FreeBSD profile; {profile} is for {os_name}",
                              "try --profile freebsd/proxy")
     target = target or Target()
-    text = RENDERERS[fmt](settings, profile, target)
+    text = _waivers(RENDERERS[fmt]([s for s in settings if not s.waive], profile, target), settings)
     return text if fmt == "ansible" else _placeholders(text, target.variables)
+
+
+def _waivers(text: str, settings) -> str:
+    """A waived setting is in no export: each one is named, with the profile's reason, below the first line."""
+    lines = "".join(f"# waived: {s.address}: {s.waive}\n" for s in settings if s.waive)
+    first = text.find("\n") + 1
+    return text[:first] + lines + text[first:]
 
 
 def _header(profile: str, fmt: str) -> str:
