@@ -77,13 +77,16 @@ def plant(site: Path, mark: Path, module: str) -> None:
         (site / "proxytune/tune/journal.py").write_text(code)
 
 
-def as_installed(deb_root: Path, argv: list[str], env: dict) -> subprocess.CompletedProcess:
-    """argv with the package's modules at /usr/lib/python3/dist-packages, in a private mount namespace."""
+def as_installed(deb_root: Path, argv: list[str], env: dict, journal: bool = False,
+                 cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """argv with the package's modules at /usr/lib/python3/dist-packages, in a private mount namespace;
+    journal: with an (empty) apply journal at /var/lib/proxytune on a tmpfs of that namespace."""
     lower = f"{deb_root}/usr/lib/python3/dist-packages:/usr/lib/python3/dist-packages"
-    script = (f"mount -t overlay pt-deb -o lowerdir={lower} /usr/lib/python3/dist-packages && "
-              'exec "$@"')
-    return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *argv],
-                          capture_output=True, text=True, env=env, timeout=120)
+    script = f"mount -t overlay pt-deb -o lowerdir={lower} /usr/lib/python3/dist-packages && "
+    if journal:
+        script += "mount -t tmpfs pt-state /var/lib && mkdir -p /var/lib/proxytune/journal && "
+    return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script + 'exec "$@"', "sh",
+                           *argv], capture_output=True, text=True, env=env, timeout=120, cwd=cwd)
 
 
 @pytest.mark.parametrize("how", ["HOME kept: ~/.local site-packages/click", "PYTHONPATH kept: a click there"])
@@ -106,27 +109,37 @@ def maintainer(deb_root: Path, name: str, tmp_path: Path) -> Path:
     return path
 
 
+def shims(tmp_path: Path) -> Path:
+    """What the maintainer scripts would change on the host, made to do nothing."""
+    d = tmp_path / "bin"
+    d.mkdir(exist_ok=True)
+    for tool in ("deb-systemd-helper", "systemctl", "dpkg"):
+        (d / tool).write_text("#!/bin/sh\nexit 0\n")
+        (d / tool).chmod(0o755)
+    return d
+
+
 @pytest.mark.parametrize("script, args, module", [
     ("prerm", ["remove"], "usercustomize"),
     ("prerm", ["remove"], "proxytune.tune.journal"),
     ("postinst", ["configure", ""], "usercustomize"),
-    ("postrm", ["remove"], "usercustomize"),
+    ("prerm", ["remove"], "sitecustomize on a kept PYTHONPATH"),
 ])
 def test_no_maintainer_script_runs_a_users_module(deb_root, home, tmp_path, script, args, module):
-    """`sudo -E apt remove proxytune`: the prerm reads the apply journal with proxytune's own code, the
-    postinst byte-compiles (py3compile), the postrm cleans up (py3clean); each is Python run as root."""
+    """`sudo -E apt remove proxytune`: the prerm reads the apply journal with proxytune's own code and
+    cleans up (py3clean), the postinst byte-compiles (py3compile); each is Python run as root."""
     h, site, mark = home
-    plant(site, mark, module)
+    if module.startswith("sitecustomize"):
+        (site / "sitecustomize.py").write_text(PLANT.format(mark=str(mark), what=module))
+    else:
+        plant(site, mark, module)
     state = deb_root / "var/lib/proxytune/journal"
     state.mkdir(parents=True, exist_ok=True)
-    shims = tmp_path / "bin"            # what would change the host: recorded, not run
-    shims.mkdir()
-    for tool in ("deb-systemd-helper", "systemctl", "dpkg"):
-        (shims / tool).write_text("#!/bin/sh\nexit 0\n")
-        (shims / tool).chmod(0o755)
-    env = {"PATH": f"{shims}:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(h)}
-    if module != "usercustomize":       # the real install: no DPKG_ROOT, modules from dist-packages
-        r = as_installed(deb_root, [str(maintainer(deb_root, script, tmp_path)), *args], env)
+    env = {"PATH": f"{shims(tmp_path)}:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(h)}
+    if module.startswith("sitecustomize"):
+        env["PYTHONPATH"] = str(site)
+    if module == "proxytune.tune.journal":      # the real install: no DPKG_ROOT, modules from dist-packages
+        r = as_installed(deb_root, [str(maintainer(deb_root, script, tmp_path)), *args], env, journal=True)
     else:
         env["DPKG_ROOT"] = str(deb_root)
         r = subprocess.run([str(maintainer(deb_root, script, tmp_path)), *args], capture_output=True, text=True,
@@ -135,3 +148,4 @@ def test_no_maintainer_script_runs_a_users_module(deb_root, home, tmp_path, scri
         assert not mark.exists(), mark.read_text() + r.stderr
     finally:
         shutil.rmtree(deb_root / "var", ignore_errors=True)
+
