@@ -16,14 +16,24 @@ from pathlib import Path
 import pytest
 
 from conftest import needs_root
-from test_adversarial_apply import PY, logs, run, syslog_fields  # noqa: F401
+from test_adversarial_apply import PY, LogSocket, run, syslog_fields
 from test_adversarial_engine import history, prof  # noqa: F401
 
 pytestmark = needs_root
 
 
+@pytest.fixture
+def journald(tmp_path, monkeypatch):
+    """journald's socket stands in here (its native protocol carries every field raw)."""
+    s = LogSocket(tmp_path / "journal.sock")
+    monkeypatch.setenv("PROXYTUNE_JOURNAL_SOCKET", str(tmp_path / "journal.sock"))
+    monkeypatch.setenv("PROXYTUNE_SYSLOG_SOCKET", str(tmp_path / "no-syslog"))
+    return s
+
+
 @pytest.mark.parametrize("where", ["SUDO_USER", "profile path"])
-def test_a_byte_that_is_not_utf8_never_fails_a_finished_apply_nor_its_record(sandbox, prof, logs, tmp_path, where):
+def test_a_byte_that_is_not_utf8_never_fails_a_finished_apply_nor_its_record(sandbox, prof, journald, tmp_path,
+                                                                             where):
     env = {}
     path = prof
     if where == "SUDO_USER":
@@ -34,10 +44,11 @@ def test_a_byte_that_is_not_utf8_never_fails_a_finished_apply_nor_its_record(san
     r = run([*PY, "tune", "apply", "-p", str(path), "--service", "squid", "--yes"], env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "internal error" not in r.stderr
-    (msg,) = logs.messages()
-    fields = syslog_fields(msg)
-    assert fields["result"] == "applied" and fields["journal"] == history(sandbox)[-1]["id"], fields
-    assert "\\udcff" in (fields.get("sudo_user", "") + fields["profile"]), fields
+    (msg,) = journald.messages()
+    fields = dict(line.split("=", 1) for line in msg.splitlines())
+    assert fields["PROXYTUNE_RESULT"] == "applied", fields
+    assert fields["PROXYTUNE_JOURNAL"] == history(sandbox)[-1]["id"], fields
+    assert "\\udcff" in fields.get("PROXYTUNE_SUDO_USER", "") + fields["PROXYTUNE_PROFILE"], fields
 
 
 def root_daemon_socket(where: Path) -> socket.socket:
@@ -77,3 +88,4 @@ def test_a_root_owned_socket_the_environment_names_outside_a_private_directory_g
     assert r.returncode == 0, r.stderr
     assert received(daemon) == []
     assert "PROXYTUNE_SYSLOG_SOCKET" in r.stderr, r.stderr     # said once, not silently dropped
+

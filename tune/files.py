@@ -229,6 +229,28 @@ def remove_empty_dir(path: Path, root: Path = Path("/")) -> bool:
         raise _refusal(path, e)
 
 
+def open_private(path: Path, flags: int = os.O_PATH) -> int:
+    """An fd of `path` (O_NOFOLLOW: never a link), when its directory is ours alone: every component
+    walked without following a link, owned by root or us and not writable by others (sticky aside),
+    and its own directory ours with no access for group or others. Someone else's file (a socket a
+    daemon listens on) cannot be there. ProxytuneError says why not; FileNotFoundError when absent."""
+    path = _absolute(path)
+    try:
+        with _parent(path, Path("/"), create=False,
+                     vet=lambda fd, where: _refuse_foreign_dir(fd, where, sticky_ok=True)) as (dfd, name, _):
+            st = os.fstat(dfd)
+            if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+                raise ProxytuneError(f"refusing {path}: its directory is not private to uid {os.geteuid()} "
+                                     f"(owner {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})")
+            return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except ProxytuneError:
+        raise
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+            raise                   # not there, or not ours to reach: nothing was refused
+        raise _refusal(path, e, "open")
+
+
 # -- thin wrappers kept for the backends (same protections) -------------------------------
 
 def read_text(path: Path) -> str | None:
