@@ -152,3 +152,50 @@ def test_every_host_checks_the_operators_override_with_its_waiver(hosts, tmp_pat
                                "sysctl:net.ipv4.ip_local_port_range"}, status
         assert status["sysctl:net.core.somaxconn"] == "waived", status
 
+
+# ---------------------------------------------------------------- second attack round
+
+TRICKY = """[profile]
+description = "quotes \\" backslash \\\\ triple ''' hash # unicode \u00e9\u2014 tab-free"
+os = "linux"
+include = ["shipped:linux/proxy"]
+
+[params]
+service = "squid"
+cache_dirs = ["/var/spool/squid", "/cache/two"]
+
+[sysctl."net.core.somaxconn"]
+at_least = 8192
+reason = "a reason with \\"quotes\\", a \\\\ and ''' and # and \u00e9"
+source = "https://example.org/a#b?c=\\"d\\""
+waive = "CHG-3: \\"not\\" here \\\\ ok"
+
+[mount."{cache_dir}:noatime"]
+value = true
+reason = "r"
+source = "s"
+critical = true
+"""
+
+
+def test_an_override_extending_the_shipped_profile_with_text_toml_must_escape_travels_exactly(tmp_path, monkeypatch):
+    """The site's linux/squid extends shipped:linux/proxy, sets [params] (a list), and carries text with
+    quotes, backslashes, ''' and non-ASCII: the flat copy must parse back to the very same profile."""
+    from proxytune.tune import fleet_play, profile
+    d = tmp_path / "config/proxytune/profiles/linux"
+    d.mkdir(parents=True)
+    (d / "squid.toml").write_text(TRICKY)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    want = profile.load("linux/squid")
+    sent, names, host_side = prepared(tmp_path, monkeypatch, "linux/squid")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "host-has-no-catalog"))
+    got = profile.load(str(host_side / fleet_play.PROFILE_IN_BUNDLE))
+    assert shape(got) == shape(want) and got.params == want.params and got.description == want.description
+    assert len(want.raw) > 10          # the shipped settings came along
+
+
+def test_a_shipped_name_still_travels_as_a_name(tmp_path, monkeypatch):
+    """Nothing to flatten: the bundle carries the same shipped profiles."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "empty"))
+    sent, names, _ = prepared(tmp_path, monkeypatch, "linux/squid")
+    assert sent == "linux/squid" and "fleet-profile.toml" not in names

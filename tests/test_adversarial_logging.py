@@ -89,3 +89,38 @@ def test_a_root_owned_socket_the_environment_names_outside_a_private_directory_g
     assert received(daemon) == []
     assert "PROXYTUNE_SYSLOG_SOCKET" in r.stderr, r.stderr     # said once, not silently dropped
 
+
+# ---------------------------------------------------------------- second attack round
+
+def test_a_huge_sudo_user_and_a_socket_path_longer_than_sun_path_still_log_one_bounded_line(sandbox, prof,
+                                                                                             tmp_path, monkeypatch):
+    """A unix socket path is at most 107 bytes (sun_path): a private one deeper than that was never
+    reachable; a 64 KiB SUDO_USER must not make the line (or the journal entry) huge."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True, mode=0o700)
+    cwd = os.getcwd()
+    os.chdir(deep)                              # bind by a short relative name: the socket's path is > 108 bytes
+    try:
+        sock = LogSocket(Path("log.sock"))
+    finally:
+        os.chdir(cwd)
+    assert len(str(deep / "log.sock")) > 108
+    monkeypatch.setenv("PROXYTUNE_SYSLOG_SOCKET", str(deep / "log.sock"))
+    monkeypatch.setenv("PROXYTUNE_JOURNAL_SOCKET", str(tmp_path / "no-journald"))
+    r = run([*PY, "tune", "apply", "-p", str(prof), "--service", "squid", "--yes"], env={"SUDO_USER": "x" * 65536})
+    assert r.returncode == 0, r.stderr
+    (msg,) = sock.messages()
+    assert len(msg) < 4096 and syslog_fields(msg)["result"] == "applied", msg[:200]
+
+
+def test_a_refused_socket_with_stderr_closed_still_finishes_the_apply(sandbox, prof, tmp_path, monkeypatch):
+    """nohup-like: stderr is gone when the refusal is said. The apply is done; it must say rc 0."""
+    daemon = root_daemon_socket(tmp_path / "run-daemon")
+    monkeypatch.setenv("PROXYTUNE_SYSLOG_SOCKET", str(tmp_path / "run-daemon" / "daemon.sock"))
+    monkeypatch.setenv("PROXYTUNE_JOURNAL_SOCKET", str(tmp_path / "no-journald"))
+    import subprocess
+    r = subprocess.run([*PY, "tune", "apply", "-p", str(prof), "--service", "squid", "--yes"], stderr=subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, text=True, timeout=120, env=os.environ.copy(),
+                       preexec_fn=lambda: os.close(2))
+    assert r.returncode == 0 and "PROXYTUNE_SYSLOG_SOCKET" not in r.stdout, r.stdout   # not said on stdout instead
+    assert received(daemon) == []

@@ -288,3 +288,74 @@ def playbook_prlimit(tmp_path) -> str:
     assert r.returncode == 0, r.stderr
     return log.read_text() if log.exists() else ""
 
+
+# ---------------------------------------------------------------- second attack round (variants not used above)
+
+def test_a_fake_that_looks_like_roots_squid_from_its_own_user_namespace_is_not_the_proxy(sandbox, procs,
+                                                                                        nobody_bin):
+    """nobody, root in a user namespace of its own, bind-mounts its copy of sleep over /usr/sbin/squid
+    and runs that: /proc/PID/exe reads `/usr/sbin/squid`, and inside the namespace it is uid 0."""
+    if not Path("/usr/sbin/squid").exists():
+        pytest.skip("needs /usr/sbin/squid to hide")
+    script = f"mount --bind {nobody_bin / 'squid'} /usr/sbin/squid && exec /usr/sbin/squid 600"
+    p = procs([*NOBODY, "unshare", "-rm", "sh", "-c", script], "squid")
+    assert os.readlink(f"/proc/{p.pid}/exe") == "/usr/sbin/squid"
+    r, doc = check_json("--only", "limits:*")
+    assert doc["params"]["values"]["user"] != "nobody" and "running process" not in doc["params"]["sources"]["user"]
+    r, doc = check_json("--service", "squid", "--only", "rlimit:*")
+    (row,) = doc["settings"]
+    assert row["status"] == "n/a" and f"pid {p.pid}" in row["note"], row
+
+
+def test_a_system_accounts_fake_is_not_touched_by_the_playbook_either(sandbox, procs, nobody_bin, root_bin,
+                                                                      tmp_path):
+    """www-data (a web application's account: a system user) runs a fake squid. The playbook's uid
+    test let every system user's process through; the tree rule does not."""
+    import pwd
+    master, worker = real(procs, root_bin)
+    web = pwd.getpwnam("www-data")
+    d = Path(tempfile.mkdtemp(prefix="pt-www-", dir="/tmp"))
+    try:
+        shutil.copy("/bin/sleep", d / "squid")
+        subprocess.run(["chown", "-R", f"{web.pw_uid}:{web.pw_gid}", str(d)], check=True)
+        d.chmod(0o755)
+        p = procs(["setpriv", f"--reuid={web.pw_uid}", f"--regid={web.pw_gid}", "--clear-groups",
+                   str(d / "squid"), "600"], "squid")
+        touched = playbook_prlimit(tmp_path)
+        assert f"--pid {master} " in touched and f"--pid {p.pid} " not in touched, touched
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_what_a_fake_is_called_reaches_no_terminal_or_plugin_line_as_control_characters(sandbox, procs):
+    """The fake lives in a directory whose name carries an escape sequence and a newline: the note that
+    names it is one line of text in the table, the JSON and the Nagios line."""
+    d = Path(tempfile.mkdtemp(prefix="pt-esc-", dir="/tmp")) / "x\x1b]0;pwned\x07\nnote: forged"
+    d.mkdir()
+    try:
+        shutil.copy("/bin/sleep", d / "squid")
+        subprocess.run(["chown", "-R", "nobody:nogroup", str(d.parent)], check=True)
+        d.parent.chmod(0o755)
+        d.chmod(0o755)
+        p = procs([*NOBODY, str(d / "squid"), "600"], "squid")
+        r, doc = check_json("--only", "limits:*")
+        assert any(f"pid {p.pid}" in n and "\\x1b]0;pwned" in n for n in doc["notes"]), doc["notes"]
+        for args in (["--only", "limits:*"], ["--only", "limits:*", "--format", "nagios"]):
+            r = proxytune("tune", "check", *args, env=LIVE)
+            out = r.stdout + r.stderr
+            assert "\x1b" not in out and "\x07" not in out and "\nnote: forged" not in out, out
+    finally:
+        shutil.rmtree(d.parent, ignore_errors=True)
+
+
+def test_many_fakes_make_one_bounded_note(sandbox, procs, nobody_bin):
+    fakes = [fake(procs, nobody_bin) for _ in range(12)]
+    r, doc = check_json("--only", "limits:*")
+    note = next(n for n in doc["notes"] if "ignored" in n)
+    assert note.count("pid ") == proxytree_shown() and "(+7 more)" in note, note
+    assert sum(f"pid {p.pid} " in note for p in fakes) == proxytree_shown()
+
+
+def proxytree_shown() -> int:
+    from proxytune.core import proxytree
+    return proxytree.SHOWN

@@ -149,3 +149,26 @@ def test_no_maintainer_script_runs_a_users_module(deb_root, home, tmp_path, scri
     finally:
         shutil.rmtree(deb_root / "var", ignore_errors=True)
 
+
+# ---------------------------------------------------------------- second attack round
+
+def test_a_pth_file_in_the_users_site_runs_nothing_in_the_installed_command(deb_root, home):
+    """site.py executes the `import` lines of every .pth file in the user site at start-up."""
+    h, site, mark = home
+    (site / "zz-evil.pth").write_text(f"import os; open({str(mark)!r}, 'a').write('pth ran\\n')\n")
+    r = as_installed(deb_root, [str(deb_root / "usr/bin/proxytune"), "--version"],
+                     {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(h)})
+    assert not mark.exists() and r.returncode == 0, r.stderr
+
+
+def test_the_prerm_imports_nothing_from_the_directory_it_is_run_in(deb_root, home, tmp_path):
+    """`cd ~eve && sudo -E apt remove proxytune`: `python3 -` puts the working directory first on
+    sys.path; a proxytune/tune/journal.py there would be root's journal reader."""
+    h, site, mark = home
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    plant(cwd, mark, "proxytune.tune.journal")
+    r = as_installed(deb_root, [str(maintainer(deb_root, "prerm", tmp_path)), "remove"],
+                     {"PATH": f"{shims(tmp_path)}:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(h)}, journal=True, cwd=cwd)
+    assert not mark.exists(), mark.read_text() + r.stderr       # (py3clean fails: the package is not installed)
+

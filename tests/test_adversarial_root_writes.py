@@ -124,3 +124,20 @@ def test_the_launchers_install_lock_follows_no_link_and_installs_nothing_there(c
     assert list(victim.iterdir()) == [], list(victim.iterdir())
     assert apt == [], apt
     assert "install" in r.stderr and str(state) in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- second attack round
+
+def test_man_install_with_a_relative_data_home_in_a_users_directory_is_refused(nobody_dir):
+    """XDG_DATA_HOME=share (relative: the XDG spec says ignore it) run from the user's directory."""
+    r = man_install({"XDG_DATA_HOME": "share", "HOME": "/root"}, nobody_dir)
+    assert not (nobody_dir / "share").exists(), r.stdout
+    if r.returncode == 0:                       # ignored, as the spec says: root's own ~/.local/share
+        assert "/root/.local/share/man" in r.stdout, r.stdout
+        subprocess.run(["rm", "-f", "/root/.local/share/man/man8/proxytune.8",
+                        "/root/.local/share/man/man5/proxytune-profile.5"], check=True)
+
+
+def test_the_launcher_refuses_a_relative_state_dir_before_installing(checkout, nobody_dir):
+    r, apt, python = checkout("doctor", "--comm", "squid", env={"PROXYTUNE_STATE_DIR": "state"})
+    assert apt == [] and "not an absolute path" in r.stderr, r.stderr

@@ -151,3 +151,37 @@ def test_nagios_counts_waived_settings_and_the_counts_add_up(sandbox, prof):
     total = int(re.search(r"met=\d+;;;0;(\d+)", line).group(1))
     assert perf["waived"] == "4", perf
     assert sum(int(perf[k]) for k in ("met", "drift", "na", "error", "waived")) == total == 5, perf
+
+
+# ---------------------------------------------------------------- second attack round
+
+def test_a_profile_with_every_setting_waived_exports_a_playbook_ansible_accepts(sandbox, cli, tmp_path):
+    """Nothing left to do: every format still loads, the playbook has no setting task."""
+    p = tmp_path / "all-waived.toml"
+    p.write_text(re.sub(r'(source = "fs.rst"\n)', r'\1waive = "CHG-12: all of it"\n', PROFILE))
+    for fmt in ("sysctl.d", "limits.d", "systemd", "tuned"):
+        out = export(cli, p, fmt)
+        assert "# waived: sysctl:fs.file-max: CHG-12: all of it" in out
+        assert not re.search(r"^\s*[^#\s\[]", out, re.M) or fmt == "tuned", out
+    if not shutil.which("ansible-playbook"):
+        return
+    book = tmp_path / "pt.yml"
+    book.write_text(export(cli, p, "ansible"))
+    r = subprocess.run(["ansible-playbook", "-i", "localhost,", "--syntax-check", str(book)], capture_output=True,
+                       text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "ANSIBLE_HOME": str(tmp_path / "ah"),
+                                                    "ANSIBLE_LOCAL_TEMP": str(tmp_path / "at"), "HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_waived_critical_setting_never_pages_and_the_textfile_counts_add_up(sandbox, tmp_path):
+    """`critical = true` on a waived setting that is far off: Nagios must not go CRITICAL for it; the
+    textfile's counts by status sum to the settings it has."""
+    p = tmp_path / "critical.toml"
+    p.write_text(PROFILE.replace('waive = "CHG-7: the load balancer caps the backlog"',
+                                 'waive = "CHG-7: the load balancer caps the backlog"\ncritical = true')
+                 .replace("at_least = 4096", "at_least = 2147483647"))
+    r = run_check(p, "--format", "nagios")
+    assert not r.stdout.startswith("PROXYTUNE CRITICAL"), r.stdout
+    r = run_check(p, "--format", "prometheus")
+    counts = [int(n) for n in re.findall(r'^proxytune_settings\{[^}]*\} (\d+)$', r.stdout, re.M)]
+    assert sum(counts) == 5, r.stdout
