@@ -41,7 +41,7 @@ def _of_a_service(comm: str) -> list[int]:
         raise ProxytuneError(one_line(f"no process named {comm!r} belongs to a proxy's service" +
                                       (f": {'; '.join(notes)}" if notes else "")),
                              "a user's program of that name is not watched by name; --pid PID watches one anyway")
-    for n in notes:
+    for n in notes if sys.stderr is not None else ():       # (print to a closed stderr would go to stdout)
         print(one_line(f"proxytune: note: {n}"), file=sys.stderr)
     return pids
 

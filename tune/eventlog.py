@@ -94,6 +94,9 @@ def _value(v) -> str:
 
 
 def _warn(text: str) -> None:
+    """One line on stderr, if there is one (print to a closed stderr, None, would go to stdout)."""
+    if sys.stderr is None:
+        return
     try:
         print(f"proxytune: warning: {_text(text)}", file=sys.stderr)
     except Exception:
