@@ -16,14 +16,16 @@ import json
 import sys
 from pathlib import Path
 
+from proxytune.core import stats
 from proxytune.core.capability import perf_counts
 from proxytune.core.errors import ProxytuneError
 from proxytune.core.numbers import uint
 
-from . import devices, fio, rawdev, stats
-from .build import build
+from . import devices, fio, rawdev
+from .build import Harness, build
 from .runner import HarnessError, progress, unavailable
 
+HARNESS = Harness("objbench", "objbench", flags=("-pthread",), libraries=("-lm",), uring=True)
 ENGINES = ["sync", "threads", "posix-aio", "io_uring"]
 FS_STORES = ["ufs", "largefile"]
 # quick: the headline effects in about 20 s here (docs/BENCHMARKS.md "report time per section"):
@@ -86,7 +88,7 @@ def run(quick: bool = False, fss: list[str] | None = None, device: str | None = 
     if device is not None:
         rawdev.resolve(device)          # '' or not a block device: an error before anything is made
     try:
-        build("objbench")               # before any loop device is made; cached for _prepare
+        build(HARNESS)               # before any loop device is made; cached for _prepare
     except HarnessError as e:
         return unavailable({"bench": "storage", "quick": quick}, e)
     with devices.Sandbox() as sb, contextlib.ExitStack() as held:
@@ -108,7 +110,7 @@ def run(quick: bool = False, fss: list[str] | None = None, device: str | None = 
 
 def _prepare(plan: dict, fss: list[str], quick: bool, engines: list[str]):
     """The harness, whether perf counts syscalls, the result skeleton, and the filesystems we can make."""
-    exe = build("objbench")
+    exe = build(HARNESS)
     syscalls = perf_counts("raw_syscalls:sys_enter")
     result = {"bench": "storage", "quick": quick, "capacity_mb": plan["capacity_mb"], "requests": plan["requests"],
               "reps": plan["reps"],

@@ -41,10 +41,16 @@ def from_audit(audit: dict | None) -> list[dict]:
     return out
 
 
-# What each proxy runs its event loop on (their documentation: squid ./configure --enable-epoll,
-# nginx `events { use epoll; }`, HAProxy and Varnish pick epoll themselves, Traffic Server's
-# event system is epoll on Linux): none of them waits for events with io_uring.
-EPOLL_FIX = "squid: build with --enable-epoll; nginx: events { use epoll; }; haproxy, varnish, trafficserver use it already"
+def epoll_fix() -> str:
+    """How each proxy runs on epoll (its module's `epoll`; their documentation: squid ./configure
+    --enable-epoll, nginx `events { use epoll; }`, HAProxy and Varnish pick epoll themselves, Traffic
+    Server's event system is epoll on Linux): none of them waits for events with io_uring."""
+    from proxytune import proxies
+    told = [f"{k.kind}: {k.epoll}" for k in proxies.KINDS if k.epoll]
+    already = [k.kind for k in proxies.KINDS if not k.epoll]
+    return "; ".join(told + ([f"{', '.join(already)} use it already"] if already else []))
+
+
 NOISE = 0.10        # a median's relative spread assumed when the points carry less
 
 
@@ -81,7 +87,7 @@ def from_events(ev: dict | None) -> list[dict]:
                     "but no proxy here waits for events with it")
         else:
             why += f"; io_uring {u['median']:,.0f} ns"
-    return [{"rank_key": (2, -factor), "what": what, "why": why, "command": EPOLL_FIX, "source": "bench events"}]
+    return [{"rank_key": (2, -factor), "what": what, "why": why, "command": epoll_fix(), "source": "bench events"}]
 
 
 def from_storage(st: dict | None) -> list[dict]:
@@ -103,8 +109,8 @@ def from_storage(st: dict | None) -> list[dict]:
 
 def build(sections: dict) -> list[dict]:
     """Ranked actions, each {rank, what, why, command, source}."""
-    items = (from_doctor(sections.get("doctor")) + from_audit(sections.get("audit"))
-             + from_events(sections.get("events")) + from_storage(sections.get("storage")))
+    from .measurements import MEASUREMENTS
+    items = [item for m in MEASUREMENTS if m.summary for item in m.summary(sections.get(m.name))]
     items.sort(key=lambda i: i["rank_key"])
     return [{"rank": n, **{k: v for k, v in i.items() if k != "rank_key"}} for n, i in enumerate(items, 1)]
 

@@ -292,12 +292,12 @@ def test_build_cache_through_a_link_is_vetted_where_it_points(arena, monkeypatch
 @needs_root
 def test_a_harness_binary_someone_else_owns_is_never_run(tmp_path, monkeypatch):
     """A cached binary that is not ours (planted when the cache was open) is rebuilt, not returned."""
-    from proxytune.microbench import build
+    from proxytune.microbench import build, fdscan
     monkeypatch.setenv("PROXYTUNE_CACHE_DIR", str(tmp_path / "cache"))
-    first = build.build("fdscan")
+    first = build.build(fdscan.HARNESS)
     first.write_text("#!/bin/sh\necho planted\n")
     os.chown(first, pwd.getpwnam("nobody").pw_uid, -1)
-    again = build.build("fdscan")
+    again = build.build(fdscan.HARNESS)
     assert again.stat().st_uid == 0 and b"planted" not in again.read_bytes()
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from proxytune.reports import measurements
 
 DEBIAN_PYTHON = Path("/usr/bin/python3")
 TOP_LEVEL = {"core", "proxies", "tune", "probes", "microbench", "reports", "commands", "cli", "cli.py", "profiles"}
@@ -71,6 +72,9 @@ def test_the_wheel_holds_one_namespace_and_its_data(dist):
                  "proxytune/microbench/lua/polymix.lua", "proxytune/cli.py", "proxytune/commands/tune.py", "proxytune/tune/backends/sysctl.py",
                  "proxytune/core/procfs.py", "proxytune/reports/schemas/result.json"):
         assert data in names, data
+    for harness in measurements.harnesses():     # every measurement's C sources, as its spec names them
+        sources = {p.name for p in (REPO / "microbench" / harness.directory).iterdir() if p.suffix in (".c", ".h")}
+        assert sources and all(f"proxytune/microbench/{harness.directory}/{s}" in names for s in sources), harness
     entry = zipfile.ZipFile(wheel).read(f"{wheel.name.split('-py3')[0]}.dist-info/entry_points.txt").decode()
     assert "proxytune = proxytune.cli:run" in entry
 
@@ -138,6 +142,9 @@ def test_deb_layout_follows_debian(deb_root, dist):
             "usr/share/doc/proxytune/changelog.Debian.gz"} <= files
     assert top_level(f[len("usr/lib/python3/dist-packages/"):] for f in files
                      if f.startswith("usr/lib/python3/dist-packages/")) == {"proxytune"}
+    for harness in measurements.harnesses():     # every measurement's C sources, in the shared data
+        sources = {p.name for p in (REPO / "microbench" / harness.directory).iterdir() if p.suffix in (".c", ".h")}
+        assert {f"usr/share/proxytune/microbench/{harness.directory}/{s}" for s in sources} <= files, harness
     assert not [f for f in files if f.startswith("usr/lib/python3/dist-packages/proxytune/profiles")]
     control = run(["dpkg-deb", "-f", dist[1], "Depends", "Recommends", "Suggests"], cwd="/").stdout
     depends, recommends = control.split("\n")[:2]
