@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, needs_root
+from test_launcher import checkout  # noqa: F401
 
 pytestmark = needs_root
 
@@ -172,3 +173,24 @@ def test_the_prerm_imports_nothing_from_the_directory_it_is_run_in(deb_root, hom
                      {"PATH": f"{shims(tmp_path)}:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(h)}, journal=True, cwd=cwd)
     assert not mark.exists(), mark.read_text() + r.stderr       # (py3clean fails: the package is not installed)
 
+
+
+# ---------------------------------------------------------------- third round: the checkout launcher after main's registry
+
+@pytest.mark.parametrize("how", [".pth file in ~/.local site-packages, HOME kept", "sitecustomize on a kept PYTHONPATH"])
+def test_the_checkout_launcher_runs_the_systems_python_isolated(checkout, home, monkeypatch, how):
+    """`sudo -E ./proxytune bench proxy --proxy haproxy`: the launcher asks the registry for each proxy's
+    Debian package with the system's python3 (packaging/proxy-packages.py), as root, before any venv;
+    without -I that python3 ran the user's .pth files (or a sitecustomize on PYTHONPATH)."""
+    h, site, mark = home
+    env = {"HOME": str(h), "PROXYTUNE_NO_INSTALL": "1"}
+    if how.startswith(".pth"):
+        (site / "zz-evil.pth").write_text(f"import os; open({str(mark)!r}, 'a').write('pth ran\\n')\n")
+    else:
+        (site / "sitecustomize.py").write_text(PLANT.format(mark=str(mark), what="sitecustomize"))
+        env.update(PYTHONPATH=str(site), HOME="/nonexistent")
+    monkeypatch.setenv("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")      # Debian's python3, never a venv's
+    r, apt, python = checkout("bench", "proxy", "--proxy", "haproxy", env=env)
+    assert not mark.exists(), mark.read_text()
+    assert "haproxy" in r.stderr.split("Debian packages:")[-1], r.stderr     # the registry was still read
+    assert apt == [] and python and python[-1].endswith("cli.py bench proxy --proxy haproxy"), (apt, python)
