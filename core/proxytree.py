@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import procfs
+from .numbers import uint
 
 SYSTEMD_RUNNING = Path("/run/systemd/system")      # sd_booted(3): systemd is the init system
 LOGIN_DEFS = Path("/etc/login.defs")
@@ -117,8 +118,7 @@ def _show_unit(name: str) -> Unit | None:
     group = props.get("ControlGroup", "")
     if r.returncode or not group.startswith("/") or group == "/":
         return None                                 # not loaded, or not running: no cgroup of its own
-    main = props.get("MainPID", "0")
-    return Unit(group, int(main) if main.isdigit() else 0)
+    return Unit(group, uint(props.get("MainPID", "0")) or 0)
 
 
 class Processes:
