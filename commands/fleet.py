@@ -17,7 +17,7 @@ def fleet_options(f):
     options = [
         click.option("--inventory", "-i", required=True, metavar="FILE", help="Ansible inventory (INI, YAML, ...)."),
         click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True,
-                     metavar="NAME|PATH", help="A catalog name, or a file (a path starting with / ./ ../ or ending in .toml; sent to every host)."),
+                     metavar="NAME|PATH", help="A catalog name, or a file (a path starting with / ./ ../ or ending in .toml). A file, or a site or user profile, is sent to every host as resolved here (includes merged, waivers kept)."),
         click.option("--only", multiple=True, metavar="GLOB", help="Only settings matching (repeatable)."),
         click.option("--skip", multiple=True, metavar="GLOB", help="Leave out settings matching (repeatable)."),
         click.option("--limit", metavar="PATTERN", help="Ansible host pattern, e.g. 'proxies:!canary'."),

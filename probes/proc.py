@@ -1,26 +1,49 @@
 """What /proc says about the target processes: CPU time, fd use and limits."""
 
-from proxytune.core.errors import ProxytuneError
+import sys
+
+from proxytune.core import proxytree
+from proxytune.core.errors import ProxytuneError, one_line
 from proxytune.core.procfs import all_pids, alive, comm_of, cpu_seconds, fd_count, nofile_limits, pids_of, read_stat
+
+from proxytune import proxies
 
 from . import target
 
 
 def resolve(pid: int | None, comm: str | None) -> list[int]:
-    """The target pids: one --pid, or every process whose comm is NAME (nginx master + workers).
+    """The target pids: one --pid (the operator's choice), or the processes named NAME that belong to
+    a proxy's service (core.proxytree: nginx's master and workers, never a user's namesake).
     Zombies, kernel threads and exiting processes are refused (--pid) or left out (--comm)."""
     if pid is not None:
         target.check(pid)
         return [pid] + workers_of(pid)
     if comm:
         found = pids_of(comm)
-        pids = target.watchable(found)
-        if found and not pids:
+        if found and not target.watchable(found):
             raise ProxytuneError(f"no process named {comm!r} can be watched: {target.why_not(found[0])}")
-        if not pids:
+        if not found:
             raise ProxytuneError(f"no running process named {comm!r}", "names are the 15-char comm, see: ps -e -o comm")
-        return pids
+        return _of_a_service(comm)
     raise ProxytuneError("say which process: --pid PID or --comm NAME")
+
+
+def _of_a_service(comm: str) -> list[int]:
+    """The watchable processes named `comm` in a proxy's service; the trees left out said on stderr."""
+    procs, units = proxytree.Processes(), proxytree.Units()
+    pids, notes = [], []
+    for ident in proxies.identities_for(comm):
+        choice = proxytree.find(ident, procs, units)
+        pids += proxytree.named(choice, comm, procs)
+        notes += [choice.note()] if choice.note() else []
+    pids = target.watchable(sorted(set(pids)))
+    if not pids:
+        raise ProxytuneError(one_line(f"no process named {comm!r} belongs to a proxy's service" +
+                                      (f": {'; '.join(notes)}" if notes else "")),
+                             "a user's program of that name is not watched by name; --pid PID watches one anyway")
+    for n in notes if sys.stderr is not None else ():       # (print to a closed stderr would go to stdout)
+        print(one_line(f"proxytune: note: {n}"), file=sys.stderr)
+    return pids
 
 
 def workers_of(pid: int) -> list[int]:

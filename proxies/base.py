@@ -184,6 +184,7 @@ class Spec:
     exe_names: tuple[str, ...] = ()
     unit = user = package = ""                  # Debian's unit, the user its limits are for, its package
     service_user = ""                             # the user its service starts as, when not `user`
+    managers: tuple[str, ...] = ()                # executables that start it as root (core.proxytree)
     worker_thread: str | None = None              # the name of its worker threads, counted in /proc
     host_configs: tuple[str, ...] = ()            # its config files on a host (globs), where tune looks
     epoll: str | None = None                      # how to run its event loop on epoll; None: it does already

@@ -98,6 +98,7 @@ class TrafficServer(Spec, process=RunningTrafficServer):
     kind, exe_names = "trafficserver", ("traffic_server",)
     order = 50
     unit, user, package = "trafficserver", "trafficserver", "trafficserver"
+    managers = ("traffic_manager",)             # Debian's unit runs traffic_manager, which starts traffic_server
     stores = ("file", "raw")
     store_design = {"file": "one large file: its own directory, aggregated writes",
                     "raw": "a raw block device: the same layout with no filesystem"}

@@ -404,13 +404,14 @@ def test_rlimit_rollback_skips_a_recycled_pid(sandbox, tmp_path, sleeper):
     import resource
     p = tmp_path / "nofile.toml"
     p.write_text('[profile]\nos = "linux"\n[rlimit."ptsleeper:nofile"]\nat_least = 4000\nreason = "t"\nsource = "t"\n')
-    r = proxytune("tune", "apply", "-p", str(p), "--yes")
+    live = {"PROXYTUNE_ROOT": "/"}          # running processes are read on the live host, never under --root
+    r = proxytune("tune", "apply", "-p", str(p), "--yes", env=live)
     assert r.returncode == 0, r.stderr
     raised = resource.prlimit(sleeper.pid, resource.RLIMIT_NOFILE)
     assert raised[0] >= 4000
     f = entry_files(sandbox)[-1]
     edit_entry(f, lambda d: d["steps"][0]["old"][str(sleeper.pid)].update(start=1))
-    r = proxytune("tune", "rollback", "--yes")
+    r = proxytune("tune", "rollback", "--yes", env=live)
     assert r.returncode == 0, r.stderr
     assert f"skipped: pid {sleeper.pid} (ptsleeper) is gone or is another process now" in r.stdout
     assert resource.prlimit(sleeper.pid, resource.RLIMIT_NOFILE) == raised

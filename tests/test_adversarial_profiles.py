@@ -319,7 +319,7 @@ def test_cache_dirs_and_user_params_with_payloads_are_refused(tmp_path, sandbox,
 
 
 @needs_root
-@pytest.mark.parametrize("ref, bundled", [("linux/proxy", None), ("./mine.toml", "mine.toml")])
+@pytest.mark.parametrize("ref, bundled", [("linux/proxy", None), ("./mine.toml", "profile.toml")])
 def test_fleet_bundles_a_file_only_when_the_reference_is_a_path(nobody_dir, tmp_path, monkeypatch, ref, bundled):
     """The fleet's lookup is load()'s: a name with a planted ./linux/proxy in the cwd ships nothing
     (the hosts use their own catalog); an explicit, trusted file travels in the bundle."""
@@ -339,6 +339,8 @@ def test_fleet_bundles_a_file_only_when_the_reference_is_a_path(nobody_dir, tmp_
     fl = fleet_mod.Fleet(str(tmp_path / "inv.ini"), ref, workdir=tmp_path / "work")
     fl.prepare()
     assert (seen["f"] and seen["f"].name) == bundled and fl.shipped_profile == (bundled is not None)
+    if bundled:                 # the file travels flattened as resolved here (issue 27, item 2), not by its name
+        assert f"as resolved from {tmp_path / 'mine.toml'}" in seen["f"].read_text()
 
 
 @needs_root

@@ -272,7 +272,7 @@ def test_playbook_never_puts_a_name_into_a_shell_unquoted(cli):
               "--cache-dir", "/var/spool/squid").output
     assert "ansible.builtin.command: \"" not in out          # no command strings, only argv
     assert '"findmnt", "-n", "-o", "TARGET", "--target", "/var/spool/squid"' in out
-    assert "pgrep -x -- squid" in out
+    assert 'n=squid\\n' in out and 'pgrep -x -- \\"$n\\"' in out     # quoted once, then only "$n"
     assert out.count("check_mode: false") == out.count("changed_when: false") + 1    # + the PID 1 stat
 
 
