@@ -105,6 +105,7 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
         sampler.sample()
         window = watch.wait(duration, lambda t: (sampler.sample(), tick and tick(t)))
         after, ns1 = proc.snapshot(pids, watch.ids), (netstat.snapshot(nspath) if Path(nspath).exists() else ns0)
+        sampler.window_end()                              # each listener's drops, against the same TcpExt window
         ev["kernel"] = nsstate.read(pids[0], ct0)         # sysctls, sockstat, conntrack of its namespace
         ev["proxy"] = ({**watched.describe(), "stats_before": stats0, "stats_after": watched.stats()}
                        if watched else None)

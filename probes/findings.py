@@ -125,16 +125,65 @@ def low_nofile_limit(ev: dict) -> Finding | None:
                    impact=1 - min(p["nofile_soft"] for p in low) / LOW_NOFILE)
 
 
+def own_listen_drops(ev: dict) -> int | None:
+    """Drops the kernel counted on the proxy's own listeners in the window (each listener's sk_drops, which
+    tcp_listendrop() raises for every SYN or handshake ACK it drops: connsample), or None when not read."""
+    conns = ev.get("conns") or {}
+    if not (conns.get("listen_drops") or {}).get("available"):
+        return None
+    return sum(r.get("drops", 0) for r in (conns.get("ports") or {}).values())
+
+
+def _other_listeners(ev: dict) -> list[dict]:
+    """The namespace's other listeners that dropped (by their own count) or that a tick saw full (connsample)."""
+    return ((ev.get("conns") or {}).get("listen_drops") or {}).get("others") or []
+
+
+def overflowed_here(ev: dict) -> tuple[bool | None, str]:
+    """Whether the namespace's listen overflows are this proxy's: (True/False, why), or (None, why) when the
+    evidence cannot tell. TcpExt counts every listener of the network namespace (another process's, the
+    proxy's own origin's); the proxy's listeners show an overflow of theirs as their own drops, or, where
+    those were not read, as a queue the sampler saw."""
+    drops = own_listen_drops(ev)
+    if drops is not None:
+        return (drops > 0, f"its own listeners counted {drops} drops (sk_drops) in the window")
+    ports = (ev.get("conns") or {}).get("ports") or {}
+    if any(r.get("queued_peak", 0) > 0 for r in ports.values()):
+        return True, "its own accept queue was seen non-empty (per-listener drops not read)"
+    if _other_listeners(ev) and ports:
+        return False, "its own accept queue was never seen non-empty while another listener's was seen full"
+    return None, "not attributed: per-listener drops were not read and no queue was seen"
+
+
+def _full_now(ev: dict) -> list[dict]:
+    return [l for l in ev["listeners"] if l["queued"] >= l["backlog"] > 0]
+
+
+def elsewhere(ev: dict) -> dict[str, int]:
+    """The namespace-wide listen counters of the window that are not this proxy's: ListenOverflows when its
+    own listeners show no overflow (overflowed_here is False) and no full queue now; the SYN-queue ones as
+    well when they are drops (counted per listener too: tcp_listendrop), or, for cookies (which drop
+    nothing), when another listener is seen overflowing."""
+    d = ev["netstat"]
+    if overflowed_here(ev)[0] is not False or _full_now(ev):
+        return {}
+    out = {k: d[k] for k in ("ListenOverflows", "ListenDrops", "TCPReqQFullDrop") if d.get(k, 0) > 0}
+    if d.get("TCPReqQFullDoCookies", 0) > 0 and _other_listeners(ev):
+        out["TCPReqQFullDoCookies"] = d["TCPReqQFullDoCookies"]
+    return out
+
+
 def accept_queue_overflow(ev: dict) -> Finding | None:
     d = ev["netstat"]
-    full = [l for l in ev["listeners"] if l["queued"] >= l["backlog"] > 0]
-    if d.get("ListenOverflows", 0) <= 0 and not full:
+    full = _full_now(ev)
+    if d.get("ListenOverflows", 0) <= 0 and not full or "ListenOverflows" in elsewhere(ev):
         return None
     return Finding("accept-queue-overflow", "high", "connections dropped: the accept queue overflowed",
                    {"ListenOverflows": d.get("ListenOverflows", 0), "ListenDrops": d.get("ListenDrops", 0),
                     "per_s": round(_per_s(d.get("ListenOverflows", 0), ev), 1),
                     "listeners": [{"local": l["local"], "queued": l["queued"], "backlog": l["backlog"]}
                                   for l in ev["listeners"]],
+                    "own_listener_drops": own_listen_drops(ev), "attributed": overflowed_here(ev)[1],
                     "note": "TcpExt counters are for the whole network namespace, not only this process"},
                    "raise net.core.somaxconn (profile linux/proxy: sysctl:net.core.somaxconn >= 8192) and the "
                    "listen backlog (nginx `listen ... backlog=8192`); a loop that accepts too slowly needs more "
@@ -142,9 +191,37 @@ def accept_queue_overflow(ev: dict) -> Finding | None:
                    impact=_per_s(d.get("ListenOverflows", 0), ev))
 
 
+def other_listener_overflow(ev: dict) -> Finding | None:
+    """Listen overflows another listener of the namespace counted: a low note naming it, not this proxy's
+    finding (its fix is not in this proxy's config)."""
+    counted = elsewhere(ev)
+    if not counted:
+        return None
+    others = _other_listeners(ev)
+    named = [f"{o['local']} ({(o.get('process') or {}).get('comm', '?')} pid {(o.get('process') or {}).get('pid', '?')})"
+             for o in others]
+    where = ", ".join(named) if named else "a listener that no longer exists at the window's end"
+    ports = (ev.get("conns") or {}).get("ports") or {}
+    own = [{"local": l["local"], **{k: r.get(k) for k in ("queued_peak", "backlog", "drops")}}
+           for l in ev["listeners"] for r in [ports.get(l["local"].rsplit(":", 1)[-1], {})]]
+    n = max(counted.values())
+    return Finding("other-listener-overflow", "low",
+                   f"another listener in this network namespace overflowed, not this proxy's: {where}",
+                   {**counted, "per_s": round(_per_s(n, ev), 1), "overflowed": others, "own_listeners": own,
+                    "attributed": overflowed_here(ev)[1],
+                    "note": "TcpExt ListenOverflows, ListenDrops and TCPReqQFull* count every listener of the "
+                            "network namespace; each listener's own drops (sk_drops, `ss -tlm` skmem d) say "
+                            "which one dropped"},
+                   f"nothing to change in this proxy for it: the listener that overflowed is {where}; raise its "
+                   "backlog or make it accept sooner if it matters (when it is this proxy's origin, the proxy's "
+                   "connects to it wait for SYN retransmits)", impact=_per_s(n, ev) / 1e6)
+
+
 def syn_backlog_overflow(ev: dict) -> Finding | None:
     d = ev["netstat"]
     drops, cookies = d.get("TCPReqQFullDrop", 0), d.get("TCPReqQFullDoCookies", 0)
+    gone = elsewhere(ev)
+    drops, cookies = (0 if "TCPReqQFullDrop" in gone else drops), (0 if "TCPReqQFullDoCookies" in gone else cookies)
     if drops + cookies <= 0:
         return None
     return Finding("syn-backlog-overflow", "high" if drops else "medium", "the SYN queue overflowed",
@@ -421,7 +498,8 @@ def cpu_hotspot(ev: dict) -> Finding | None:
                    impact=named["share"] * cpu)
 
 
-RULES = [fd_exhaustion, low_nofile_limit, accept_queue_overflow, syn_backlog_overflow, ephemeral_port_exhaustion,
+RULES = [fd_exhaustion, low_nofile_limit, accept_queue_overflow, other_listener_overflow, syn_backlog_overflow,
+         ephemeral_port_exhaustion,
          poll_scan, blocking_disk_io, file_per_object_churn, cache_dir_atime, cpu_hotspot,
          time_wait_overflow, conntrack_full, tcp_memory_pressure, orphan_sockets, listen_drops]
 

@@ -195,6 +195,24 @@ def record(cell: str, proxy: str, mode: str, run: int, doc: dict) -> None:
         fh.write(json.dumps(line) + "\n")
 
 
+class StuckListener:
+    """Another process's listener that never accepts (a hung service): a python3 process listening on
+    127.0.0.1 with a backlog of `backlog`, in the namespace of the thread that starts it."""
+
+    def __init__(self, backlog: int = 4):
+        import sys
+        code = ("import socket, sys, time\ns = socket.socket()\ns.bind(('127.0.0.1', 0))\n"
+                f"s.listen({int(backlog)})\nprint(s.getsockname()[1], flush=True)\ntime.sleep(900)\n")
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        self.port = int(self.proc.stdout.readline())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        stop(self.proc)
+
+
 class BoundClients:
     """`n` keep-alive HTTP clients in threads, each bound to an explicit local port from `ports`
     (outside a narrowed ip_local_port_range, so that only the proxy's own connects run short of

@@ -124,3 +124,100 @@ def test_a_written_maxconn_keeps_its_own_fix():
     out = ranked(ev)
     assert out[0].id == "haproxy-maxconn" and "raise `maxconn 200`" in out[0].fix
     assert "derived_maxconn" not in out[0].evidence
+
+
+# ------------------------------------------------------------------ the namespace's listen counters
+
+def ns_ev(own_drops: int | None, overflows: int = 600, own_queue: int = 0, others: list | None = None,
+          now_queued: int = 0, cookies: int = 0, synq_drops: int = 0) -> dict:
+    port = {"queued_peak": own_queue, "queued_samples": int(own_queue > 0), "backlog": 4096, "clients_peak": 4}
+    if own_drops is not None:
+        port["drops"] = own_drops
+    drops = {"available": own_drops is not None, "others": others or []}
+    return {"pids": [1], "comm": "nginx", "window_s": 3.0, "bpf": {}, "procs": {}, "cache_dirs": [],
+            "perf": {"available": False}, "cpu_cores": 0.05,
+            "netstat": {"ListenOverflows": overflows, "ListenDrops": overflows + synq_drops,
+                        "TCPReqQFullDoCookies": cookies, "TCPReqQFullDrop": synq_drops},
+            "listeners": [{"local": "127.0.0.1:8080", "queued": now_queued, "backlog": 4096, "pids": [1]}],
+            "conns": {"ports": {"8080": port}, "listen_drops": drops}}
+
+
+STUCK = {"local": "127.0.0.1:9999", "queued_peak": 5, "full_samples": 12, "backlog": 4, "drops": 600,
+         "process": {"pid": 77, "comm": "python3"}}
+
+
+def by_id(ev: dict) -> dict:
+    return {f.id: f for f in findings.evaluate(ev)}
+
+
+def test_another_listeners_overflow_is_a_low_note_naming_it():
+    """The issue: 0 queued of 4096 on the proxy's own listener, ListenOverflows from a listener next to it."""
+    f = by_id(ns_ev(own_drops=0, others=[STUCK]))
+    assert "accept-queue-overflow" not in f
+    note = f["other-listener-overflow"]
+    assert note.severity == "low" and "127.0.0.1:9999 (python3 pid 77)" in note.title
+    assert note.evidence["ListenOverflows"] == 600 and note.evidence["own_listeners"][0]["drops"] == 0
+    assert "nothing to change in this proxy" in note.fix
+
+
+def test_own_drops_make_the_overflow_this_proxys_however_short_its_queue_lived():
+    f = by_id(ns_ev(own_drops=3, others=[STUCK]))
+    assert f["accept-queue-overflow"].severity == "high" and "other-listener-overflow" not in f
+    assert f["accept-queue-overflow"].evidence["own_listener_drops"] == 3
+
+
+def test_a_full_own_queue_now_is_a_finding_whatever_the_counters():
+    f = by_id(ns_ev(own_drops=0, others=[STUCK], now_queued=4096))
+    assert "accept-queue-overflow" in f and "other-listener-overflow" not in f
+
+
+@pytest.mark.parametrize("own_queue, others, expected", [
+    (3, [], "accept-queue-overflow"),                       # its queue was seen: its own
+    (0, [STUCK], "other-listener-overflow"),                # never seen, another seen full
+    (0, [], "accept-queue-overflow"),                       # cannot tell: as before, said so
+])
+def test_without_per_listener_drops_the_sampled_queues_decide(own_queue, others, expected):
+    f = by_id(ns_ev(own_drops=None, own_queue=own_queue, others=others))
+    assert expected in f
+    if expected == "accept-queue-overflow" and not own_queue:
+        assert "not attributed" in f[expected].evidence["attributed"]
+
+
+def test_an_overflow_elsewhere_with_no_listener_left_to_name_is_still_not_this_proxys():
+    f = by_id(ns_ev(own_drops=0, others=[]))
+    assert "accept-queue-overflow" not in f and "no longer exists" in f["other-listener-overflow"].title
+
+
+def test_syn_queue_counters_follow_the_same_attribution():
+    f = by_id(ns_ev(own_drops=0, overflows=0, synq_drops=40, others=[STUCK]))
+    assert "syn-backlog-overflow" not in f and f["other-listener-overflow"].evidence["TCPReqQFullDrop"] == 40
+    # cookies drop nothing, so no listener counts them: they leave only when another listener is seen overflowing
+    f = by_id(ns_ev(own_drops=0, overflows=0, cookies=40))
+    assert f["syn-backlog-overflow"].severity == "medium"
+    f = by_id(ns_ev(own_drops=0, overflows=500, cookies=40, others=[STUCK]))
+    assert "syn-backlog-overflow" not in f and f["other-listener-overflow"].evidence["TCPReqQFullDoCookies"] == 40
+    assert by_id(ns_ev(own_drops=2, overflows=0, synq_drops=40, others=[STUCK]))["syn-backlog-overflow"].severity \
+        == "high"
+
+
+def test_an_own_cap_reached_with_overflows_elsewhere_is_not_waiting():
+    """owncap: clients waiting are this proxy's queue or its own drops, not the namespace's count."""
+    ev = hap(PLAIN.replace("daemon", "daemon\n    maxconn 100"), clients=100, queued=0, overflows=900)
+    ev["conns"]["listen_drops"] = {"available": True, "others": [STUCK]}
+    ev["conns"]["ports"]["8080"]["drops"] = 0
+    out = ranked(ev)
+    assert out[0].id == "haproxy-maxconn" and out[0].severity == "medium"
+    ev["conns"]["ports"]["8080"]["drops"] = 7
+    assert ranked(ev)[0].severity == "high"
+
+
+def test_ss_listener_lines_give_each_listeners_drops():
+    text = ("LISTEN 0      4096   127.0.0.1:8080 0.0.0.0:* ino:111 sk:1 cgroup:/ <->\n"
+            "\t skmem:(r0,rb131072,t0,tb16384,f0,w0,o0,bl0,d0)\n"
+            "LISTEN 5      4      127.0.0.1:9999 0.0.0.0:* ino:222 sk:2 cgroup:/ <->\n"
+            "\t skmem:(r0,rb131072,t0,tb16384,f0,w0,o0,bl0,d613)\n")
+    rows = connsample.parse_listeners(text)
+    assert rows == {111: {"local": "127.0.0.1:8080", "queued": 0, "backlog": 4096, "drops": 0},
+                    222: {"local": "127.0.0.1:9999", "queued": 5, "backlog": 4, "drops": 613}}
+    assert connsample.parse_listeners(text.replace(",d613", "")) is None     # an ss without the count: unknown
+    assert connsample.parse_listeners("") == {}
