@@ -27,8 +27,14 @@ BLOCKING_MIN_SHARE = 0.05
 CHURN_MIN_PER_S = 20
 # cpu-hotspot: the target uses at least this much of one CPU ...
 HOTSPOT_MIN_CPU = 0.20
-# ... and one function holds at least this share of its samples.
+# ... and one function holds at least this share of its samples ...
 HOTSPOT_MIN_SHARE = 0.10
+# ... and its CPU is what its requests wait on: a thread that serves them is busy at least this share of the
+# window. An event loop (an nginx worker, a haproxy thread, a squid kid, an ATS ET_NET thread) runs its ready
+# events one after the other, so at utilisation u an event that becomes ready waits on average u / (1 - u)
+# event times before the loop reaches it (M/M/1 queue): 4 at 0.8, 9 at 0.9, under half an event's own time
+# at 0.3. Below this the loop is idle most of the window and any busy proxy has some function at 10 %.
+HOTSPOT_LOOP_BUSY = 0.8
 # cpu-hotspot needs this many samples of the target to say anything.
 HOTSPOT_MIN_SAMPLES = 50
 # time-wait-overflow: a TIME_WAIT bucket lives TCP_TIMEWAIT_LEN (60 s, include/net/tcp.h), so the buckets a
@@ -467,25 +473,57 @@ def listen_drops(ev: dict) -> Finding | None:
 IRQ_RESTORE = ("_raw_spin_unlock_irqrestore", "_raw_spin_unlock_irq", "pv_native_safe_halt")
 
 
-def cpu_hotspot(ev: dict) -> Finding | None:
+def cpu_waited_on(ev: dict) -> tuple[bool, dict]:
+    """Whether the proxy's own CPU is what its requests wait on, and the reading that says so: its busiest
+    thread near a full core (an event loop serialises its events), or every CPU it may run on busy (a pool
+    that gives each request a thread, as varnish does). Per-thread CPU comes from /proc/PID/task/TID/stat
+    over the window (doctor.gather: ev["threads"]); without it nothing says the loop is busy."""
+    t = ev.get("threads") or {}
+    if not t.get("available") or not t.get("busiest"):
+        return False, {"reason": t.get("reason") or "per-thread CPU was not recorded"}
+    top = t["busiest"][0]
+    cpus = t.get("cpus_allowed") or 1
+    loop = top["cores"] >= HOTSPOT_LOOP_BUSY
+    pool = (ev.get("cpu_cores") or 0) >= HOTSPOT_LOOP_BUSY * cpus
+    # Hook for the time budget (ev["budget"], built by probes/budget.py): its proxy_self part (CPU and run
+    # queue) dominating a request's time answers the same question directly; it joins here as a third reason
+    # (`or budget proxy_self share dominates`), reported alongside these two.
+    return loop or pool, {"busiest_thread": top, "cpus_allowed": cpus, "cpu_cores": round(ev.get("cpu_cores") or 0, 3),
+                          "criterion": f"a thread at >= {HOTSPOT_LOOP_BUSY} of a core, or the process at >= "
+                                       f"{HOTSPOT_LOOP_BUSY} of each of its {cpus} CPUs",
+                          "met": "busiest thread" if loop else "all its CPUs" if pool else "no"}
+
+
+def _hot(ev: dict) -> tuple[list, list] | None:
+    """(hot leaf functions, hot functions of the proxy's own code) when perf saw the target busy enough."""
     p = ev.get("perf") or {}
-    if not p.get("available") or p.get("samples", 0) < HOTSPOT_MIN_SAMPLES:
+    if not p.get("available") or p.get("samples", 0) < HOTSPOT_MIN_SAMPLES or ev.get("cpu_cores", 0) < HOTSPOT_MIN_CPU:
         return None
-    cpu = ev.get("cpu_cores", 0)
     hot = [t for t in p["top"] if t["share"] >= HOTSPOT_MIN_SHARE]
     hot_own = [t for t in p.get("own_top", []) if t["share"] >= HOTSPOT_MIN_SHARE]
-    if cpu < HOTSPOT_MIN_CPU or not (hot or hot_own):
-        return None
+    return (hot, hot_own) if hot or hot_own else None
+
+
+def _rounded(t: dict) -> dict:
+    return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in t.items()}
+
+
+def cpu_hotspot(ev: dict) -> Finding | None:
+    found = _hot(ev)
+    waited, loop = cpu_waited_on(ev)
+    if not found or not waited:
+        return None                       # the top functions are information then: see cpu_headroom
+    hot, hot_own = found
+    p, cpu = ev["perf"], ev.get("cpu_cores", 0)
     # Name the proxy's own function when one is hot, counting the kernel and library work it calls
     # directly (from the call chains): it is the code the operator can change. Else the hottest leaf.
     own = hot_own
     named = own[0] if own else hot[0]
-    rnd = lambda t: {k: (round(v, 3) if isinstance(v, float) else v) for k, v in t.items()}
     evidence = {"cpu_cores": round(cpu, 2), "samples": p["samples"], "function": named["function"],
                 "dso": named["dso"], "share": round(named["share"], 3),
                 "attribution": "own code with its direct kernel/library calls" if own else "self time",
-                "hot_self": [rnd(t) for t in hot[:5]], "hot_own_code": [rnd(t) for t in hot_own[:5]],
-                "split": {k: round(v, 3) for k, v in p["split"].items()}}
+                "hot_self": [_rounded(t) for t in hot[:5]], "hot_own_code": [_rounded(t) for t in hot_own[:5]],
+                "split": {k: round(v, 3) for k, v in p["split"].items()}, "cpu_waited_on": loop}
     if any(t["function"] in IRQ_RESTORE for t in hot):
         evidence["note"] = ("cpu-clock samples in a VM land where interrupts are re-enabled, so kernel time "
                             "piles up on *_irqrestore: read it as time inside the kernel's syscalls")
@@ -496,6 +534,25 @@ def cpu_hotspot(ev: dict) -> Finding | None:
                    "event, that is the classic O(N) case (see poll-scan); if its time is in syscalls, fewer and "
                    "larger calls help; `proxytune probe cachemiss -- CMD` tells whether it is memory-bound",
                    impact=named["share"] * cpu)
+
+
+def cpu_headroom(ev: dict) -> dict | None:
+    """The busiest thread's CPU against one core, with the top functions as information when they are no
+    finding (no thread near a full core: the proxy's requests do not wait on its CPU)."""
+    t = ev.get("threads") or {}
+    if not t.get("available") or not t.get("busiest"):
+        return None
+    top = t["busiest"][0]
+    row = {"what": f"CPU of its busiest thread ({top['comm']}, pid {top['pid']} tid {top['tid']}), in cores",
+           "used": top["cores"], "limit": 1,
+           "where": f"/proc/{top['pid']}/task/{top['tid']}/stat; from {HOTSPOT_LOOP_BUSY} of a core its requests "
+                    "wait on its CPU (cpu-hotspot)"}
+    p = ev.get("perf") or {}
+    if p.get("available") and p.get("top") and not cpu_waited_on(ev)[0]:
+        row["top_functions"] = [_rounded(x) for x in p["top"][:3]]
+        row["where"] += "; top functions (information, no finding): " + ", ".join(
+            f"{x['function']} {x['share']:.0%}" for x in p["top"][:3])
+    return row
 
 
 RULES = [fd_exhaustion, low_nofile_limit, accept_queue_overflow, other_listener_overflow, syn_backlog_overflow,

@@ -19,7 +19,7 @@ from dataclasses import asdict
 
 from proxytune.proxies.cap import Cap
 
-from .findings import Finding
+from .findings import Finding, cpu_headroom
 
 
 def accept_queue(ev: dict, ports: tuple = ()) -> dict:
@@ -102,8 +102,11 @@ def headroom(caps: list[Cap], ev: dict) -> list[dict]:
                              + (f" ({toward})" if toward else "") + " (TIME-WAIT counted at the end)",
                      "used": used, "limit": eph["range_size"],
                      "where": f"net.ipv4.ip_local_port_range {ev.get('port_range')}"})
+    if cpu := cpu_headroom(ev):
+        rows.append(cpu)
     for r in rows:
-        r["share"] = round(r["used"] / r["limit"], 3) if isinstance(r["used"], int) and r["limit"] else None
+        r["share"] = (round(r["used"] / r["limit"], 3) if isinstance(r["used"], (int, float)) and r["limit"]
+                      else None)
     return rows
 
 

@@ -126,6 +126,56 @@ def test_a_written_maxconn_keeps_its_own_fix():
     assert "derived_maxconn" not in out[0].evidence
 
 
+# ------------------------------------------------------------------ cpu-hotspot: the loop, not the share
+
+def cpu_ev(cores: float, busiest: float | None, cpus: int = 2, share: float = 0.3) -> dict:
+    top = [{"function": "ngx_http_parse_request_line", "dso": "nginx", "where": "proxy", "samples": 300,
+            "share": share}, {"function": "memcpy", "dso": "libc.so.6", "where": "shared library",
+                              "samples": 100, "share": 0.1}]
+    ev = {"pids": [1], "comm": "nginx", "window_s": 3.0, "bpf": {}, "procs": {}, "netstat": {}, "listeners": [],
+          "cache_dirs": [], "cpu_cores": cores,
+          "perf": {"available": True, "samples": 1000, "split": {"proxy": 0.5, "kernel": 0.5}, "top": top,
+                   "own_top": top[:1]}}
+    if busiest is not None:
+        ev["threads"] = {"available": True, "cpus_allowed": cpus, "threads": 3,
+                         "busiest": [{"pid": 2, "tid": 2, "comm": "nginx", "cores": busiest}]}
+    return ev
+
+
+@pytest.mark.parametrize("cores, busiest, cpus, fires", [
+    (0.35, 0.2, 2, False),          # the issue: 2 workers at a few thousand requests/s
+    (0.79, 0.79, 2, False),         # just below the loop's edge
+    (0.8, 0.8, 2, True),            # a loop at 80 %: an event waits 4 event times
+    (1.7, 0.45, 2, True),           # a pool: every CPU it may use is busy
+    (1.5, 0.45, 2, False),
+    (0.9, 0.9, 2, True),
+    (0.9, None, 2, False),          # no per-thread CPU recorded: nothing says the loop is busy
+])
+def test_cpu_hotspot_needs_the_proxys_cpu_to_be_what_requests_wait_on(cores, busiest, cpus, fires):
+    ids = [f.id for f in findings.evaluate(cpu_ev(cores, busiest, cpus))]
+    assert ("cpu-hotspot" in ids) == fires
+
+
+def test_a_busy_healthy_proxys_top_functions_are_headroom_information():
+    ev = cpu_ev(0.35, 0.2)
+    assert ranked(ev) == []
+    row = findings.cpu_headroom(ev)
+    assert row["used"] == 0.2 and row["limit"] == 1
+    assert [t["function"] for t in row["top_functions"]] == ["ngx_http_parse_request_line", "memcpy"]
+    assert "information, no finding" in row["where"]
+    rows = owncap.headroom([], ev)
+    assert rows[-1] is not None and rows[-1]["share"] == 0.2
+    hot = cpu_ev(0.95, 0.95)
+    assert "top_functions" not in findings.cpu_headroom(hot)          # they are the finding there
+
+
+def test_a_saturated_loop_is_still_a_hotspot_or_cpu_bound():
+    out = ranked(cpu_ev(0.95, 0.95, share=0.3))
+    assert [f.id for f in out] == ["cpu-bound"]                         # no own function dominates
+    out = ranked(cpu_ev(0.95, 0.95, share=0.6))
+    assert [f.id for f in out] == ["cpu-hotspot"] and out[0].evidence["cpu_waited_on"]["met"] == "busiest thread"
+
+
 # ------------------------------------------------------------------ the namespace's listen counters
 
 def ns_ev(own_drops: int | None, overflows: int = 600, own_queue: int = 0, others: list | None = None,
