@@ -550,8 +550,11 @@ def cpu_headroom(ev: dict) -> dict | None:
     p = ev.get("perf") or {}
     if p.get("available") and p.get("top") and not cpu_waited_on(ev)[0]:
         row["top_functions"] = [_rounded(x) for x in p["top"][:3]]
-        row["where"] += "; top functions (information, no finding): " + ", ".join(
-            f"{x['function']} {x['share']:.0%}" for x in p["top"][:3])
+        row["top_own_code"] = [_rounded(x) for x in (p.get("own_top") or [])[:2]]
+        named = lambda rows: ", ".join(f"{x['function']} {x['share']:.0%}" for x in rows)
+        row["where"] += f"; top functions (information, no finding): {named(p['top'][:3])}"
+        if row["top_own_code"]:
+            row["where"] += f"; of its own code, with the calls it makes: {named(row['top_own_code'])}"
     return row
 
 

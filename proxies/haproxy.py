@@ -174,10 +174,15 @@ class HAProxy(Proxy):
     @staticmethod
     def fd_fix(p: dict) -> str:
         d, conf = p["directives"], p.get("config")
-        v = d.get("maxconn", {}).get("value", "not set")
+        ulimit = f"ulimit-n now {d.get('ulimit-n', {}).get('value', 'not set')}; {nofile_now(p)}"
+        if "maxconn" not in d:              # it derives maxconn from this limit (compute_ideal_maxconn)
+            return (f"haproxy has no maxconn ({where(d, 'maxconn', conf)}) and derives it from this fd limit: set "
+                    "maxconn and the fd limit together, `maxconn N` in the global section and an fd limit of at "
+                    f"least 2 x N + reserve (profile linux/haproxy: LimitNOFILE 131072) ({ulimit})")
+        v = d["maxconn"].get("value")
         return (f"haproxy sizes its fds from `maxconn {v}` ({where(d, 'maxconn', conf)}): keep the hard fd "
                 "limit at 2 x maxconn + reserve (profile linux/haproxy: LimitNOFILE 131072); do not set ulimit-n "
-                f"below that (ulimit-n now {d.get('ulimit-n', {}).get('value', 'not set')}; {nofile_now(p)})")
+                f"below that ({ulimit})")
 
     @staticmethod
     def backlog_fix(p: dict) -> str:

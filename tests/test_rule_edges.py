@@ -117,6 +117,8 @@ def test_at_a_derived_maxconn_the_cap_is_first_and_both_limits_move_together(cli
         assert out[0].evidence["limit"] == 119 and not out[0].evidence["limit_estimated"]
         assert "accept-queue-overflow" not in [f.id for f in out]          # its evidence now
         assert out[0].evidence["derived_maxconn"]["computed"]["maxconn"] == 119
+        low = next(f for f in out if f.id == "low-nofile-limit")            # the fd limit is the same cap
+        assert "set maxconn and the fd limit together" in low.fix and "maxconn not set" not in low.fix
 
 
 def test_a_written_maxconn_keeps_its_own_fix():
@@ -163,6 +165,7 @@ def test_a_busy_healthy_proxys_top_functions_are_headroom_information():
     assert row["used"] == 0.2 and row["limit"] == 1
     assert [t["function"] for t in row["top_functions"]] == ["ngx_http_parse_request_line", "memcpy"]
     assert "information, no finding" in row["where"]
+    assert "of its own code, with the calls it makes: ngx_http_parse_request_line 30%" in row["where"]
     rows = owncap.headroom([], ev)
     assert rows[-1] is not None and rows[-1]["share"] == 0.2
     hot = cpu_ev(0.95, 0.95)
