@@ -10,6 +10,7 @@ writes a Squid-format access log instead.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -39,9 +40,11 @@ class HAProxy(_Server):
     """haproxy -db (foreground) with a global maxconn, a stats socket, and its cache (max_mb > 0)."""
 
     def __init__(self, origin_port: int, maxconn: int | None = 4096, cache_mb: int = 64, nofile: tuple | None = None,
-                 bind: str = "", stats_socket: bool = True, frontend_maxconn: int | None = None):
+                 bind: str = "", stats_socket: bool = True, frontend_maxconn: int | None = None,
+                 verbose: bool = False):
         self.exe = _need("haproxy", "haproxy")
         self.dir, self.port, self.nofile = _tempdir("haproxy"), free_port(), nofile
+        self.verbose = verbose              # -V: it says at start the maxconn it derived (said_maxconn)
         self.stats_socket = self.dir / "stats.sock"
         cache = (f"cache c\n    total-max-size {cache_mb}\n    max-object-size 1048576\n    max-age 86400\n"
                  if cache_mb else "")
@@ -70,8 +73,18 @@ class HAProxy(_Server):
         return self.dir / "haproxy.cfg"
 
     def __enter__(self):
-        self._launch(_limited([self.exe, "-db", "-f", str(self.conf)], self.nofile))
+        argv = [self.exe, "-db", *(["-V"] if self.verbose else []), "-f", str(self.conf)]
+        self._launch(_limited(argv, self.nofile), stderr=self.dir / "stderr.log" if self.verbose else None)
         return self
+
+    def said_maxconn(self) -> int | None:
+        """The maxconn haproxy -V said it set at start ("Note: setting global.maxconn to N.", src/haproxy.c
+        init() when none is written), else None."""
+        try:
+            m = re.search(r"setting global\.maxconn to ([0-9]+)", (self.dir / "stderr.log").read_text(), re.A)
+        except OSError:
+            return None
+        return int(m.group(1)) if m else None
 
 
 class Varnish(_Server):
