@@ -15,16 +15,13 @@ when the target holds it, with one fixed request and one total deadline.
 from proxytune.core.numbers import leading_uint as as_number  # noqa: F401  (kept for callers)
 
 from proxytune.proxies import KINDS, by_kind, identify, names  # noqa: F401
-from proxytune.proxies.base import (STATS_SECONDS, Proxy, argv_of, as_int, directives, option,  # noqa: F401
+from proxytune.proxies.base import (STATS_SECONDS, Running, Spec, argv_of, as_int, directives, option,  # noqa: F401
                                     read_config)
-from proxytune.proxies.haproxy import HAProxy  # noqa: F401
-from proxytune.proxies.nginx import Nginx  # noqa: F401
-from proxytune.proxies.squid import Squid  # noqa: F401
-from proxytune.proxies.trafficserver import TrafficServer, logged_at  # noqa: F401
-from proxytune.proxies.varnish import Varnish  # noqa: F401
+from proxytune.proxies.trafficserver import logged_at  # noqa: F401
+from proxytune.proxies.varnish import RunningVarnish  # noqa: F401
 
 
-def audit_as(target: Proxy | None, profile_ref: str, comm: str) -> tuple[str, str]:
+def audit_as(target: Running | None, profile_ref: str, comm: str) -> tuple[str, str]:
     """(profile, service) for the host audit: a known proxy is audited under its Debian unit name
     (varnishd's unit is varnish, traffic_server's is trafficserver) and, in place of the generic
     default, its own profile."""

@@ -250,7 +250,7 @@ def test_varnishstat_runs_as_the_target_on_the_workdir_it_names(bindir, home, fa
         helper.write_text(f"#!/bin/sh\nid -u >> {seen}\nid -G >> {seen}\necho '{answer}'\n")
         helper.chmod(0o755)
         (home.parent / "root").chmod(0o777)
-        monkeypatch.setattr(proxies.Varnish, "VARNISHSTAT", str(helper))
+        monkeypatch.setattr(proxies.RunningVarnish, "VARNISHSTAT", str(helper))
         f = fakes(bindir, "varnishd", ["idle"], ["-n", str(home.parent / "root"), "-F"], home)
         st = identify(f.pid).stats()
         assert {k: v for k, v in st.items() if k != "reason"} == want, st
@@ -409,7 +409,7 @@ def test_unicode_digits_in_config_and_stats_are_not_numbers(bindir, home, fakes)
           "procs": {"1": {"fds_open": 10}}}
     assert proxies_findings.caps(ev) == []          # no number: no cap, and the rule stays silent
     assert proxies.as_number("³") is None and proxies.as_number("٣") is None and proxies.as_number("42") == 42
-    v = proxies.Varnish.__new__(proxies.Varnish)
+    v = proxies.RunningVarnish.__new__(proxies.RunningVarnish)
     v.argv = ["varnishd", "-p", "thread_pools=³", "-p", "thread_pool_max=٣٣"]
     assert v.parse()["thread_pools"]["value"] == "2" and v.parse()["thread_pool_max"]["value"] == "5000"
 
