@@ -32,7 +32,8 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, fm
     tracepoints (filtered by pid, aggregated in the kernel) and perf
     cpu-clock sampling, plus TcpExt counters and /proc. Findings:
       fd-exhaustion, low-nofile-limit, accept-queue-overflow,
-      syn-backlog-overflow, ephemeral-port-exhaustion, poll-scan,
+      other-listener-overflow (low: another listener of its namespace
+      dropped), syn-backlog-overflow, ephemeral-port-exhaustion, poll-scan,
       blocking-disk-io, file-per-object-churn, cache-dir-atime, cpu-hotspot,
       time-wait-overflow, conntrack-full, tcp-memory-pressure,
       orphan-sockets, listen-drops (the kernel's tables and counters in the

@@ -101,10 +101,13 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
         stats0 = watched.stats() if watched else None
         watch = target.Watch(pids)
         before, ns0 = proc.snapshot(pids, watch.ids), netstat.snapshot(nspath)
+        threads0 = proc.thread_times(sampler.pids)
         ct0 = nsstate.conntrack_stats(pids[0])
         sampler.sample()
         window = watch.wait(duration, lambda t: (sampler.sample(), tick and tick(t)))
         after, ns1 = proc.snapshot(pids, watch.ids), (netstat.snapshot(nspath) if Path(nspath).exists() else ns0)
+        sampler.window_end()                              # each listener's drops, against the same TcpExt window
+        threads1 = proc.thread_times(sampler.pids)
         ev["kernel"] = nsstate.read(pids[0], ct0)         # sysctls, sockstat, conntrack of its namespace
         ev["proxy"] = ({**watched.describe(), "stats_before": stats0, "stats_after": watched.stats()}
                        if watched else None)
@@ -129,6 +132,7 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
             cpu += b["cpu_s"] - a["cpu_s"]
     ev["procs"] = {str(k): v for k, v in procs.items()}
     ev["cpu_cores"] = cpu / window if window > 0 else 0.0
+    ev["threads"] = proc.busiest_threads(threads0, threads1, pids[0])
     ev["listeners"] = sockets.listeners(pids)
     ev["connections"] = sockets.connections({l["local"].rsplit(":", 1)[-1] for l in ev["listeners"]}, pids)
     ev["conns"] = sampler.summary()

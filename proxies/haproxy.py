@@ -6,12 +6,13 @@ client connection is a session; while actconn >= global.maxconn, or a
 frontend's feconn >= its maxconn, the listener is limited (limit_listener)
 and no longer polled, so new clients wait in the kernel's accept queue.
 A frontend without `maxconn` (nor one in `defaults`) gets the global
-maxconn (src/proxy.c). A global maxconn not written is derived from the fd
-limit at start (src/haproxy.c, compute_ideal_maxconn: about two fds per
-connection, after listeners and three fds per thread). Sessions are read
-from `show info` when there is a stats socket, and always from the client
-sockets the process holds on its own listening ports (connsample), never
-from fds / 2: an idle client holds no server connection.
+maxconn (src/proxy.c proxy_adjust_all_maxconn). A global maxconn not
+written is derived from the fd limit at start and is then the cap like a
+written one (global_maxconn below says how HAProxy 2.6 computes it). Sessions
+are read from `show info` when there is a stats socket, and always from the
+client sockets the process holds on its own listening ports (connsample),
+never from fds / 2: an idle client holds no server connection, so a proxy at
+a derived maxconn holds only about half its fd limit.
 """
 
 import os
@@ -27,12 +28,27 @@ from .cap import Cap
 from .launch import Server, dead_resolver, free_port, limited, need, tempdir
 
 SOURCE = "haproxy src/listener.c listener_accept/limit_listener; maxconn in the configuration manual, section 3.2/4.2"
+DERIVED_SOURCE = "haproxy 2.6 src/haproxy.c init()/compute_ideal_maxconn; src/listener.c listener_backlog"
+# HAProxy 2.6 when no maxconn is written (src/haproxy.c init(), compute_ideal_maxconn(), v2.6.0):
+#   remain  = max(soft, hard) RLIMIT_NOFILE at start, capped by `fd-hard-limit`
+#   remain -= global.maxsock: RESERVED_FDS, plus one per listening socket (cfgparse-listen.c, cli.c), the
+#             stats socket's frontend maxconn (`stats maxconn`, CLI_MAXCONN by default: haproxy.c adds
+#             global.cli_fe->maxconn), one per server `check` and `agent-check` (check.c), and in master-worker
+#             mode (-W, -Ws, `master-worker`) the worker's socketpair listener on that same CLI frontend (which
+#             it creates when no stats socket did) plus, per master CLI listener (-S), one fd and its maxconn
+#             (cli.c mworker_cli_sockpair_new, mworker_cli_proxy_new_listener)
+#   remain -= 3 * nbthread (an epoll fd and a wake-up pipe per thread)
+#   remain -= 2 * pipes when splicing is configured (compute_ideal_maxpipes; left out here: an estimate then)
+#   maxconn = max(remain / 2, DEFAULT_MAXCONN)    (two fds per connection: client and server)
+# Without `-m` (memmax) that is global.maxconn; each frontend without its own maxconn then takes it
+# (proxy_adjust_all_maxconn) and, without `backlog`, listens with it as its backlog (listener_backlog).
+RESERVED_FDS, CLI_MAXCONN, DEFAULT_MAXCONN = 10, 10, 100
 AT_CAP = "it stops polling its listeners, so new clients wait in the kernel's accept queue"
 
 
 def sections(lines) -> list[dict]:
     """frontend/listen sections: name, file:line, bound ports and maxconn (own or from `defaults`)."""
-    out, defaults_maxconn, cur = [], None, None
+    out, defaults_maxconn, defaults_backlog, cur = [], None, False, None
     for ln in lines:
         code = ln.text.split("#", 1)[0]
         words = code.split()
@@ -42,7 +58,8 @@ def sections(lines) -> list[dict]:
             cur = None
             if words[0] in ("frontend", "listen"):
                 cur = {"kind": words[0], "name": words[1] if len(words) > 1 else "?", "file": ln.file,
-                       "line": ln.number, "ports": [], "maxconn": defaults_maxconn}
+                       "line": ln.number, "ports": [], "maxconn": defaults_maxconn,
+                       "own_backlog": defaults_backlog}
                 out.append(cur)
                 if words[0] == "listen" and len(words) > 2:
                     cur["ports"] += _ports(words[2])
@@ -51,6 +68,10 @@ def sections(lines) -> list[dict]:
             continue
         if cur is None:
             continue
+        if words[0] == "backlog" or (words[0] == "bind" and {"backlog", "maxconn"} & set(words[2:])):
+            if cur["kind"] == "defaults":
+                defaults_backlog = True
+            cur["own_backlog"] = True            # its listeners' backlog is not the maxconn it runs with
         if words[0] == "maxconn" and len(words) > 1 and is_uint(words[1]):
             item = {"value": words[1], "line": ln.number, "file": ln.file}
             if cur["kind"] == "defaults":
@@ -90,6 +111,7 @@ class RunningHAProxy(Running):
             d["stats socket"] = {**d.pop("stats"), "value": m.group(1)} if m else d.pop("stats")
         if fes := sections(self.lines):
             d["frontends"] = fes
+        d["fd_users"] = fd_users(self.lines, self.argv)
         return d
 
     def stats(self):
@@ -123,19 +145,25 @@ class HAProxy(Spec, process=RunningHAProxy):
         p, conns = ev["proxy"], ev.get("conns") or {}
         d, conf = p["directives"], p.get("config")
         slack = max(1, p.get("threads") or 1)      # one session per thread may sit between close and accept
-        limit, named, at, estimate = global_maxconn(ev)
+        g = global_maxconn(ev)
+        limit = g["limit"]
         sessions = [v for v in (peak(p, "CurrConns"), conns.get("clients_peak")) if isinstance(v, int)]
         counted = ("sessions: the larger of `show info` CurrConns and the client sockets it holds on its "
                    "listening ports" if peak(p, "CurrConns") is not None else
                    "sessions: the client sockets it holds on its own listening ports (no stats socket)")
         out = []
         if limit:
-            out.append(Cap("haproxy-maxconn", "haproxy", "global maxconn", named, limit, at,
-                           max(sessions) if sessions else None, counted, max(1, limit - slack), AT_CAP, SOURCE,
-                           f"raise {named} in the global section ({at}), e.g. maxconn 60000, and keep the fd limit "
-                           "at 2 x maxconn + reserve (profile linux/haproxy: LimitNOFILE 131072); "
+            derived = g["derived"]
+            out.append(Cap("haproxy-maxconn", "haproxy", "global maxconn" + (" (derived from its fd limit)"
+                                                                             if derived else ""),
+                           g["named"], limit, g["where"], max(sessions) if sessions else None, counted,
+                           max(1, limit - slack), AT_CAP, f"{SOURCE}; {DERIVED_SOURCE}" if derived else SOURCE,
+                           derived_fix(g) if derived else
+                           f"raise {g['named']} in the global section ({g['where']}), e.g. maxconn 60000, and keep "
+                           "the fd limit at 2 x maxconn + reserve (profile linux/haproxy: LimitNOFILE 131072); "
                            "net.core.somaxconn or a longer backlog only lengthens the queue in front of a proxy "
-                           "that has stopped accepting", estimate=estimate))
+                           "that has stopped accepting", estimate=g["estimate"],
+                           extra={"derived_maxconn": g["how"]} if derived else {}))
         for fe in d.get("frontends") or []:
             mc = fe.get("maxconn")
             n = uint((mc or {}).get("value", ""))
@@ -156,10 +184,15 @@ class HAProxy(Spec, process=RunningHAProxy):
     @staticmethod
     def fd_fix(p: dict) -> str:
         d, conf = p["directives"], p.get("config")
-        v = d.get("maxconn", {}).get("value", "not set")
+        ulimit = f"ulimit-n now {d.get('ulimit-n', {}).get('value', 'not set')}; {nofile_now(p)}"
+        if "maxconn" not in d:              # it derives maxconn from this limit (compute_ideal_maxconn)
+            return (f"haproxy has no maxconn ({where(d, 'maxconn', conf)}) and derives it from this fd limit: set "
+                    "maxconn and the fd limit together, `maxconn N` in the global section and an fd limit of at "
+                    f"least 2 x N + reserve (profile linux/haproxy: LimitNOFILE 131072) ({ulimit})")
+        v = d["maxconn"].get("value")
         return (f"haproxy sizes its fds from `maxconn {v}` ({where(d, 'maxconn', conf)}): keep the hard fd "
                 "limit at 2 x maxconn + reserve (profile linux/haproxy: LimitNOFILE 131072); do not set ulimit-n "
-                f"below that (ulimit-n now {d.get('ulimit-n', {}).get('value', 'not set')}; {nofile_now(p)})")
+                f"below that ({ulimit})")
 
     @staticmethod
     def backlog_fix(p: dict) -> str:
@@ -173,24 +206,109 @@ class HAProxy(Spec, process=RunningHAProxy):
                 "own source range: `server … source 127.0.0.2:1025-65000` (one address's ports per server)")
 
 
-def global_maxconn(ev: dict) -> tuple[int | None, str, str, bool]:
-    """(limit, as written, where, estimated): the written maxconn, else what `show info` says haproxy
-    derived, else our estimate of haproxy.c compute_ideal_maxconn from its fd limit."""
+def fd_users(lines, argv: list[str]) -> dict:
+    """What HAProxy 2.6 adds to global.maxsock from its config and command line before it derives maxconn."""
+    stats_sockets, stats_maxconn, checks, splice, peers, master, section = 0, None, 0, False, False, False, None
+    for ln in lines:
+        words = ln.text.split("#", 1)[0].split()
+        if not words:
+            continue
+        if not ln.text[:1].isspace():
+            section = words[0]
+            peers = peers or section == "peers"
+            continue
+        if section == "global" and words[:2] == ["stats", "socket"]:
+            stats_sockets += 1
+        elif section == "global" and words[:2] == ["stats", "maxconn"] and len(words) > 2:
+            stats_maxconn = uint(words[2])
+        elif section == "global" and words[0] == "master-worker":
+            master = True
+        elif words[0] == "server" and section in ("backend", "listen"):
+            checks += ("check" in words[2:]) + ("agent-check" in words[2:])
+        elif words[0] == "option" and len(words) > 1 and words[1].startswith("splice-"):
+            splice = True
+    return {"stats_sockets": stats_sockets, "stats_maxconn": stats_maxconn, "checks": checks, "splice": splice,
+            "peers": peers, "master_worker": master or any(a in ("-W", "-Ws") for a in argv[1:]),
+            "master_cli": len(option(argv, "-S"))}
+
+
+def computed_maxconn(ev: dict) -> dict | None:
+    """HAProxy 2.6's compute_ideal_maxconn() from the evidence (see the comment at RESERVED_FDS): the fd limit,
+    the sockets the config reserves, the threads. None without an fd limit."""
+    p = ev["proxy"]
+    d = p["directives"]
+    nofile = [x for x in (p.get("nofile") or [])[:2] if isinstance(x, int)] or \
+        [x for pr in (ev.get("procs") or {}).values() for x in (pr.get("nofile_soft"), pr.get("nofile_hard"))
+         if isinstance(x, int)]
+    if not nofile:
+        return None
+    fds = max(nofile)
+    if (hard := as_int(d, "fd-hard-limit")) is not None and fds > hard:
+        fds = hard
+    u = d.get("fd_users") or {"stats_sockets": int("stats socket" in d)}      # evidence from before fd_users
+    threads = as_int(d, "nbthread") or p.get("threads") or 1
+    cli_fe = u.get("stats_sockets") or u.get("master_worker")           # the CLI frontend exists
+    reserved = (RESERVED_FDS + len(ev.get("listeners") or []) + u.get("stats_sockets", 0)
+                + ((u.get("stats_maxconn") or CLI_MAXCONN) if cli_fe else 0) + u.get("checks", 0)
+                + (1 if u.get("master_worker") else 0) + (1 + CLI_MAXCONN) * int(u.get("master_cli") or 0))
+    remain = fds - reserved - 3 * threads
+    unknown = [w for w, on in (("splice pipes", u.get("splice")), ("peers", u.get("peers"))) if on]
+    return {"maxconn": max(remain // 2, DEFAULT_MAXCONN), "fd_limit": fds, "reserved_fds": reserved,
+            "threads": threads, "formula": f"({fds} - {reserved} reserved - 3 x {threads} threads) / 2",
+            "not_counted": unknown}
+
+
+def backlog_maxconn(ev: dict) -> int | None:
+    """The derived maxconn read back from the kernel: a frontend with no maxconn of its own and no `backlog`
+    listens with the global maxconn as its backlog (src/listener.c listener_backlog, after
+    proxy_adjust_all_maxconn); the kernel keeps min(backlog, net.core.somaxconn), so a backlog below
+    somaxconn (read in the proxy's namespace) is that maxconn exactly."""
+    somax = ((ev.get("kernel") or {}).get("sysctl") or {}).get("net.core.somaxconn")
+    ports = (ev.get("conns") or {}).get("ports") or {}
+    if not isinstance(somax, int):
+        return None
+    seen = {r.get("backlog") for fe in (ev["proxy"]["directives"].get("frontends") or [])
+            if not fe.get("maxconn") and not fe.get("own_backlog") for port in fe["ports"]
+            for r in [ports.get(port)] if r}
+    seen.discard(None)
+    return seen.pop() if len(seen) == 1 and 0 < next(iter(seen)) < somax else None
+
+
+def global_maxconn(ev: dict) -> dict:
+    """The global maxconn: {"limit", "named" (as the fix quotes it), "where", "estimate", "derived",
+    "how"}: the written one; else the one HAProxy derived from its fd limit, read from `show info` or from
+    its listener's backlog, else computed as HAProxy 2.6 does (an estimate)."""
     p = ev["proxy"]
     d, conf = p["directives"], p.get("config")
     if (v := as_int(d, "maxconn")) is not None:
-        return v, f"`maxconn {v}`", where(d, "maxconn", conf), False
+        return {"limit": v, "named": f"`maxconn {v}`", "where": where(d, "maxconn", conf), "estimate": False,
+                "derived": False, "how": None}
+    computed = computed_maxconn(ev)
+    out = {"where": f"{conf} (not set)", "derived": True, "estimate": False}
     if (v := peak(p, "Maxconn")) is not None:
-        return v, f"maxconn (not set: haproxy derived {v} from its fd limit)", f"{conf} (not set)", False
-    fds = as_int(d, "ulimit-n") or max((x for pr in (ev.get("procs") or {}).values()
-                                        for x in (pr.get("nofile_soft"), pr.get("nofile_hard"))
-                                        if isinstance(x, int)), default=None)
-    if not fds:
-        return None, "maxconn", "not set", True
-    threads = p.get("threads") or 1
-    listeners = len(ev.get("listeners") or [])
-    est = max(100, (fds - listeners - 3 * threads) // 2)
-    return est, f"maxconn (not set: derived from its fd limit {fds}, about {est})", f"{conf} (not set)", True
+        how = {"read": "show info Maxconn", "computed": computed}
+    elif (v := backlog_maxconn(ev)) is not None:
+        how = {"read": "its listener's backlog (src/listener.c listener_backlog: a frontend without maxconn or "
+                       "backlog listens with the global maxconn)", "computed": computed}
+    elif computed:
+        v, out["estimate"] = computed["maxconn"], True
+        how = {"read": None, "computed": computed}
+    else:
+        return {"limit": None, "named": "maxconn", "where": "not set", "estimate": True, "derived": True, "how": None}
+    fds = f" {computed['fd_limit']}" if computed else ""
+    return {**out, "limit": v, "how": how,
+            "named": f"maxconn (not set: haproxy derived {'about ' if out['estimate'] else ''}{v} from its fd limit{fds})"}
+
+
+def derived_fix(g: dict) -> str:
+    """The fix of a maxconn HAProxy derived: the fd limit is the cap, so both move together."""
+    fds = ((g.get("how") or {}).get("computed") or {}).get("fd_limit")
+    limit_now = f" (now {fds})" if fds else ""
+    return (f"set maxconn and the fd limit together: haproxy has no maxconn in its global section ({g['where']}) "
+            f"and derived {g['limit']} from its fd limit{limit_now}, two fds per connection; write `maxconn N` in "
+            "the global section, e.g. maxconn 60000, and start it with an fd limit of at least 2 x N + reserve "
+            "(profile linux/haproxy: LimitNOFILE 131072); net.core.somaxconn or a longer backlog only lengthens "
+            "the queue in front of a proxy that has stopped accepting")
 
 
 def more_config_files(argv_paths: list[str]) -> list[str]:
@@ -208,9 +326,11 @@ class HAProxyServer(Server):
     """haproxy -db (foreground) with a global maxconn, a stats socket, and its cache (max_mb > 0)."""
 
     def __init__(self, origin_port: int, maxconn: int | None = 4096, cache_mb: int = 64, nofile: tuple | None = None,
-                 bind: str = "", stats_socket: bool = True, frontend_maxconn: int | None = None):
+                 bind: str = "", stats_socket: bool = True, frontend_maxconn: int | None = None,
+                 verbose: bool = False):
         self.exe = need("haproxy", HAProxy.package)
         self.dir, self.port, self.nofile = tempdir("haproxy"), free_port(), nofile
+        self.verbose = verbose              # -V: it says at start the maxconn it derived (said_maxconn)
         self.stats_socket = self.dir / "stats.sock"
         cache = (f"cache c\n    total-max-size {cache_mb}\n    max-object-size 1048576\n    max-age 86400\n"
                  if cache_mb else "")
@@ -239,5 +359,15 @@ class HAProxyServer(Server):
         return self.dir / "haproxy.cfg"
 
     def __enter__(self):
-        self._launch(limited([self.exe, "-db", "-f", str(self.conf)], self.nofile))
+        argv = [self.exe, "-db", *(["-V"] if self.verbose else []), "-f", str(self.conf)]
+        self._launch(limited(argv, self.nofile), stderr=self.dir / "stderr.log" if self.verbose else None)
         return self
+
+    def said_maxconn(self) -> int | None:
+        """The maxconn haproxy -V said it set at start ("Note: setting global.maxconn to N.", src/haproxy.c
+        init() when none is written), else None."""
+        try:
+            m = re.search(r"setting global\.maxconn to ([0-9]+)", (self.dir / "stderr.log").read_text(), re.A)
+        except OSError:
+            return None
+        return int(m.group(1)) if m else None

@@ -99,11 +99,13 @@ def test_haproxy_stats_count_when_the_sockets_undercount():
 
 
 def test_haproxy_maxconn_not_written_is_derived_from_its_fd_limit_and_said_to_be_an_estimate():
+    """HAProxy 2.6 compute_ideal_maxconn: (fd limit - 10 reserved - listeners - 3 per thread) / 2; here no
+    listener in the evidence and one thread."""
     cfg = "global\n    daemon\nfrontend f\n    bind :80\n"
-    ev = hap_ev({"80": 498}, queued=9, cfg=cfg, procs={"1": {"pid": 1, "nofile_soft": 1000, "nofile_hard": 1000}})
+    ev = hap_ev({"80": 493}, queued=9, cfg=cfg, procs={"1": {"pid": 1, "nofile_soft": 1000, "nofile_hard": 1000}})
     out = proxies_findings.refine([], ev)
     assert [f.id for f in out] == ["haproxy-maxconn"]
-    assert out[0].evidence["limit_estimated"] and out[0].evidence["limit"] == (1000 - 0 - 3) // 2
+    assert out[0].evidence["limit_estimated"] and out[0].evidence["limit"] == (1000 - 10 - 0 - 3) // 2
     with_stats = proxies_findings.caps(hap_ev({"80": 498}, cfg=cfg, stats={"Maxconn": 497, "CurrConns": 497}))
     assert with_stats[0].limit == 497 and not with_stats[0].estimate
 

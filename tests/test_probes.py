@@ -205,7 +205,9 @@ def test_a_quiet_process_has_no_findings():
     ({"cache_dirs": [{"path": "/c", "mountpoint": "/", "atime": "relatime"}]}, "cache-dir-atime"),
     ({"cpu_cores": 0.9, "perf": {"available": True, "samples": 500, "split": {"proxy": 0.9, "kernel": 0.1},
                                  "top": [{"function": "scan", "dso": "p", "where": "proxy", "samples": 450, "share": 0.9}],
-                                 "own_top": [{"function": "scan", "dso": "p", "samples": 450, "share": 0.9}]}},
+                                 "own_top": [{"function": "scan", "dso": "p", "samples": 450, "share": 0.9}]},
+      "threads": {"available": True, "cpus_allowed": 2,
+                  "busiest": [{"pid": 1, "tid": 1, "comm": "proxyd", "cores": 0.9}]}},
      "cpu-hotspot"),
 ])
 def test_each_rule_fires_past_its_threshold(over, expected):
