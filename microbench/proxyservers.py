@@ -39,7 +39,8 @@ class HAProxy(_Server):
     """haproxy -db (foreground) with a global maxconn, a stats socket, and its cache (max_mb > 0)."""
 
     def __init__(self, origin_port: int, maxconn: int | None = 4096, cache_mb: int = 64, nofile: tuple | None = None,
-                 bind: str = "", stats_socket: bool = True, frontend_maxconn: int | None = None):
+                 bind: str = "", stats_socket: bool = True, frontend_maxconn: int | None = None,
+                 server_maxconn: int | None = None):
         self.exe = _need("haproxy", "haproxy")
         self.dir, self.port, self.nofile = _tempdir("haproxy"), free_port(), nofile
         self.stats_socket = self.dir / "stats.sock"
@@ -63,7 +64,9 @@ class HAProxy(_Server):
             f"frontend fe\n    bind 127.0.0.1:{self.port}{' ' + bind if bind else ''}\n"
             + (f"    maxconn {frontend_maxconn}\n" if frontend_maxconn else "") +
             f"{use}    default_backend origin\n"
-            f"backend origin\n    server o 127.0.0.1:{origin_port}\n")
+            # server_maxconn: requests beyond it wait in haproxy's queue (configuration.txt 5.2 "maxconn")
+            f"backend origin\n    server o 127.0.0.1:{origin_port}"
+            + (f" maxconn {server_maxconn}" if server_maxconn else "") + "\n")
 
     @property
     def conf(self) -> Path:
@@ -117,7 +120,7 @@ class TrafficServer(_Server):
 
     def __init__(self, origin_port: int | None = None, cache_mb: int = 256, raw_device: str | None = None,
                  throttle: int | None = None, records: dict | None = None, nofile: tuple | None = None,
-                 stats_plugin: bool = True, remap_to: int | None = None):
+                 stats_plugin: bool = True, remap_to: int | None = None, log_format: str = TS_LOG_FORMAT):
         self.exe = _need("traffic_server", "trafficserver")
         self.dir, self.port = _tempdir("trafficserver", "trafficserver"), free_port()
         self.grace, self.nofile = 15, nofile
@@ -161,7 +164,7 @@ class TrafficServer(_Server):
         (etc / "storage.config").write_text(f"{raw_device}\n" if raw_device else f"{self.dir / 'cache'} {cache_mb}M\n")
         (etc / "ip_allow.yaml").write_text("ip_allow:\n  - apply: in\n    ip_addrs: 127.0.0.1\n    action: allow\n"
                                            "  - apply: out\n    ip_addrs: 127.0.0.1\n    action: allow\n")
-        (etc / "logging.yaml").write_text(f"logging:\n  formats:\n    - name: squid\n      format: '{TS_LOG_FORMAT}'\n"
+        (etc / "logging.yaml").write_text(f"logging:\n  formats:\n    - name: squid\n      format: '{log_format}'\n"
                                           "  logs:\n    - filename: access\n      format: squid\n      mode: ascii\n")
         # X-Cache: HIT on a fresh cache hit, as the other generated configs send it
         (etc / "xcache.config").write_text("cond %{SEND_RESPONSE_HDR_HOOK} [AND]\ncond %{CACHE} =hit-fresh\n"

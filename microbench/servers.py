@@ -81,7 +81,8 @@ class Nginx(_Server):
 
     def __init__(self, workers: int = 1, rlimit_nofile: int | None = None, connections: int = 4096,
                  body: str = 'add_header Cache-Control "max-age=3600"; return 200 "ok\\n";',
-                 listen: str = "backlog=4096", stub_status: bool = False, events_include: bool = False):
+                 listen: str = "backlog=4096", stub_status: bool = False, events_include: bool = False,
+                 timed_log: bool = False):
         self.exe = _need("nginx", "nginx-light")
         self.dir = Path(tempfile.mkdtemp(prefix="proxytune-nginx-"))
         self.port = free_port()
@@ -96,9 +97,17 @@ class Nginx(_Server):
             f"error_log {self.dir}/error.log;\n{events}"
             # nginx resolves names itself only through `resolver` (ngx_http_core_module, "resolver"); the
             # listen and any upstream here are IP literals, which need no lookup
-            f"http {{ access_log off; resolver {dead_resolver()}; "
+            f"http {{ {self._access_log(timed_log)} resolver {dead_resolver()}; "
             f"server {{ listen 127.0.0.1:{self.port} {listen}; {status}"
             f"location / {{ {body} }} }} }}\n")
+
+    def _access_log(self, timed: bool) -> str:
+        """`access_log off`, or a log whose format carries nginx's request and upstream times."""
+        if not timed:
+            return "access_log off;"
+        return ("log_format timed '$remote_addr [$time_local] \"$request\" $status rt=$request_time "
+                "uct=$upstream_connect_time uht=$upstream_header_time ua=$upstream_addr'; "
+                f"access_log {self.dir}/access.log timed;")
 
     def __enter__(self):
         self._launch([self.exe, "-p", str(self.dir), "-c", str(self.dir / "nginx.conf")])
@@ -116,7 +125,8 @@ class Squid(_Server):
 
     def __init__(self, store: str = "ufs", cache_mb: int = 100, mem_mb: int = 0, user: str = "proxy",
                  nofile: tuple[int, int] | None = None, cache_dir: Path | None = None,
-                 max_filedescriptors: int | None = None, manager: bool = True, accel_to: int | None = None):
+                 max_filedescriptors: int | None = None, manager: bool = True, accel_to: int | None = None,
+                 logformat: str | None = None):
         if store not in ("ufs", "aufs", "diskd", "rock"):
             raise ProxytuneError(f"unknown squid store {store!r}", "ufs, aufs, diskd or rock")
         self.exe = _need("squid", "squid")
@@ -140,7 +150,9 @@ class Squid(_Server):
             f"{port}{fds}cache_dir {store} {self.cache} {cache_mb}{levels}\n"
             f"cache_mem {mem_mb} MB\nmaximum_object_size_in_memory {'0 KB' if mem_mb == 0 else '512 KB'}\n"
             f"pid_filename {self.dir}/squid.pid\ncache_log {self.dir}/cache.log\n"
-            f"access_log stdio:{self.dir}/access.log\ncache_store_log none\ncoredump_dir {self.dir}\n"
+            + (f"logformat custom {logformat}\naccess_log stdio:{self.dir}/access.log custom\n" if logformat
+               else f"access_log stdio:{self.dir}/access.log\n") +
+            f"cache_store_log none\ncoredump_dir {self.dir}\n"
             + ("http_access deny manager\n" if not manager else "") +   # the cache manager refused
             f"http_access allow all\ncache_effective_user {user}\nshutdown_lifetime 1 seconds\n"
             "workers 1\n"

@@ -135,6 +135,10 @@ class Clock(Window):
         self.proxy.appended(self.log["path"])
         self.data.update({"log": {k: self.log[k] for k in ("path", "format", "format_where", "where")},
                           "helpers_configured": helpers(self.proxy.lines), "peers": peers(self.proxy.lines)})
+        # the manager answers on its http_port only when http_access allows it; an accelerator forwards the
+        # path to its origin instead: its pages are read only when `info` is squid's own
+        self.manager = "Squid Object Cache" in (self._page("info") or "")
+        self.data["manager"] = self.manager
         self.data["helpers_start"] = self._helpers()
 
     def end(self):
@@ -143,7 +147,11 @@ class Clock(Window):
         self.data["helpers_end"] = self._helpers()
         self.data["in_flight"] = self._active()
 
+    manager = True
+
     def _page(self, name: str) -> str | None:
+        if not self.manager:
+            return None
         port = re.search(r"(?:^|:)([0-9]{1,5})$", ((self.proxy.conf.get("http_port") or {}).get("value") or "-")
                          .split()[0], re.A)
         if not port:

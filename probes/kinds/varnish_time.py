@@ -44,6 +44,9 @@ STAMP = re.compile(r"([A-Za-z]{1,20}): [0-9]{1,12}\.[0-9]{1,9} (-?[0-9]{1,9}\.[0
                    re.A)
 OPEN = re.compile(r"[0-9]{1,9} (\S{1,128}) ([0-9A-Fa-f.:]{2,45}) ([0-9]{1,5}) \S{1,45} [0-9]{1,5} (connect|reuse)$",
                   re.A)
+# a session waits in the pool's queue before a worker reads its request: the kernel sees that wait as
+# client data not yet read (the budget's proxy_self), so it must not be added twice
+OVERLAPS = "proxy_self: client data not yet read (the session is queued before its request is read)"
 MECH = "varnish shared-memory log, Timestamp records (doc/sphinx/reference/vsl.rst TIMESTAMPS)"
 
 
@@ -206,7 +209,7 @@ def _queue(p: dict, t: dict, n: int) -> dict:
                 "varnishstat MAIN.thread_queue_len (Little's law: mean length x window / requests; cache_wrk.c "
                 "Pool_Task) + Waitinglist timestamps (busy objects)",
                 f"the pool herder sets the length once a second ({len(samples)} readings in the window)",
-                samples=len(samples), requests=n, cause=cause,
+                samples=len(samples), requests=n, cause=cause, overlaps=OVERLAPS,
                 check={"little_ms": round(little, 3), "queue_mean": round(mean_len, 2),
                                                "waitinglist_ms": round(wait["sum_ms"] / n, 3)})
 
