@@ -40,6 +40,9 @@ ATTACH_WAIT_S = 10.0
 NUDGE_S = 1.0
 # `X == $1`, where X is pid, tid or a tracepoint field (args->next_pid): compose() matches any of the pids.
 PID_ARG = re.compile(r"(?<![\w>])((?:args->)?[a-z_]+) == \$1\b")
+# `X == $2` in a script that takes the proxy's listening ports (budget.bt): any of them; `$3` its netns inode.
+PORT_ARG = re.compile(r"(?<![\w>])((?:args->)?[a-z_]+) == \$2\b")
+NETNS_ARG = re.compile(r"\$3\b")
 
 
 @dataclass
@@ -83,16 +86,21 @@ def _any_of(var: str, ids: list[int]) -> str:
     return "(" + " || ".join(f"{var} == {i}" for i in ids) + ")" if len(ids) > 1 else f"{var} == {ids[0]}"
 
 
-def compose(scripts: list[Script], pids: list[int]) -> str:
-    """One program from several scripts, for these pids (each pid's main thread is its loop thread)."""
+def compose(scripts: list[Script], pids: list[int], args: dict[str, dict] | None = None) -> str:
+    """One program from several scripts, for these pids (each pid's main thread is its loop thread).
+    `args` gives a script, by name, its own positional values: "pids" (e.g. every process of a proxy,
+    not only the watched ones), "ports" for `== $2` (none: a port no socket has) and "netns" for `$3`."""
     if not pids:
         raise ProxytuneError("no process to probe")
     body, ends = [], []
     for s in scripts:
+        own = (args or {}).get(s.name, {})
         text = s.text
         ends += [m.strip() for m in END_RE.findall(text)]
         text = END_RE.sub("", text)
-        text = PID_ARG.sub(lambda m: _any_of(m.group(1), pids), text)
+        text = PID_ARG.sub(lambda m: _any_of(m.group(1), own.get("pids") or pids), text)
+        text = PORT_ARG.sub(lambda m: _any_of(m.group(1), [int(p) for p in own.get("ports") or [0]]), text)
+        text = NETNS_ARG.sub(str(int(own.get("netns") or 0)), text)
         text = "\n".join(l for l in text.splitlines() if not l.startswith("#!"))
         body.append(f"/* ---- {s.name} ---- */\n{text}")
     if ends:
