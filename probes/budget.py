@@ -222,6 +222,19 @@ def _corrected(theirs: dict, kernel: dict | None, unread: float | None, req: dic
     return part
 
 
+def _traced_reads(ev: dict, req: dict) -> dict | None:
+    """budget_reads.bt's per-read waits (--deep): {side: (ms per request, p50, p99, reads)}; None without it."""
+    b = ev.get("bpf") or {}
+    if "budget_reads" not in (ev.get("scripts") or []) or not req["n"]:
+        return None
+    out = {}
+    for side in ("cli", "up", "new"):
+        st = b.get(f"@br_{side}_ns") or {}
+        p50, p99 = hist_quantiles(b.get(f"@br_{side}_us"), (0.5, 0.99))
+        out[side] = (st.get("total", 0) / 1e6 / req["n"], p50, p99, st.get("count", 0))
+    return out
+
+
 def proxy_self(ev: dict, req: dict) -> dict:
     n, rate = req["n"], req["per_s"]
     sched = ev.get("sched") or {}
@@ -229,8 +242,17 @@ def proxy_self(ev: dict, req: dict) -> dict:
         return unmeasurable("no request counted in the window")
     flight = (ev.get("conns") or {}).get("flight") or {}
     ticks = flight.get("ticks") or 0
-    client = _little(flight.get("client_unread_sum", 0), ticks, rate)
-    origin = origin_unread_ms(ev, req)
+    traced = _traced_reads(ev, req)
+    if traced:
+        client, origin = traced["cli"][0] + traced["new"][0], traced["up"][0]
+        how = ("ready data not read yet, every read traced (tcp:tcp_probe stamps the first unread segment, "
+               "tcp:tcp_rcv_space_adjust reads it: --deep)")
+        precision = "exact per read (kernel clock); p50/p99 within a factor of 2 (log2 buckets)"
+    else:
+        client = _little(flight.get("client_unread_sum", 0), ticks, rate)
+        origin = origin_unread_ms(ev, req)
+        how = "ready data not read yet (Little's law on its client and upstream sockets' Recv-Q at every tick)"
+        precision = _little_precision(ticks, rate)
     cpu = sched["run_ns"] / 1e6 / n if sched.get("available") else None
     if client is None and cpu is None:
         return unmeasurable("neither its sockets nor its threads' schedstat could be read")
@@ -238,14 +260,15 @@ def proxy_self(ev: dict, req: dict) -> dict:
     parts = {"client_data_unread_ms": client, "origin_data_unread_ms": origin, "cpu_ms": cpu}
     ms = sum(v for v in parts.values() if v is not None)
     busiest = sched.get("busiest_thread") or {}
-    return _part(ms, "ready data not read yet (Little's law on its client and upstream sockets' Recv-Q at every "
-                     "tick) + its CPU per request (schedstat run time of every thread / the requests)",
-                 _little_precision(ticks, rate) + "; CPU exact (scheduler ns)", ticks,
+    extra = {"per_read": {side: {"p50_ms": t[1], "p99_ms": t[2], "reads": t[3]} for side, t in traced.items()}} \
+        if traced else {}
+    return _part(ms, how + " + its CPU per request (schedstat run time of every thread / the requests)",
+                 precision + "; CPU exact (scheduler ns)", ticks,
                  split={k: (None if v is None else round(v, 3)) for k, v in parts.items()},
                  run_queue_ms=None if delay is None else round(delay, 3),
                  run_queue_note="time its threads waited for a CPU, per request; inside the unread time when the "
                                 "loop waited with data ready, so shown and not added",
-                 busiest_thread=busiest or None, resolution_ms=_resolution(ticks, rate))
+                 busiest_thread=busiest or None, resolution_ms=None if traced else _resolution(ticks, rate), **extra)
 
 
 def compute(ev: dict) -> dict:

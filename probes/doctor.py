@@ -26,7 +26,7 @@ from . import budget, budget_findings, bpftrace, caps, connsample, findings, net
 DEFAULT_SCRIPTS = ["loop_blocking", "connect_fail", "fs_churn", "budget"]
 # Syscall scripts, each attached when the triage sees what it measures (or with --deep).
 TRIAGED_SCRIPTS = ["pollscan", "fd_errors", "sync_calls"]
-DEEP_SCRIPTS = ["connect_errors", "file_lifecycle", "epoll_events", "biolatency", "runqlat"]
+DEEP_SCRIPTS = ["connect_errors", "file_lifecycle", "epoll_events", "biolatency", "runqlat", "budget_reads"]
 
 
 def port_range(pid: int) -> str | None:
@@ -97,7 +97,8 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
     nspath = f"/proc/{pids[0]}/net/netstat"
     sampling = caps.perf_sampling() if use_perf else no("not asked (--no-perf)")
     with procgroup.Children() as kids, own_clocks(watched) as clocks:
-        run = bpftrace.Run(kids, bpftrace.compose(scripts, pids, {"budget": budget_args(every)}))
+        args = budget_args(every)
+        run = bpftrace.Run(kids, bpftrace.compose(scripts, pids, {"budget": args, "budget_reads": args}))
         run.wait_attached()
         rec = perf.Record(kids) if sampling.ok else None
         stats0 = watched.stats() if watched else None

@@ -284,3 +284,15 @@ def test_rows_print_every_part_and_say_which_are_not_measurable():
     assert rows[1][1] == "not measurable here" and rows[1][3]
     assert "127.0.0.1:9000" in rows[3][3] and rows[3][2] == f"{b['shares']['origin_first_byte']:.0%}"
     assert "per request" in budget.headline(b) and "dominant: origin's first byte" in budget.headline(b)
+
+
+def test_with_deep_every_read_is_traced_and_its_distribution_shown():
+    ev = evidence(rate=100, unread_client=50, cpu_s=0.03)                      # sampled: 500 ms; traced wins
+    ev["scripts"].append("budget_reads")
+    ev["bpf"].update({"@br_cli_ns": {"count": 300, "average": 2e6, "total": 6e8},
+                      "@br_cli_us": [{"min": 1024, "max": 2047, "count": 200}, {"min": 2048, "max": 4095, "count": 100}],
+                      "@br_up_ns": {"count": 0, "average": 0, "total": 0}})
+    s = budget.compute(ev)["parts"]["proxy_self"]
+    assert s["split"]["client_data_unread_ms"] == pytest.approx(2.0)           # 600 ms over 300 requests
+    assert s["per_read"]["cli"] == {"p50_ms": 2.047, "p99_ms": 4.095, "reads": 300}
+    assert "tcp_rcv_space_adjust" in s["mechanism"] and s["resolution_ms"] is None
