@@ -12,7 +12,8 @@ normal course of a request:
   tick) while the proxy is at none of its caps (an own cap that stopped
   accepting is its own finding, with this wait as evidence);
 - proxy-cpu: the proxy holds ready data while a loop thread is near a full
-  core (CPU_SATURATED: queueing delay grows as ρ/(1-ρ) service times, 9 at
+  core, or all its threads together near all the host's CPUs (a thread
+  pool) (CPU_SATURATED: queueing delay grows as ρ/(1-ρ) service times, 9 at
   0.9), or its threads wait for a CPU as long as they run (the host's CPUs
   are short); loop-lag: it holds ready data while its loop blocks on the
   disk or scans (the blocking-disk-io and poll-scan findings);
@@ -154,10 +155,12 @@ def proxy_cpu(ev: dict, b: dict, found: list) -> Finding | None:
         evidence["cause"] = {"finding": blocked.id, "title": blocked.title}
         return Finding("loop-lag", "medium", f"the proxy holds ready data {_ms(unread)} per request: {blocked.title}",
                        evidence, blocked.fix, impact=part["ms"])
-    if (busiest.get("cpu_share") or 0) >= CPU_SATURATED or starved:
-        what = (f"its busiest thread ({busiest.get('comm')}, tid {busiest.get('tid')}) runs "
-                f"{busiest.get('cpu_share', 0):.0%} of a CPU" if not starved else
-                "its threads wait for a CPU as long as they run: the host's CPUs are busy with other work")
+    host = sched.get("cpu_share_of_host") or 0
+    if (busiest.get("cpu_share") or 0) >= CPU_SATURATED or host >= CPU_SATURATED or starved:
+        what = ("its threads wait for a CPU as long as they run: the host's CPUs are busy with other work" if starved
+                else f"its threads use {host:.0%} of the host's {sched.get('cpus')} CPUs" if host >= CPU_SATURATED
+                else f"its busiest thread ({busiest.get('comm')}, tid {busiest.get('tid')}) runs "
+                     f"{busiest.get('cpu_share', 0):.0%} of a CPU")
         if cpu:
             evidence["cause"] = {"finding": cpu.id, "title": cpu.title}
         evidence["why"] = what

@@ -124,18 +124,7 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
     ev["netstat"] = netstat.delta(ns0, ns1)
     ev["exited"] = {str(p): s for p, s in watch.exited.items()}
     ev["all_exited"] = watch.all_gone
-    procs, cpu = {}, 0.0
-    for pid in (p for p in pids if p in before):
-        a, b = before[pid], after.get(pid, before[pid])
-        soft = b["nofile_soft"]
-        fds = b["fds_open"] if b["fds_open"] is not None else a["fds_open"]
-        procs[pid] = {"pid": pid, "comm": a["comm"], "fds_open": fds, "nofile_soft": soft,
-                      "nofile_hard": b["nofile_hard"],
-                      "fd_use": fds / soft if isinstance(soft, int) and soft and fds is not None else 0.0}
-        if a["cpu_s"] is not None and b["cpu_s"] is not None:
-            cpu += b["cpu_s"] - a["cpu_s"]
-    ev["procs"] = {str(k): v for k, v in procs.items()}
-    ev["cpu_cores"] = cpu / window if window > 0 else 0.0
+    ev["procs"], ev["cpu_cores"] = proc_figures(pids, before, after, window)
     ev["listeners"] = sockets.listeners(pids)
     ev["connections"] = sockets.connections({l["local"].rsplit(":", 1)[-1] for l in ev["listeners"]}, pids)
     ev["conns"] = sampler.summary()
@@ -143,6 +132,21 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
     ev["perf"] = prof
     ev["loop"] = loop_summary(ev)
     return ev
+
+
+def proc_figures(pids: list[int], before: dict, after: dict, window: float) -> tuple[dict, float]:
+    """Per pid its fds against its limit at the end, and the CPUs the pids used over the window."""
+    procs, cpu = {}, 0.0
+    for pid in (p for p in pids if p in before):
+        a, b = before[pid], after.get(pid, before[pid])
+        soft = b["nofile_soft"]
+        fds = b["fds_open"] if b["fds_open"] is not None else a["fds_open"]
+        procs[str(pid)] = {"pid": pid, "comm": a["comm"], "fds_open": fds, "nofile_soft": soft,
+                           "nofile_hard": b["nofile_hard"],
+                           "fd_use": fds / soft if isinstance(soft, int) and soft and fds is not None else 0.0}
+        if a["cpu_s"] is not None and b["cpu_s"] is not None:
+            cpu += b["cpu_s"] - a["cpu_s"]
+    return procs, (cpu / window if window > 0 else 0.0)
 
 
 def budget_args(every: list[int]) -> dict:

@@ -72,6 +72,8 @@ def delta(before: dict, after: dict, window_s: float) -> dict:
         ended += sum(1 for tid in base if tid not in threads)
         procs[pid] = {"run_ns": run, "run_delay_ns": wait, "slices": slices, "threads": len(threads)}
     total = {k: sum(p[k] for p in procs.values()) for k in ("run_ns", "run_delay_ns", "slices")}
-    return {"available": bool(after), "window_s": window_s, "procs": procs, **total,
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return {"available": bool(after), "window_s": window_s, "procs": procs, **total, "cpus": cores,
+            "cpu_share_of_host": round(total["run_ns"] / 1e9 / window_s / cores, 4) if window_s > 0 else 0.0,
             "busiest_thread": busiest, "threads_ended_in_window": ended,
             "source": "/proc/PID/task/TID/schedstat: run time, run-queue wait (run_delay), time slices"}

@@ -296,3 +296,10 @@ def test_with_deep_every_read_is_traced_and_its_distribution_shown():
     assert s["split"]["client_data_unread_ms"] == pytest.approx(2.0)           # 600 ms over 300 requests
     assert s["per_read"]["cli"] == {"p50_ms": 2.047, "p99_ms": 4.095, "reads": 300}
     assert "tcp_rcv_space_adjust" in s["mechanism"] and s["resolution_ms"] is None
+
+
+def test_a_thread_pool_using_every_cpu_is_proxy_cpu_though_no_thread_is_at_a_core():
+    ev = evidence(rate=1000, unread_client=100, cpu_s=5.7, busiest=0.2)
+    ev["sched"].update({"cpus": 2, "cpu_share_of_host": 0.95})
+    f = doctor_answer(ev)[1]
+    assert ids(f) == ["proxy-cpu"] and "95% of the host's 2 CPUs" in f[0].title
