@@ -44,6 +44,7 @@ AGREES_WITHIN = 0.30
 
 
 def _part(ms, mechanism: str, precision: str, samples=None, population: str = "every request", **more) -> dict:
+    """A part the budget measured itself; `source` is its mechanism in a few words (for the tables)."""
     return {"ms": None if ms is None else round(ms, 3), "p50_ms": more.pop("p50_ms", None),
             "p99_ms": more.pop("p99_ms", None), "samples": samples, "population": population,
             "mechanism": mechanism, "precision": precision, "measurable": ms is not None, **more}
@@ -123,7 +124,8 @@ def accept_queue(ev: dict, req: dict) -> dict:
         per_port.setdefault(str(port), {})["connections_per_s"] = round(n / w, 1) if w else None
     return _part(ms, "Little's law: each listener's accept queue (Recv-Q of its LISTEN socket, sock_diag) at "
                      "every tick, mean length / the request rate", _little_precision(ticks, rate), ticks,
-                 by_port=per_port, resolution_ms=_resolution(ticks, rate))
+                 by_port=per_port, resolution_ms=_resolution(ticks, rate),
+                 source="kernel: listeners' accept queues sampled")
 
 
 def proxy_queue(own: dict, kind: str | None) -> dict:
@@ -156,7 +158,8 @@ def origin_connect(ev: dict, req: dict, own: dict, names: dict) -> dict:
     part = _part(total_ns / 1e6 / n, "sock:inet_sock_set_state: every connect of the proxy, SYN_SENT (its "
                  "task) -> ESTABLISHED (matched by socket); summed, / the requests", "exact per connect "
                  "(kernel clock); per request it is spread over all requests (connection reuse lowers it)",
-                 connects, p50_ms=p50, p99_ms=p99, by_origin=by, per_connect="p50/p99 are per connect")
+                 connects, p50_ms=p50, p99_ms=p99, by_origin=by, per_connect="p50/p99 are per connect",
+                 source="kernel: every connect traced")
     theirs = (own.get("parts") or {}).get("origin_connect")
     if theirs and theirs.get("measurable"):
         part["proxy_says"] = {"ms": theirs.get("ms"), "mechanism": theirs.get("mechanism")}
@@ -187,7 +190,7 @@ def origin_first_byte(ev: dict, req: dict, own: dict, names: dict) -> dict:
                        _little_precision(ticks, rate) + "; a request sent in the jiffy of the previous answer "
                        "and acknowledged in that jiffy too is not seen until answered",
                        ticks, by_origin=by, resolution_ms=_resolution(ticks, rate),
-                       awaiting_in_one_jiffy=ties)
+                       awaiting_in_one_jiffy=ties, source="kernel: upstream sockets sampled")
     theirs = (own.get("parts") or {}).get("origin_first_byte")
     if not (theirs and theirs.get("measurable") and theirs.get("ms") is not None):
         if kernel is None:
@@ -209,6 +212,8 @@ def _corrected(theirs: dict, kernel: dict | None, unread: float | None, req: dic
     ms, scaling = _scaled(theirs, req)
     taken = min(ms, unread or 0.0)
     part = {**theirs, "ms": round(ms - taken, 3), "population": "every request", "scaling": scaling,
+            "source": ((theirs.get("mechanism") or "the proxy's own clock").split(":")[0]
+                       + (", less its loop's delay (kernel)" if taken else "")),
             "proxy_figure_ms": round(ms, 3), "loop_delay_taken_out_ms": round(taken, 3),
             "mechanism": f"{theirs.get('mechanism')}; less the time the origin's data sat unread in the proxy's "
                          "sockets (kernel, Little's law on Recv-Q), which its own clock counts as the origin's"}
@@ -268,7 +273,9 @@ def proxy_self(ev: dict, req: dict) -> dict:
                  run_queue_ms=None if delay is None else round(delay, 3),
                  run_queue_note="time its threads waited for a CPU, per request; inside the unread time when the "
                                 "loop waited with data ready, so shown and not added",
-                 busiest_thread=busiest or None, resolution_ms=None if traced else _resolution(ticks, rate), **extra)
+                 busiest_thread=busiest or None, resolution_ms=None if traced else _resolution(ticks, rate),
+                 source="kernel: every read traced + schedstat" if traced else "kernel: sockets sampled + schedstat",
+                 **extra)
 
 
 def compute(ev: dict) -> dict:
@@ -347,7 +354,7 @@ def _detail(name: str, p: dict) -> str:
     if p.get("cause", {}).get("directive"):
         c = p["cause"]
         bits.append(f"`{c['directive']}` ({c.get('where')}), queue now {c.get('queue_now')}, max {c.get('queue_max')}")
-    source = p.get("mechanism", "").split(":")[0]
+    source = p.get("source") or (p.get("mechanism") or "").split(":")[0]
     return "; ".join([source] + bits)
 
 

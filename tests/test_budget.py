@@ -303,3 +303,23 @@ def test_a_thread_pool_using_every_cpu_is_proxy_cpu_though_no_thread_is_at_a_cor
     ev["sched"].update({"cpus": 2, "cpu_share_of_host": 0.95})
     f = doctor_answer(ev)[1]
     assert ids(f) == ["proxy-cpu"] and "95% of the host's 2 CPUs" in f[0].title
+
+
+def test_a_doctor_run_in_a_report_shows_its_budget_escaped_in_markdown_and_html(fake_kind):
+    from proxytune.reports import doctor as doctor_section, html, markdown
+    FakeKind.origins = staticmethod(lambda p: {"127.0.0.1:9000": {"name": "app|<script>x</script>", "where": "a.cfg:3"}})
+    try:
+        b, found = doctor_answer(evidence(rate=300, awaiting=90, kind="fake", timing=None))
+        r = {"target": {"pids": [10], "comm": "haproxy"}, "window_s": 3.0, "verdict": "limited",
+             "findings": [f.to_json() for f in found], "budget": b, "headroom": []}
+        sec = doctor_section.section(r)
+    finally:
+        FakeKind.origins = staticmethod(lambda p: {"127.0.0.1:9000": {"name": "backend app/server s1",
+                                                                      "where": "/etc/haproxy/haproxy.cfg:12"}})
+    titles = [t.title for t in sec.tables]
+    assert titles == ["Findings, ranked", "Time budget of an average request"]
+    assert sec.tables[0].rows[0][2].startswith("slow-origin")
+    md, page = markdown.section(sec), html.section(sec)
+    assert "app\\|&lt;script>" in md and "<script>" not in md
+    assert "&lt;script&gt;" in page and "<script>" not in page
+    assert "not measurable here" in md and "kernel: upstream sockets sampled" in md
