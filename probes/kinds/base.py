@@ -261,6 +261,30 @@ class Proxy:
         """A context manager: this proxy with `store`, in front of the origin, for `bench proxy`."""
         raise NotImplementedError
 
+    # ---- its own clocks (issue 28): a live window and the pure parts (see timing.py)
+
+    def timing(self):
+        """A context manager around the doctor's window reading this proxy's own clocks; its
+        `.result()` goes into the evidence as ev["proxy"]["timing"]."""
+        from .timing import Unavailable
+        return Unavailable(self, f"{self.kind}: no clock of its own is read")
+
+    @staticmethod
+    def time_parts(p: dict) -> dict:
+        """The parts of a request's time this proxy's clocks show (timing.answer), pure over ev["proxy"]."""
+        from .timing import nothing
+        return nothing("this proxy's own clocks are not read")
+
+    def config_origins(self) -> dict:
+        """{"IP:PORT": {"name", "where"}} for every origin the config names by address (never resolved)."""
+        return {}
+
+    @staticmethod
+    def origins(p: dict) -> dict:
+        """The config's origins as recorded with the window (pure over ev["proxy"])."""
+        got = (p.get("timing") or {}).get("origins")
+        return got if isinstance(got, dict) else {}
+
     # ---- rules over recorded evidence (no live process): see probes/owncap.py
 
     @staticmethod

@@ -20,6 +20,7 @@ import re
 from proxytune.core.numbers import is_uint, uint
 
 from .. import sockets
+from . import haproxy_time
 from ..owncap import Cap
 from .base import STATS_SECONDS, Proxy, as_int, directives, nofile_now, option, peak, where
 
@@ -112,6 +113,14 @@ class HAProxy(Proxy):
         keep = ("Maxconn", "Hard_maxconn", "CurrConns", "CumConns", "MaxSock", "Ulimit-n", "ConnRate", "Idle_pct")
         return {"available": True, "source": f"show info on {path}",
                 **{k: uint(info[k]) for k in keep if is_uint(info.get(k))}}
+
+    def timing(self):
+        return haproxy_time.timing(self)
+
+    def config_origins(self) -> dict:
+        return haproxy_time.config_origins(self.lines)
+
+    time_parts = staticmethod(haproxy_time.parts)
 
     @staticmethod
     def caps(ev: dict) -> list[Cap]:

@@ -31,6 +31,7 @@ import re
 from pathlib import Path
 
 from ..owncap import Cap
+from . import nginx_time
 from .base import Proxy, as_int, delta, directives, nofile_now, option, where
 
 INCLUDE = re.compile(r"\s*include\s+([^;\s]+)\s*;")
@@ -88,6 +89,14 @@ class Nginx(Proxy):
             out["not_enough_messages"] = text.count("worker_connections are not enough")
             out["reusing_messages"] = text.count("worker_connections are not enough, reusing connections")
         return out
+
+    def timing(self):
+        return nginx_time.timing(self)
+
+    def config_origins(self) -> dict:
+        return nginx_time.config_origins(self.lines)
+
+    time_parts = staticmethod(nginx_time.parts)
 
     @staticmethod
     def caps(ev: dict) -> list[Cap]:

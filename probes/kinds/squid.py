@@ -18,6 +18,7 @@ is deferred too: /proc's count of its fds stands in.
 import re
 
 from ..owncap import Cap
+from . import squid_time
 from .base import Proxy, directives, nofile_now, option, peak, where
 
 INCLUDE = re.compile(r"\s*include\s+(\S+)\s*$")
@@ -68,6 +69,14 @@ class Squid(Proxy):
                 "max_fds": num("Maximum number of file descriptors"),
                 "fds_in_use": num("Number of file desc currently in use"),
                 "fds_available": num("Available number of file descriptors")}
+
+    def timing(self):
+        return squid_time.timing(self)
+
+    def config_origins(self) -> dict:
+        return squid_time.config_origins(self.lines)
+
+    time_parts = staticmethod(squid_time.parts)
 
     @staticmethod
     def caps(ev: dict) -> list[Cap]:

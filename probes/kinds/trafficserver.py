@@ -23,6 +23,7 @@ from proxytune.core import procfs
 
 from .. import targetread
 from ..owncap import Cap
+from . import trafficserver_time
 from .base import LOG_TAIL, Proxy, as_int, delta, nofile_now, option, peak, read_config, where
 
 THROTTLE = "proxy.config.net.connections_throttle"
@@ -111,6 +112,14 @@ class TrafficServer(Proxy):
         from proxytune.core.numbers import uint
         return {"available": True, "source": f"stats_over_http 127.0.0.1:{ports[0]}/_stats", **warned,
                 **{k.rsplit(".", 1)[1]: n for k in keep if (n := uint(str(g.get(k)))) is not None}}
+
+    def timing(self):
+        return trafficserver_time.timing(self)
+
+    def config_origins(self) -> dict:
+        return trafficserver_time.config_origins(self)
+
+    time_parts = staticmethod(trafficserver_time.parts)
 
     @staticmethod
     def caps(ev: dict) -> list[Cap]:

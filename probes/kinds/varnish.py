@@ -17,6 +17,7 @@ from pathlib import Path
 from proxytune.core.numbers import is_uint
 
 from .. import targetread
+from . import varnish_time
 from ..owncap import Cap
 from .base import STATS_SECONDS, Proxy, as_numbers, delta, nofile_now, option, peak
 
@@ -79,6 +80,14 @@ class Varnish(Proxy):
         return {"available": True, "source": "varnishstat -j",
                 **as_numbers({k: (counters.get(k) or {}).get("value") if isinstance(counters.get(k), dict) else None
                               for k in keep}, keep)}
+
+    def timing(self):
+        return varnish_time.timing(self)
+
+    def config_origins(self) -> dict:
+        return varnish_time.config_origins(self.lines, option(self.argv, "-b"))
+
+    time_parts = staticmethod(varnish_time.parts)
 
     @staticmethod
     def caps(ev: dict) -> list[Cap]:
