@@ -78,8 +78,17 @@ def tracepoint_exists(tp: str) -> bool:
                              f"tracefs is readable by root only; see {command('probe caps')}") from None
 
 
+BTF = Path("/sys/kernel/btf/vmlinux")
+STRUCT_CAST = re.compile(r"\(struct \w+ \*\)")
+
+
 def missing_tracepoints(s: Script) -> list[str]:
-    return [tp for tp in s.tracepoints if not tracepoint_exists(tp)]
+    """The tracepoints s needs that this kernel lacks, and its BTF when s reads a kernel struct (a cast
+    such as `(struct sock *)args->skaddr` is resolved through BTF: without it the program does not load)."""
+    missing = [tp for tp in s.tracepoints if not tracepoint_exists(tp)]
+    if STRUCT_CAST.search(s.text.split("*/", 1)[-1]) and not BTF.exists():
+        missing.append(f"kernel BTF ({BTF})")
+    return missing
 
 
 def _any_of(var: str, ids: list[int]) -> str:

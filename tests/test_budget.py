@@ -323,3 +323,12 @@ def test_a_doctor_run_in_a_report_shows_its_budget_escaped_in_markdown_and_html(
     assert "app\\|&lt;script>" in md and "<script>" not in md
     assert "&lt;script&gt;" in page and "<script>" not in page
     assert "not measurable here" in md and "kernel: upstream sockets sampled" in md
+
+
+def test_a_script_that_reads_a_kernel_struct_is_skipped_without_btf(monkeypatch, tmp_path):
+    monkeypatch.setattr(bpftrace, "tracepoint_exists", lambda tp: True)
+    cat = bpftrace.catalog()
+    assert bpftrace.missing_tracepoints(cat["budget"]) == []
+    monkeypatch.setattr(bpftrace, "BTF", tmp_path / "vmlinux")
+    assert bpftrace.missing_tracepoints(cat["budget"]) == [f"kernel BTF ({tmp_path / 'vmlinux'})"]
+    assert bpftrace.missing_tracepoints(cat["loop_blocking"]) == []           # reads no kernel struct
