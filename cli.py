@@ -1133,6 +1133,9 @@ def probe_overhead(seconds, reps, connections, component, pace_ms, mechanisms, o
                        f"{d['mechanisms']['nginx_per_request']['syscall']:.2f} syscalls and "
                        f"{d['mechanisms']['nginx_per_request']['context_switch']:.3f} switches per request: "
                        f"{m['overhead']:+.2%} per request (CI {m['overhead_ci'][0]:+.2%} to {m['overhead_ci'][1]:+.2%})")
+            if "connection" in u:
+                click.echo(f"  and {u['connection']['added_ns']:+.0f} ns per TCP connection opened and closed, with "
+                           f"{d['mechanisms']['nginx_per_request'].get('connection') or 0:.4f} accepted per request")
             _program_costs(d.get("programs") or {})
             return
         click.echo(f"nginx CPU per request: {d['off_us_per_request']['median']:.2f} us without {component}, "
@@ -1184,7 +1187,11 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, fm
       target's network namespace),
       and the proxy's own caps: haproxy-maxconn, varnish-thread-pool,
       nginx-worker-connections, squid-fd-limit,
-      trafficserver-connections-throttle (read from its config and stats)
+      trafficserver-connections-throttle (read from its config and stats),
+      and from the time budget (where an average request's time goes:
+      accept queue, queue in the proxy, connect, origin's first byte, the
+      proxy itself): slow-origin, proxy-queue, accept-wait, proxy-cpu,
+      loop-lag
     ranked by severity and impact. Read-only; needs root.
     Exit 0 no findings, 1 findings, 2 error (with --format nagios: 0 OK,
     1 WARNING, 2 CRITICAL: a high-severity finding or one --critical names,

@@ -231,20 +231,36 @@ def _switches(pids: list[int]) -> int:
     return sum(procfs.context_switches(p) for p in pids)
 
 
+def passive_opens() -> int | None:
+    """Tcp PassiveOpens of our network namespace (/proc/net/snmp): connections accepted on it."""
+    try:
+        lines = Path("/proc/net/snmp").read_text().splitlines()
+    except OSError:
+        return None
+    for head, vals in zip(lines[::2], lines[1::2]):
+        if head.startswith("Tcp:") and "PassiveOpens" in head.split():
+            v = vals.split()[head.split().index("PassiveOpens")]
+            return int(v) if is_uint(v) else None
+    return None
+
+
 def _per_request(load: Load) -> dict:
-    """nginx's syscalls (perf stat on raw_syscalls:sys_enter) and context switches per request."""
+    """nginx's syscalls (perf stat on raw_syscalls:sys_enter), context switches and accepted connections
+    (the namespace's PassiveOpens: nginx runs in ours, and other loads run in namespaces of their own)
+    per request."""
     with procgroup.Children() as kids:
         stat = kids.start(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", ",".join(map(str, load.pids))])
         time.sleep(1)
-        s0 = _switches(load.pids)
+        s0, o0 = _switches(load.pids), passive_opens()
         w = servers.wrk(load.url, load.seconds, load.connections, script=load.script)
-        s1 = _switches(load.pids)
+        s1, o1 = _switches(load.pids), passive_opens()
         _, err = procgroup.stop(stat)
     calls = next((int(l.split(",")[0]) for l in err.splitlines() if "raw_syscalls:sys_enter" in l
                   and is_uint(l.split(",")[0])), None)
     n = w["requests"] or None
     return {"requests": w["requests"], "syscall": calls / n if calls and n else None,
-            "context_switch": (s1 - s0) / n if n else None}
+            "context_switch": (s1 - s0) / n if n else None,
+            "connection": (o1 - o0) / n if n and o0 is not None and o1 is not None else None}
 
 
 def _result(rows: list[dict]) -> dict:

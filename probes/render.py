@@ -70,6 +70,7 @@ def doctor_report(r: dict) -> None:
         out.print("[green]no limit found[/]: no cap of the proxy and no kernel limit held it back in this window"
                   + ("" if not r["findings"] else " (only low findings below)"))
         headroom(out, r.get("headroom") or [])
+        time_budget(out, r.get("budget"))
     elif not r["findings"]:
         out.print("[green]no findings[/]: nothing in this window crossed a rule's threshold")
     for i, f in enumerate(r["findings"], 1):
@@ -79,6 +80,8 @@ def doctor_report(r: dict) -> None:
             if v not in (None, {}, []):
                 out.print(f"     {term_text(k)}: {_short(v)}")
         out.print(f"   [green]fix[/]: {term_text(f['fix'])}")
+    if r.get("verdict") != "no limit found":
+        time_budget(out, r.get("budget"))
     if ev.get("kernel"):
         out.print("\n[bold]kernel[/]: " + term_text(kernel_headroom(ev["kernel"])))
     loop = ev["loop"]
@@ -109,6 +112,18 @@ def headroom(out, rows: list[dict]) -> None:
         share = f" ({h['share']:.0%})" if h.get("share") is not None else ""
         stops = f", stops at {h['stops_at']}" if h.get("stops_at") not in (None, h.get("limit")) else ""
         out.print("  " + term_text(f"{h['what']}: {h['used']} of {h['limit']}{share}{stops}; {h['where']}"))
+
+
+def time_budget(out, b: dict | None) -> None:
+    """Where an average request's time went in the window, part by part (budget.rows)."""
+    if not b:
+        return
+    from . import budget
+    out.print("\n[bold]time budget[/]: " + term_text(budget.headline(b)))
+    width = max(len(budget.LABELS[n]) for n in budget.PARTS)
+    for part, ms, share, how in budget.rows(b):
+        figure = f"{ms:>9} ms {share:>4}" if share else f"{ms}"
+        out.print("  " + term_text(f"{part:<{width}}  {figure}  {how}"))
 
 
 def kernel_headroom(k: dict) -> str:

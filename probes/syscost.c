@@ -8,14 +8,22 @@
  *                               on one CPU (two context switches, four syscalls;
  *                               on two CPUs a round trip would be a cross-CPU
  *                               wake-up or an idle exit, a different cost each time)
+ *   syscost connect N SAMPLES   ns of CPU per loopback TCP connection opened,
+ *                               accepted and reset by this one process (six
+ *                               syscalls; on loopback the handshake and the reset
+ *                               run inline, in this task, so every TCP state change
+ *                               of both ends is on its CPU time)
  *
  * Prints one JSON document: {"mode": ..., "ns": [per-sample ns per operation]}.
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -68,10 +76,45 @@ static double one_switch_sample(long n)
     return child < 0 ? -1 : (mine + child) / n;
 }
 
+/* Reset (SO_LINGER 0) rather than closed: no TIME-WAIT piles up over the samples. */
+static double one_connect_sample(long n)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    struct linger reset = {1, 0};
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 128)
+        || getsockname(l, (struct sockaddr *)&a, &len)) {
+        if (l >= 0)
+            close(l);
+        return -1;
+    }
+    double t0 = cpu_ns(CLOCK_PROCESS_CPUTIME_ID), used = -1;
+    long i;
+    for (i = 0; i < n; i++) {
+        int c = socket(AF_INET, SOCK_STREAM, 0);
+        if (c < 0)
+            break;
+        int s = connect(c, (struct sockaddr *)&a, sizeof a) ? -1 : accept(l, NULL, NULL);
+        if (s < 0 || setsockopt(c, SOL_SOCKET, SO_LINGER, &reset, sizeof reset)) {
+            close(c);
+            if (s >= 0)
+                close(s);
+            break;
+        }
+        close(c);
+        close(s);
+    }
+    if (i == n)
+        used = (cpu_ns(CLOCK_PROCESS_CPUTIME_ID) - t0) / n;
+    close(l);
+    return used;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 4 || (strcmp(argv[1], "syscall") && strcmp(argv[1], "switch"))) {
-        fprintf(stderr, "usage: syscost syscall|switch N SAMPLES\n");
+    if (argc != 4 || (strcmp(argv[1], "syscall") && strcmp(argv[1], "switch") && strcmp(argv[1], "connect"))) {
+        fprintf(stderr, "usage: syscost syscall|switch|connect N SAMPLES\n");
         return 2;
     }
     long n = atol(argv[2]);
@@ -80,7 +123,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "syscost: N and SAMPLES must be positive (SAMPLES <= 10000)\n");
         return 2;
     }
-    int sw = !strcmp(argv[1], "switch");
+    int sw = !strcmp(argv[1], "switch"), conn = !strcmp(argv[1], "connect");
     if (sw) {
         cpu_set_t one;
         CPU_ZERO(&one);
@@ -90,9 +133,9 @@ int main(int argc, char **argv)
     }
     printf("{\"mode\": \"%s\", \"n\": %ld, \"ns\": [", argv[1], n);
     for (int s = 0; s < samples; s++) {
-        double v = sw ? one_switch_sample(n) : one_syscall_sample(n);
+        double v = sw ? one_switch_sample(n) : conn ? one_connect_sample(n) : one_syscall_sample(n);
         if (v < 0) {
-            fprintf(stderr, "syscost: pipe/fork failed\n");
+            fprintf(stderr, "syscost: %s failed\n", conn ? "a loopback connection" : "pipe/fork");
             return 1;
         }
         printf("%s%.2f", s ? ", " : "", v);

@@ -5,7 +5,7 @@ from proxytune.core.sections import RENDER_ERRORS, Figure, Section, Table, unren
 from proxytune.microbench import fio
 from proxytune.tune import audit
 
-from . import plots
+from . import doctor, plots
 
 
 def host_table(host: dict) -> Table:
@@ -223,7 +223,7 @@ def seeds_section(r: dict) -> Section:
 
 
 SECTIONS = {"seeds": seeds_section, "audit": audit.section, "events": events_section, "fdscan": fdscan_section, "storage": storage_section,
-            "proxy": proxy_section, "host_settings": proxy_section}
+            "proxy": proxy_section, "host_settings": proxy_section, "doctor": doctor.section}
 
 
 def section_for(name: str, data: dict) -> Section:
