@@ -288,3 +288,28 @@ def test_addresses_are_normalised_and_never_resolved():
     assert timing.address("::1", "80") == "[::1]:80" and timing.split_address("[::1]:80") == "[::1]:80"
     assert timing.address("origin.example", 80) is None and timing.split_address("127.0.0.1:99999") is None
     assert timing.decimal("0.300") == 0.3 and timing.decimal("١٠") is None and timing.decimal("1e9") is None
+
+
+def test_trafficserver_reads_the_transactions_its_log_buffers_held_back():
+    """ATS writes a line up to max_secs_per_buffer after its transaction: the tail's lines that started in
+    that interval before the window stand for it; older ones and a cut first line are dropped."""
+    fmt = "%<cqtq> %<ttms> %<shi>"
+    tail = "7 300 127.0.0.1\n1000.000 300 127.0.0.1\n1004.500 310 127.0.0.1\n1006.000 320 127.0.0.1\n"
+    assert trafficserver_time.recent(tail, fmt, 1004.0).splitlines() == ["1004.500 310 127.0.0.1",
+                                                                         "1006.000 320 127.0.0.1"]
+    assert trafficserver_time.recent(tail, "%<ttms> %<shi>", 0) == ""          # no timestamp: nothing to pick
+    rec = trafficserver_time.records(lines_of("CONFIG proxy.config.log.max_secs_per_buffer INT 2\n"))
+    assert trafficserver_time.flush_lag(rec) == 3 and trafficserver_time.flush_lag({}) == 6
+
+
+def test_squid_names_a_cache_peer_by_its_configured_port():
+    """To a cache_peer, %ru is what the client asked (an accelerator's own port): the peer's port is the
+    cache_peer line's."""
+    text = ("1700000000.123    201 127.0.0.1 TCP_MISS/200 312 GET http://127.0.0.1:3128/x - FIRSTUP_PARENT/127.0.0.1 "
+            "text/plain 200 201\n")
+    lines = squid_time.read_lines(text, squid_time.BUILTIN["squid"] + " %<pt %<tt")
+    assert list(lines["origins"]) == ["127.0.0.1"]
+    cfg = lines_of("cache_peer 127.0.0.1 parent 8080 0 originserver name=app\n")
+    t = {"available": True, "lines": lines, "log": {"path": "/l", "format": "x"}, "peers": squid_time.peers(cfg)}
+    fb = squid_time.parts({"timing": t})["parts"]["origin_first_byte"]
+    assert list(fb["by_origin"]) == ["127.0.0.1:8080"] and fb["by_origin"]["127.0.0.1:8080"]["where"] == "/etc/x.conf:1"

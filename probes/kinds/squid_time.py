@@ -205,10 +205,17 @@ def read_lines(text: str, fmt: str) -> dict:
 
 
 def _origin(peer: str, f: dict) -> str:
+    """peer:port: %<p when logged; the URL's port only when squid went direct (HIER_DIRECT): to a
+    cache_peer the URL names what the client asked for (an accelerator's own port), so its port is the
+    cache_peer line's, found from the config."""
     port = (f.get("<p") or "").strip()
-    if not port.isdigit():
-        port = str(urlsplit(f.get("ru") or "").port or "") if (f.get("ru") or "").startswith("http") else ""
-    return f"{peer}:{port}" if port else peer
+    ru = f.get("ru") or ""
+    if not port.isdigit() and (f.get("Sh") or "").startswith("HIER_DIRECT") and ru.startswith("http"):
+        try:
+            port = str(urlsplit(ru).port or 80)
+        except ValueError:
+            port = ""
+    return f"{peer}:{port}" if port.isdigit() else peer
 
 
 

@@ -27,21 +27,28 @@ update_size_and_time_stats) sums X - SM_START over finished transactions
 (an unreached one adds 0 there); the plugin shows them as last synced from
 the threads, every proxy.config.raw_stat_sync_interval_ms (5000 by default:
 lib/records/P_RecDefs.h), so a short window may see no sync at all: the
-stats are then no figure, and ATS buffers log lines too
-(proxy.config.log.max_secs_per_buffer, 5 s by default), so the lines read
-are those flushed in the window.
+stats are then no figure. ATS buffers log lines too: a line is written up
+to proxy.config.log.max_secs_per_buffer (5 s by default) after its
+transaction, so at the window's end the log holds few of the window's own
+transactions; the lines of the transactions that started in that interval
+before the window and in it are read instead (from the log's tail, by their
+%<cqtq>), and the count says over how long a span (`span_s`).
 """
 
 import json
 import re
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from .. import targetread
 from .base import read_config
-from .timing import (Unavailable, Window, address, answer, decimal, digest, nothing, origin_entry, part, split_address,
-                     spread, template_regex, timed_lines, unmeasurable)
+from .timing import (MAX_VALUES, Unavailable, Window, address, answer, decimal, digest, nothing, origin_entry,
+                     parse_line, part, split_address, spread, template_regex, timed_lines, unmeasurable)
 
 CAP = "proxy.config.http.per_server.connection"
+FLUSH = "proxy.config.log.max_secs_per_buffer"
+TAIL = 2 << 20                  # the log's last bytes read at the window's end
 DIFFS = {"proxy_queue": ("SERVER_CONNECT", "SERVER_FIRST_CONNECT"),
          "origin_connect": ("SERVER_CONNECT_END", "SERVER_CONNECT"),
          "origin_first_byte": ("SERVER_FIRST_READ", "SERVER_BEGIN_WRITE")}
@@ -129,14 +136,36 @@ def access_log(proxy) -> dict | None:
 
 
 def records(lines) -> dict:
-    """The per-origin connection cap's records with file:line (0 / default when not set)."""
+    """The per-origin connection cap's records and the log's flush interval, with file:line."""
     out = {}
     for ln in lines:
         w = ln.text.split()
-        if len(w) >= 4 and w[0] in ("CONFIG", "LOCAL") and w[1].startswith(CAP + "."):
+        if len(w) >= 4 and w[0] in ("CONFIG", "LOCAL") and (w[1].startswith(CAP + ".") or w[1] == FLUSH):
             out[w[1].rsplit(".", 1)[1]] = {"value": w[3], "where": f"{ln.file}:{ln.number}",
                                            "text": " ".join(w[:4])}
     return out
+
+
+def flush_lag(rec: dict) -> int:
+    """How old a transaction's line can be when ATS writes it: max_secs_per_buffer (default 5 s), + 1."""
+    v = (rec.get("max_secs_per_buffer") or {}).get("value", "5")
+    return (int(v) if v.isascii() and v.isdigit() else 5) + 1
+
+
+def recent(text: str, fmt: str, since: float) -> str:
+    """The lines of a log tail whose transaction started at or after `since` (epoch s, from %<cqtq> or
+    %<cqts>); the first line of a tail may be cut: it does not parse and is dropped."""
+    lf = template_regex(tokens(fmt))
+    stamp = next((k for k in ("cqtq", "cqts") if lf and k in lf.groups), None)
+    if stamp is None:
+        return ""
+    keep = []
+    for line in text.splitlines()[-MAX_VALUES:]:
+        f = parse_line(lf, line)
+        t = decimal(f.get(stamp)) if f else None
+        if t is not None and t >= since:
+            keep.append(line)
+    return "\n".join(keep)
 
 
 class Clock(Window):
@@ -150,14 +179,20 @@ class Clock(Window):
     def begin(self):
         self.data["records"] = records(self.proxy.lines)
         self.data["log"] = {k: v for k, v in self.log.items() if k != "text"}
-        if self.log.get("path"):
-            self.proxy.appended(self.log["path"])
+        self.wall = time.time()
         self.data["stats_start"] = self._stats()
 
     def end(self):
+        """ATS writes a transaction's line up to max_secs_per_buffer after it ended, so what the window's
+        own transactions say is mostly not written yet: the lines of transactions that started in the
+        flush interval before the window, and in it, stand for it (a steady load's recent past)."""
         self.data["stats_end"] = self._stats()
-        if self.log.get("path"):
-            self.data["lines"] = read_lines(self.proxy.appended(self.log["path"]), self.log["text"])
+        if not self.log.get("path"):
+            return
+        lag = flush_lag(self.data["records"])
+        tail = targetread.read(self.proxy.pid, self.log["path"], start=-TAIL, proc=self.proxy.proc).text or ""
+        self.data["log"]["since_s_before_window"] = lag
+        self.data["lines"] = read_lines(recent(tail, self.log["text"], self.wall - lag), self.log["text"])
 
     def _stats(self) -> dict | None:
         if self.proxy.conf["stats_over_http"]["value"] != "on":
@@ -189,7 +224,8 @@ def read_lines(text: str, fmt: str) -> dict:
                 parts_seen[p].append(v)
                 if origin:
                     by.setdefault(origin, {}).setdefault(p, []).append(v)
-    return {"understood": True, "fields": sorted(diffs), "requests": len(total), "unread": unread,
+    waited = sum(1 for v in parts_seen.get("proxy_queue", []) if v > 0)
+    return {"understood": True, "fields": sorted(diffs), "requests": len(total), "unread": unread, "waited": waited,
             "total": spread(total), "parts": {p: digest(v) for p, v in parts_seen.items()},
             "origins": {o: {p: digest(v) for p, v in d.items()} for o, d in list(by.items())[:64]}}
 
@@ -228,12 +264,11 @@ def parts(p: dict) -> dict:
     total = None
     if n:
         tot = lines["total"]
-        total = part(tot["mean"], f"{MECH}: %<ttms>, SM_START to SM_FINISH",
-                     f"whole ms, each transaction of {named} flushed in the window (log buffers are flushed every "
-                     "proxy.config.log.max_secs_per_buffer)", samples=n, requests=n, p50=tot["p50"], p99=tot["p99"])
+        total = part(tot["mean"], f"{MECH}: %<ttms>, SM_START to SM_FINISH", _span_text(log, named), samples=n,
+                     requests=n, p50=tot["p50"], p99=tot["p99"])
     out = {}
     for name, (a, b) in DIFFS.items():
-        got = _from_log(lines, name, named) if n and name in lines.get("fields", []) else None
+        got = _from_log(lines, log, name, named) if n and name in lines.get("fields", []) else None
         out[name] = got or _from_stats(t, a, b)
     total = total or _from_stats(t, "SM_FINISH", "SM_START")
     cause = _cause(t)
@@ -242,11 +277,21 @@ def parts(p: dict) -> dict:
     elif not cause:
         out["proxy_queue"] = unmeasurable(f"Traffic Server queues a request only at {CAP}.max, which is not set "
                                           "(records.config): it has no queue here", MECH)
-    source = f"transactions flushed to {log.get('path')} in the window" if n else "none counted"
-    return answer(out, total, n or None, source)
+    source = (f"transactions of {log.get('path')} that started in the {log.get('since_s_before_window')} s "
+              "before the window and in it" if n else "none counted")
+    got = answer(out, total, n or None, source)
+    if n and t.get("window_s"):
+        got["requests"]["span_s"] = round(log.get("since_s_before_window", 0) + t["window_s"], 3)
+    return got
 
 
-def _from_log(lines: dict, name: str, named: str) -> dict:
+def _span_text(log: dict, named: str) -> str:
+    return (f"whole ms; transactions of {named} that started in the {log.get('since_s_before_window')} s before "
+            "the window and in it (ATS writes a line up to proxy.config.log.max_secs_per_buffer after its "
+            "transaction)")
+
+
+def _from_log(lines: dict, log: dict, name: str, named: str) -> dict:
     a, b = DIFFS[name]
     d = lines["parts"][name]
     if not d["n"]:
@@ -254,7 +299,7 @@ def _from_log(lines: dict, name: str, named: str) -> dict:
     by = {(split_address(o) or o): origin_entry(o, None, v[name]["sum_ms"] / v[name]["n"], v[name]["n"])
           for o, v in (lines.get("origins") or {}).items() if (v.get(name) or {}).get("n")}
     return part(d["sum_ms"] / d["n"], f"{MECH}: %<{{{a}-{b}}}msdms> in {named}",
-                "whole ms, each transaction flushed to the log in the window (-1, not reached, left out)",
+                _span_text(log, named) + "; -1 (not reached) left out",
                 samples=d["n"], requests=d["n"], population=f"transactions that reached {a}", by_origin=by,
                 p50=d["p50"], p99=d["p99"])
 
@@ -289,9 +334,15 @@ def _cause(t: dict) -> dict | None:
     s0, s1 = t.get("stats_start") or {}, t.get("stats_end") or {}
     throttled = (s1.get("origin_connections_throttled_out", 0) - s0.get("origin_connections_throttled_out", 0)
                  if s0 and s1 else None)
+    lines = t.get("lines") or {}
+    window = (t.get("window_s") or 0) + ((t.get("log") or {}).get("since_s_before_window") or 0)
+    waits = (lines.get("parts") or {}).get("proxy_queue") or {}
     return {"what": "the per-origin connection queue", "directive": f"{mx.get('text')} (queue_size {qs}, queue_delay "
                          f"{(rec.get('queue_delay') or {}).get('value', '100 (default)')} ms)",
             "where": mx.get("where"), "limit": int(mx["value"]), "queue_now": None, "queue_max": None,
+            # ATS shows no queue length: the transactions of the window that waited, and Little's law on their waits
+            "waited": lines.get("waited") if "proxy_queue" in lines.get("fields", []) else None,
+            "queue_mean": round(waits["sum_ms"] / 1000 / window, 2) if waits.get("n") and window else None,
             "throttled_in_window": throttled}
 
 
