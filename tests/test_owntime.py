@@ -291,13 +291,15 @@ def test_addresses_are_normalised_and_never_resolved():
 
 
 def test_trafficserver_reads_the_transactions_its_log_buffers_held_back():
-    """ATS writes a line up to max_secs_per_buffer after its transaction: the tail's lines that started in
-    that interval before the window stand for it; older ones and a cut first line are dropped."""
+    """ATS writes a line up to max_secs_per_buffer after its transaction: the transactions that ENDED in an
+    interval as long as the window, one flush interval earlier, are all written (a long wait included);
+    a cut first line is dropped."""
     fmt = "%<cqtq> %<ttms> %<shi>"
-    tail = "7 300 127.0.0.1\n1000.000 300 127.0.0.1\n1004.500 310 127.0.0.1\n1006.000 320 127.0.0.1\n"
-    assert trafficserver_time.recent(tail, fmt, 1004.0).splitlines() == ["1004.500 310 127.0.0.1",
-                                                                         "1006.000 320 127.0.0.1"]
-    assert trafficserver_time.recent(tail, "%<ttms> %<shi>", 0) == ""          # no timestamp: nothing to pick
+    tail = ("7 300 127.0.0.1\n1000.000 300 127.0.0.1\n1002.000 2900 127.0.0.1\n1004.500 310 127.0.0.1\n"
+            "1006.000 320 127.0.0.1\n")
+    assert trafficserver_time.recent(tail, fmt, 1004.0, 1006.0).splitlines() == ["1002.000 2900 127.0.0.1",
+                                                                                 "1004.500 310 127.0.0.1"]
+    assert trafficserver_time.recent(tail, "%<ttms> %<shi>", 0, 9e9) == ""       # no timestamp: nothing to pick
     rec = trafficserver_time.records(lines_of("CONFIG proxy.config.log.max_secs_per_buffer INT 2\n"))
     assert trafficserver_time.flush_lag(rec) == 3 and trafficserver_time.flush_lag({}) == 6
 

@@ -30,9 +30,9 @@ lib/records/P_RecDefs.h), so a short window may see no sync at all: the
 stats are then no figure. ATS buffers log lines too: a line is written up
 to proxy.config.log.max_secs_per_buffer (5 s by default) after its
 transaction, so at the window's end the log holds few of the window's own
-transactions; the lines of the transactions that started in that interval
-before the window and in it are read instead (from the log's tail, by their
-%<cqtq>), and the count says over how long a span (`span_s`).
+transactions; the transactions that ended in an interval as long as the
+window, one flush interval earlier, are read instead (the log's tail, by
+%<cqtq> + %<ttms>): all of them are written by then, short or long.
 """
 
 import json
@@ -152,9 +152,11 @@ def flush_lag(rec: dict) -> int:
     return (int(v) if v.isascii() and v.isdigit() else 5) + 1
 
 
-def recent(text: str, fmt: str, since: float) -> str:
-    """The lines of a log tail whose transaction started at or after `since` (epoch s, from %<cqtq> or
-    %<cqts>); the first line of a tail may be cut: it does not parse and is dropped."""
+def recent(text: str, fmt: str, since: float, until: float) -> str:
+    """The lines of a log tail whose transaction ended in [since, until) (epoch s: %<cqtq> or %<cqts>, its
+    start, + %<ttms>; without %<ttms>, those that started then). Every transaction that ended a flush
+    interval ago has been written, whatever it waited, so the pick is not biased to short ones. A tail's
+    first line may be cut: it does not parse and is dropped."""
     lf = template_regex(tokens(fmt))
     stamp = next((k for k in ("cqtq", "cqts") if lf and k in lf.groups), None)
     if stamp is None:
@@ -163,7 +165,9 @@ def recent(text: str, fmt: str, since: float) -> str:
     for line in text.splitlines()[-MAX_VALUES:]:
         f = parse_line(lf, line)
         t = decimal(f.get(stamp)) if f else None
-        if t is not None and t >= since:
+        took = decimal(f.get("ttms")) if f else None
+        end = t + took / 1000 if t is not None and took is not None and took >= 0 else t
+        if end is not None and since <= end < until:
             keep.append(line)
     return "\n".join(keep)
 
@@ -183,16 +187,17 @@ class Clock(Window):
         self.data["stats_start"] = self._stats()
 
     def end(self):
-        """ATS writes a transaction's line up to max_secs_per_buffer after it ended, so what the window's
-        own transactions say is mostly not written yet: the lines of transactions that started in the
-        flush interval before the window, and in it, stand for it (a steady load's recent past)."""
+        """ATS writes a transaction's line up to max_secs_per_buffer after it ended, so the window's own
+        transactions are mostly not written yet: the transactions that ended in an interval as long as the
+        window, one flush interval earlier, stand for it (a steady load's recent past)."""
         self.data["stats_end"] = self._stats()
         if not self.log.get("path"):
             return
         lag = flush_lag(self.data["records"])
         tail = targetread.read(self.proxy.pid, self.log["path"], start=-TAIL, proc=self.proxy.proc).text or ""
-        self.data["log"]["since_s_before_window"] = lag
-        self.data["lines"] = read_lines(recent(tail, self.log["text"], self.wall - lag), self.log["text"])
+        self.data["log"]["shifted_back_s"] = lag
+        self.data["lines"] = read_lines(recent(tail, self.log["text"], self.wall - lag,
+                                               self.wall - lag + (self.t1 - self.t0)), self.log["text"])
 
     def _stats(self) -> dict | None:
         if self.proxy.conf["stats_over_http"]["value"] != "on":
@@ -277,18 +282,15 @@ def parts(p: dict) -> dict:
     elif not cause:
         out["proxy_queue"] = unmeasurable(f"Traffic Server queues a request only at {CAP}.max, which is not set "
                                           "(records.config): it has no queue here", MECH)
-    source = (f"transactions of {log.get('path')} that started in the {log.get('since_s_before_window')} s "
-              "before the window and in it" if n else "none counted")
-    got = answer(out, total, n or None, source)
-    if n and t.get("window_s"):
-        got["requests"]["span_s"] = round(log.get("since_s_before_window", 0) + t["window_s"], 3)
-    return got
+    source = (f"transactions of {log.get('path')} that ended in a window as long as this one, "
+              f"{log.get('shifted_back_s')} s earlier" if n else "none counted")
+    return answer(out, total, n or None, source)
 
 
 def _span_text(log: dict, named: str) -> str:
-    return (f"whole ms; transactions of {named} that started in the {log.get('since_s_before_window')} s before "
-            "the window and in it (ATS writes a line up to proxy.config.log.max_secs_per_buffer after its "
-            "transaction)")
+    return (f"whole ms; the transactions of {named} that ended in an interval as long as the window, "
+            f"{log.get('shifted_back_s')} s before it (ATS writes a line up to proxy.config.log.max_secs_per_buffer "
+            "after its transaction)")
 
 
 def _from_log(lines: dict, log: dict, name: str, named: str) -> dict:
@@ -335,7 +337,7 @@ def _cause(t: dict) -> dict | None:
     throttled = (s1.get("origin_connections_throttled_out", 0) - s0.get("origin_connections_throttled_out", 0)
                  if s0 and s1 else None)
     lines = t.get("lines") or {}
-    window = (t.get("window_s") or 0) + ((t.get("log") or {}).get("since_s_before_window") or 0)
+    window = t.get("window_s") or 0
     waits = (lines.get("parts") or {}).get("proxy_queue") or {}
     return {"what": "the per-origin connection queue", "directive": f"{mx.get('text')} (queue_size {qs}, queue_delay "
                          f"{(rec.get('queue_delay') or {}).get('value', '100 (default)')} ms)",
