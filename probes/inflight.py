@@ -74,12 +74,13 @@ class Tally:
         return self.origins.setdefault(origin_of(flow), {"connecting": 0, "awaiting": 0, "unread": 0,
                                                          "sockets": 0})
 
-    def tick(self, rows, owner: dict, listening: set[str]) -> None:
-        """One tick of connsample's rows (tcp_rows with info=True), the inode -> pids map of the proxy's
-        sockets and its listening ports."""
-        for state, recvq, _, port, ino, flow, rest in rows:
+    def tick(self, rows, owner: dict, listening: set[str], info: dict[int, str]) -> None:
+        """One tick of connsample's rows, the inode -> pids map of the proxy's sockets, its listening
+        ports and each socket's `ss -iO` line by inode (tcp_rows(..., info=))."""
+        for state, recvq, _, port, ino, flow in rows:
             if ino not in owner:
                 continue
+            rest = info.get(ino, "")
             if state == "LISTEN":
                 self.accept[port] = self.accept.get(port, 0) + recvq
             elif port in listening:
@@ -93,10 +94,10 @@ class Tally:
                 if recvq > 0:
                     o["unread"] += 1
                     continue
-                info = tcp_info(rest)
-                if awaiting(info):
+                got = tcp_info(rest)
+                if awaiting(got):
                     o["awaiting"] += 1
-                    self.ties += info.get("lastsnd") == info.get("lastrcv") and bool(info.get("bytes_received"))
+                    self.ties += got.get("lastsnd") == got.get("lastrcv") and bool(got.get("bytes_received"))
         self.ticks += 1
 
     def _segments(self, ino: int, n: int) -> None:

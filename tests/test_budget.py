@@ -243,14 +243,29 @@ def test_a_tick_sorts_the_proxys_sockets_into_the_budgets_states():
                                                                           "lastsnd:1 lastrcv:9"),
             ("ESTAB", 7, 0, "40004", 99, "127.0.0.1>127.0.0.1:9000", "")]          # not the proxy's socket
     owner = {i: [1] for i in range(1, 8)}
-    t.tick(rows, owner, {"8080"})
+    t.tick([r[:6] for r in rows], owner, {"8080"}, {r[4]: r[6] for r in rows})
     s = t.summary()
     assert s["accept_queued_sum"] == {"8080": 3} and s["client_unread_sum"] == 1
     assert s["origins"]["127.0.0.1:9000"] == {"connecting": 1, "awaiting": 1, "unread": 1, "sockets": 2}
     assert s["origins"]["10.0.0.9:80"]["awaiting"] == 1
-    t.tick([("ESTAB", 0, 0, "8080", 2, "", "data_segs_in:9"), ("ESTAB", 0, 0, "8080", 8, "", "data_segs_in:2")],
-           {2: [1], 8: [1]}, {"8080"})
+    t.tick([("ESTAB", 0, 0, "8080", 2, ""), ("ESTAB", 0, 0, "8080", 8, "")], {2: [1], 8: [1]}, {"8080"},
+           {2: "data_segs_in:9", 8: "data_segs_in:2"})
     assert t.summary()["clients"] == {"data_segments_in": 5 + 2, "sockets_seen": 3, "sockets_born_in_window": 1}
+
+
+def test_tcp_rows_keeps_its_six_fields_and_hands_tcp_info_by_inode(monkeypatch):
+    from proxytune.probes import connsample
+    out = ("ESTAB 0 0 127.0.0.1:40001 127.0.0.1:9000 ino:5 sk:1 cgroup:/ <-> ts sack cubic bytes_sent:80 lastsnd:5\n"
+           "LISTEN 0 128 127.0.0.1:8080 0.0.0.0:* ino:1 sk:2 cgroup:/ <-> cubic cwnd:10\n")
+    seen = []
+    monkeypatch.setattr(connsample.subprocess, "run",
+                        lambda argv, **kw: seen.append(argv) or type("P", (), {"stdout": out})())
+    info = {}
+    rows = connsample.tcp_rows([], info=info)
+    assert seen[0][:2] == ["ss", "-tanHeiO"] and rows[0] == ("ESTAB", 0, 0, "40001", 5, "127.0.0.1>127.0.0.1:9000")
+    assert "bytes_sent:80" in info[5] and set(info) == {5, 1}
+    connsample.tcp_rows([])
+    assert seen[1][:2] == ["ss", "-tanHe"]
 
 
 def test_compose_gives_the_budget_script_its_own_pids_ports_and_namespace():
