@@ -40,26 +40,31 @@ def wrk_mean_ms(out: str) -> float:
     return float(m.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[m.group(2)]
 
 
+def looks_under_load(pid: int, port: int, conns: int, script: str, tmp_path) -> tuple[list[dict], str]:
+    """LOOKS doctor answers on pid while wrk runs against port, and wrk's output over that time."""
+    lua = tmp_path / "load.lua"
+    lua.write_text(script)
+    load = subprocess.Popen(["wrk", "-t2", f"-c{conns}", "-d600s", "-s", str(lua), f"http://127.0.0.1:{port}/"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)
+        answers = [look(pid) for _ in range(LOOKS)]
+    finally:
+        load.send_signal(signal.SIGINT)                     # wrk prints its summary on SIGINT
+        out = load.communicate(timeout=30)[0]
+    return answers, out
+
+
 @pytest.mark.parametrize("delay", [0.15, 0.4])
 def test_a_slow_origin_is_named_with_its_measured_wait(delay, tmp_path):
     from proxytune.microbench import servers
     origin, port = matrix.start_slow_origin(delay)
-    bad = []
     try:
         with servers.Nginx(body=f"proxy_pass http://127.0.0.1:{port};") as ng:
-            lua = tmp_path / "load.lua"
-            lua.write_text(SLOW)
-            load = subprocess.Popen(["wrk", "-t2", "-c40", "-d600s", "-s", str(lua), f"http://127.0.0.1:{ng.port}/"],
-                                    stdout=subprocess.PIPE, text=True)
-            try:
-                time.sleep(1.5)
-                answers = [look(ng.pid) for _ in range(LOOKS)]
-            finally:
-                load.send_signal(signal.SIGINT)             # wrk prints its summary on SIGINT
-                wrk_out = load.communicate(timeout=30)[0]
+            answers, wrk_out = looks_under_load(ng.pid, ng.port, 40, SLOW, tmp_path)
     finally:
         stop(origin)
-    mean = wrk_mean_ms(wrk_out)
+    mean, bad = wrk_mean_ms(wrk_out), []
     for i, d in enumerate(answers):
         b, ids = d["budget"], [f["id"] for f in d["findings"]]
         fb = b["parts"]["origin_first_byte"]
@@ -79,15 +84,7 @@ def test_a_healthy_fast_proxy_gets_its_budget_and_no_finding_from_it(tmp_path):
     from proxytune.microbench import servers
     with servers.Nginx(connections=8192) as origin, \
             servers.Nginx(body=f"proxy_pass http://127.0.0.1:{origin.port};") as ng:
-        lua = tmp_path / "load.lua"
-        lua.write_text(PACED)
-        load = subprocess.Popen(["wrk", "-t2", "-c4", "-d600s", "-s", str(lua), f"http://127.0.0.1:{ng.port}/"],
-                                stdout=subprocess.PIPE, text=True)
-        try:
-            time.sleep(1.5)
-            answers = [look(ng.pid) for _ in range(LOOKS)]
-        finally:
-            stop(load)
+        answers, _ = looks_under_load(ng.pid, ng.port, 4, PACED, tmp_path)
     budget_ids = {"slow-origin", "proxy-queue", "accept-wait", "proxy-cpu", "loop-lag"}
     for i, d in enumerate(answers):
         b = d["budget"]
