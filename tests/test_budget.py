@@ -347,3 +347,14 @@ def test_a_script_that_reads_a_kernel_struct_is_skipped_without_btf(monkeypatch,
     monkeypatch.setattr(bpftrace, "BTF", tmp_path / "vmlinux")
     assert bpftrace.missing_tracepoints(cat["budget"]) == [f"kernel BTF ({tmp_path / 'vmlinux'})"]
     assert bpftrace.missing_tracepoints(cat["loop_blocking"]) == []           # reads no kernel struct
+
+
+def test_prometheus_textfile_carries_the_budget_per_part_and_parses():
+    from prometheus_client.parser import text_string_to_metric_families
+    from proxytune.probes import render
+    b, found = doctor_answer(evidence(rate=300, awaiting=90))
+    r = {"target": {"pids": [10], "comm": "nginx"}, "window_s": 3.0, "findings": [f.to_json() for f in found],
+         "budget": b}
+    fams = {f.name: f for f in text_string_to_metric_families(render.doctor_prometheus(r, "linux/proxy"))}
+    got = {s.labels["part"]: s.value for s in fams["proxytune_doctor_request_seconds"].samples}
+    assert got["origin_first_byte"] == pytest.approx(0.3) and "proxy_queue" not in got
