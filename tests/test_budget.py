@@ -212,6 +212,30 @@ def test_budget_findings_rank_by_time_lost_among_the_medium_ones_and_never_above
 
 # ---------------------------------------------------------------- the kernel's inputs
 
+def test_a_request_sent_answered_and_acknowledged_in_one_jiffy_is_ambiguous_and_bounds_the_origins_wait(fake_kind):
+    """Squid and Traffic Server reuse origin connections: the next request leaves in the jiffy the last
+    answer came, and an origin idle past its RTO acknowledges at once. TCP_INFO cannot tell that socket
+    from one answered within the jiffy and idle since: the kernel bounds the wait, the proxy's own
+    total (less its other parts) places it within the bounds."""
+    tie = {"bytes_sent": 160, "bytes_received": 300, "lastsnd": 80, "lastrcv": 80, "lastack": 80}
+    assert inflight.ambiguous(tie) and not inflight.awaiting(tie)
+    assert not inflight.ambiguous({**tie, "lastack": 40}) and inflight.awaiting({**tie, "lastack": 40})
+    ev = evidence(rate=300, awaiting=45)
+    ev["conns"]["flight"]["origins"]["127.0.0.1:9000"]["ambiguous"] = 45 * TICKS
+    b = budget.compute(ev)
+    fb = b["parts"]["origin_first_byte"]
+    assert fb["ms"] == pytest.approx(150) and fb["ms_upper"] == pytest.approx(300) and fb["at_least"]
+    assert "between 150.0 and 300.0 ms" in fb["precision"]
+    fake_kind.total = own(250.0, requests=900)                                  # the proxy's own total per request
+    ev["proxy"] = {"kind": "fake", "timing": {}, "directives": {}}
+    fb = budget.compute(ev)["parts"]["origin_first_byte"]
+    assert fb["ms"] == pytest.approx(250.0 - 30 / 900, abs=0.01)               # less its CPU per request
+    assert fb["kernel_lower_ms"] == pytest.approx(150) and "within the kernel's bounds" in fb["mechanism"]
+    assert fb["by_origin"]["127.0.0.1:9000"]["ms"] == pytest.approx(fb["ms"], abs=0.01)
+    fake_kind.total = own(900.0, requests=900)                                  # never past the kernel's upper bound
+    assert budget.compute(ev)["parts"]["origin_first_byte"]["ms"] == pytest.approx(300)
+
+
 def test_awaiting_the_origin_from_tcp_info_including_the_one_jiffy_case():
     # fresh connection: request sent, nothing received yet (ss leaves bytes_received out)
     assert inflight.awaiting({"bytes_sent": 80, "lastsnd": 120, "lastrcv": 124, "lastack": 120})
@@ -246,7 +270,8 @@ def test_a_tick_sorts_the_proxys_sockets_into_the_budgets_states():
     t.tick([r[:6] for r in rows], owner, {"8080"}, {r[4]: r[6] for r in rows})
     s = t.summary()
     assert s["accept_queued_sum"] == {"8080": 3} and s["client_unread_sum"] == 1
-    assert s["origins"]["127.0.0.1:9000"] == {"connecting": 1, "awaiting": 1, "unread": 1, "sockets": 2}
+    assert s["origins"]["127.0.0.1:9000"] == {"connecting": 1, "awaiting": 1, "ambiguous": 0, "unread": 1,
+                                              "sockets": 2}
     assert s["origins"]["10.0.0.9:80"]["awaiting"] == 1
     t.tick([("ESTAB", 0, 0, "8080", 2, ""), ("ESTAB", 0, 0, "8080", 8, "")], {2: [1], 8: [1]}, {"8080"},
            {2: "data_segs_in:9", 8: "data_segs_in:2"})
