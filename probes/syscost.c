@@ -50,36 +50,43 @@ static double one_syscall_sample(long n)
     return (cpu_ns(CLOCK_THREAD_CPUTIME_ID) - t0) / n;
 }
 
-/* The child echoes n bytes one at a time, then sends its own CPU time. */
-static double one_switch_sample(long n)
+/* n one-byte round trips to a child that echoes them (it reads cr, writes cw; we write pw, read pr),
+   then the child sends its own CPU time: ns of CPU of both per round trip, or -1. */
+static double round_trips(int pw, int pr, int cr, int cw, long n)
 {
-    int to_child[2], to_parent[2];
     char c = 'x';
-    if (pipe(to_child) || pipe(to_parent))
-        return -1;
     pid_t pid = fork();
     if (pid < 0)
         return -1;
     if (pid == 0) {
         double t0 = cpu_ns(CLOCK_PROCESS_CPUTIME_ID);
         for (long i = 0; i < n; i++)
-            if (read(to_child[0], &c, 1) != 1 || write(to_parent[1], &c, 1) != 1)
+            if (read(cr, &c, 1) != 1 || write(cw, &c, 1) != 1)
                 _exit(1);
         double used = cpu_ns(CLOCK_PROCESS_CPUTIME_ID) - t0;
-        if (write(to_parent[1], &used, sizeof used) != (ssize_t)sizeof used)
+        if (write(cw, &used, sizeof used) != (ssize_t)sizeof used)
             _exit(1);
         _exit(0);
     }
     double t0 = cpu_ns(CLOCK_PROCESS_CPUTIME_ID), child = -1;
     for (long i = 0; i < n; i++)
-        if (write(to_child[1], &c, 1) != 1 || read(to_parent[0], &c, 1) != 1)
+        if (write(pw, &c, 1) != 1 || read(pr, &c, 1) != 1)
             break;
     double mine = cpu_ns(CLOCK_PROCESS_CPUTIME_ID) - t0;
-    if (read(to_parent[0], &child, sizeof child) != (ssize_t)sizeof child)
+    if (read(pr, &child, sizeof child) != (ssize_t)sizeof child)
         child = -1;
     waitpid(pid, NULL, 0);
-    close(to_child[0]); close(to_child[1]); close(to_parent[0]); close(to_parent[1]);
     return child < 0 ? -1 : (mine + child) / n;
+}
+
+static double one_switch_sample(long n)
+{
+    int to_child[2], to_parent[2];
+    if (pipe(to_child) || pipe(to_parent))
+        return -1;
+    double v = round_trips(to_child[1], to_parent[0], to_child[0], to_parent[1], n);
+    close(to_child[0]); close(to_child[1]); close(to_parent[0]); close(to_parent[1]);
+    return v;
 }
 
 /* A connected loopback pair (TCP_NODELAY: each byte leaves at once), or -1s. */
@@ -102,37 +109,16 @@ static int tcp_pair(int fds[2])
     return 0;
 }
 
-/* The pipe round trip of one_switch_sample over a TCP pair instead: the child echoes n bytes. */
+/* The pipe round trip of one_switch_sample over a TCP pair instead. */
 static double one_exchange_sample(long n)
 {
     int fds[2];
-    char c = 'x';
     if (tcp_pair(fds))
         return -1;
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        double t0 = cpu_ns(CLOCK_PROCESS_CPUTIME_ID);
-        for (long i = 0; i < n; i++)
-            if (read(fds[1], &c, 1) != 1 || write(fds[1], &c, 1) != 1)
-                _exit(1);
-        double used = cpu_ns(CLOCK_PROCESS_CPUTIME_ID) - t0;
-        if (write(fds[1], &used, sizeof used) != (ssize_t)sizeof used)
-            _exit(1);
-        _exit(0);
-    }
-    double t0 = cpu_ns(CLOCK_PROCESS_CPUTIME_ID), child = -1;
-    for (long i = 0; i < n; i++)
-        if (write(fds[0], &c, 1) != 1 || read(fds[0], &c, 1) != 1)
-            break;
-    double mine = cpu_ns(CLOCK_PROCESS_CPUTIME_ID) - t0;
-    if (read(fds[0], &child, sizeof child) != (ssize_t)sizeof child)
-        child = -1;
-    waitpid(pid, NULL, 0);
+    double v = round_trips(fds[0], fds[0], fds[1], fds[1], n);
     close(fds[0]);
     close(fds[1]);
-    return child < 0 ? -1 : (mine + child) / n;
+    return v;
 }
 
 /* Reset (SO_LINGER 0) rather than closed: no TIME-WAIT piles up over the samples. */
