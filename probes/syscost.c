@@ -4,6 +4,7 @@
  * other work on a shared host preempting us does not count.
  *
  *   syscost syscall N SAMPLES   ns of CPU per getppid() (the syscall entry/exit path)
+ * Every unit runs on the first CPU the process may use.
  *   syscost switch  N SAMPLES   ns of CPU per pipe round trip between two processes
  *                               on one CPU (two context switches, four syscalls;
  *                               on two CPUs a round trip would be a cross-CPU
@@ -170,13 +171,19 @@ int main(int argc, char **argv)
         return 2;
     }
     int sw = !strcmp(argv[1], "switch"), conn = !strcmp(argv[1], "connect"), ex = !strcmp(argv[1], "exchange");
-    if (sw || ex) {
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
-        if (sched_setaffinity(0, sizeof one, &one))
-            perror("syscost: sched_setaffinity (round trips may cross CPUs)");
-    }
+    /* Every unit on one CPU, the same for every run: the first this process may use. Unpinned, the off and
+       on blocks of one measurement landed on CPUs that ran getppid() at 215 and 280 ns (a shared VM), and
+       the difference read as the tracer's cost; pinned to the CPU it happened to start on, a round trip
+       moved between runs the same way. */
+    cpu_set_t allowed, one;
+    int cpu = 0;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+        while (cpu < CPU_SETSIZE - 1 && !CPU_ISSET(cpu, &allowed))
+            cpu++;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(0, sizeof one, &one))
+        perror("syscost: sched_setaffinity (round trips may cross CPUs)");
     printf("{\"mode\": \"%s\", \"n\": %ld, \"ns\": [", argv[1], n);
     for (int s = 0; s < samples; s++) {
         double v = sw ? one_switch_sample(n) : ex ? one_exchange_sample(n) : conn ? one_connect_sample(n)
