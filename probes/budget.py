@@ -249,7 +249,7 @@ def _corrected(theirs: dict, kernel: dict | None, unread: float | None, req: dic
     by = dict(theirs.get("by_origin") or {})
     for o, v in by.items():
         by[o] = {**names.get(o, {}), **v}
-    part["by_origin"] = by
+    part["by_origin"] = by or _shared_out(kernel, part["ms"])
     if kernel and kernel.get("ms") is not None:
         part["kernel_cross_check"] = {"ms": kernel["ms"], "by_origin": kernel.get("by_origin"),
                                       "mechanism": kernel["mechanism"], "resolution_ms": kernel.get("resolution_ms")}
@@ -267,6 +267,17 @@ def _traced_reads(ev: dict, req: dict) -> dict | None:
         p50, p99 = hist_quantiles(b.get(f"@br_{side}_us"), (0.5, 0.99))
         out[side] = (st.get("total", 0) / 1e6 / req["n"], p50, p99, st.get("count", 0))
     return out
+
+
+def _shared_out(kernel: dict | None, ms: float) -> dict:
+    """A proxy figure with no split by origin, split as the kernel saw the awaiting sockets (the origins
+    are then named even when the proxy's clock does not say which origin it timed)."""
+    seen = (kernel or {}).get("by_origin") or {}
+    weight = {o: v.get("ms_upper") or v.get("ms") or 0 for o, v in seen.items()}
+    total = sum(weight.values())
+    return {o: {**{k: v for k, v in seen[o].items() if k in ("name", "where")},
+                "ms": round(ms * w / total, 3), "split": "as the kernel saw its sockets await"}
+            for o, w in weight.items() if total and w}
 
 
 def proxy_self(ev: dict, req: dict) -> dict:

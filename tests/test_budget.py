@@ -383,3 +383,13 @@ def test_prometheus_textfile_carries_the_budget_per_part_and_parses():
     fams = {f.name: f for f in text_string_to_metric_families(render.doctor_prometheus(r, "linux/proxy"))}
     got = {s.labels["part"]: s.value for s in fams["proxytune_doctor_request_seconds"].samples}
     assert got["origin_first_byte"] == pytest.approx(0.3) and "proxy_queue" not in got
+
+
+def test_a_proxy_figure_without_origins_is_split_as_the_kernel_saw_them_await(fake_kind):
+    fake_kind.parts = {"origin_first_byte": own(300.0, requests=900)}
+    b = budget.compute(evidence(rate=300, awaiting=60, kind="fake", timing={}))
+    by = b["parts"]["origin_first_byte"]["by_origin"]
+    assert list(by) == ["127.0.0.1:9000"] and by["127.0.0.1:9000"]["ms"] == pytest.approx(300.0)
+    assert by["127.0.0.1:9000"]["name"] == "backend app/server s1"
+    f = budget_findings.evaluate(evidence(rate=300, awaiting=60, kind="fake", timing={}), b, [])[0]
+    assert "127.0.0.1:9000 (backend app/server s1" in f.title
