@@ -390,7 +390,7 @@ def _detail(name: str, p: dict) -> str:
         bits.append(o + (f" {v['name']}" if v.get("name") else "") + (f" ({v['where']})" if v.get("where") else "")
                     + (f" {v['ms']:.1f} ms" if v.get("ms") is not None else ""))
     if p.get("p50_ms") is not None:
-        bits.append(f"p50 {p['p50_ms']:g} / p99 {p['p99_ms']:g} ms {p.get('per_connect', '')}".strip())
+        bits.append(f"p50 {p['p50_ms']:g} / p99 {p['p99_ms']:g} ms" + (" per connect" if p.get("per_connect") else ""))
     if p.get("loop_delay_taken_out_ms"):
         bits.append(f"the proxy said {p['proxy_figure_ms']:.1f} ms, less {p['loop_delay_taken_out_ms']:.1f} ms "
                     "its loop took to read the answer")
