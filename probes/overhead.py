@@ -192,7 +192,13 @@ def _mechanisms(load: Load, reps: int, progress, component: str, directory: Path
     return {"mechanisms": {"blocks": blocks, "pairs_dropped": len(blocks) // 2 - units["syscall"]["pairs"],
                            "units": units, "nginx_per_request": per_request,
                            "nginx_alone": base,
-                           "model": syscost.model(units, per_request, base["cpu_us_per_request"])}}
+                           "model": syscost.model(units, per_request, base["cpu_us_per_request"],
+                                                  attached_tracepoints(component, load.pids))}}
+
+
+def attached_tracepoints(component: str, pids: list[int]) -> list[str]:
+    """The tracepoints `component` attaches (perf attaches none: it samples)."""
+    return sorted({tp for s in bpf_scripts(component, pids) for tp in s.tracepoints})
 
 
 def bpf_scripts(component: str, pids: list[int]) -> list[bpftrace.Script]:

@@ -90,14 +90,27 @@ def summarise(blocks: list[dict]) -> dict:
     return out
 
 
-def model(units: dict, per_request: dict, cpu_us_per_request: float) -> dict:
-    """The added CPU per request these unit costs predict, from nginx's syscalls, context switches
-    and accepted connections per request (keys "syscall", "context_switch", "connection")."""
-    used = [u for u in ("syscall", "context_switch", "tcp_exchange", "connection")
-            if per_request.get(u) is not None and u in units]
+# The kernel paths the TCP units exercise, by tracepoint subsystem: a program elsewhere cannot run in them,
+# so a component without one gets those units reported, not modelled (their noise is no cost of it).
+PATHS = {"tcp_exchange": ("tcp:", "net:", "skb:"), "connection": ("sock:", "tcp:", "net:", "skb:")}
+
+
+def relevant(tracepoints) -> list[str]:
+    """The units a component with these tracepoints can add to: syscalls and switches always (a syscall
+    tracepoint slows every syscall; sched_switch runs at every switch), the TCP units by PATHS."""
+    tps = list(tracepoints or [])
+    return ["syscall", "context_switch"] + [u for u, subs in PATHS.items() if any(t.startswith(subs) for t in tps)]
+
+
+def model(units: dict, per_request: dict, cpu_us_per_request: float, tracepoints=None) -> dict:
+    """The added CPU per request these unit costs predict, from nginx's syscalls, context switches,
+    TCP round trips and accepted connections per request, for the units the component's tracepoints
+    (None: every unit) can add to."""
+    wanted = relevant(tracepoints) if tracepoints is not None else ["syscall", "context_switch", *PATHS]
+    used = [u for u in wanted if per_request.get(u) is not None and u in units]
     ns = {u: units[u]["added_ns"] * per_request[u] for u in used}
     lo = sum(units[u]["added_ns_ci"][0] * per_request[u] for u in used)
     hi = sum(units[u]["added_ns_ci"][1] * per_request[u] for u in used)
     base = cpu_us_per_request * 1000
     return {"added_ns_per_request": ns, "overhead": sum(ns.values()) / base if base else None,
-            "overhead_ci": [lo / base, hi / base] if base else None}
+            "overhead_ci": [lo / base, hi / base] if base else None, "units_modelled": used}

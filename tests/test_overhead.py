@@ -175,6 +175,12 @@ def test_a_tcp_exchange_is_the_loopback_round_trip_less_the_pipe_round_trip():
     assert u["tcp_exchange"]["added_ns"] == pytest.approx(900 - 420)
     m = syscost.model(u, {"syscall": 2.0, "context_switch": 0.0, "tcp_exchange": 1.0}, cpu_us_per_request=10.0)
     assert m["added_ns_per_request"]["tcp_exchange"] == pytest.approx(480)
+    # a component with no program on TCP's paths: the unit is measured, not charged to it (it is noise there)
+    quiet = syscost.model(u, {"syscall": 2.0, "context_switch": 0.0, "tcp_exchange": 1.0}, 10.0,
+                          tracepoints=["sched:sched_switch", "ext4:ext4_unlink_enter"])
+    assert quiet["units_modelled"] == ["syscall", "context_switch"]
+    assert syscost.relevant(["tcp:tcp_probe"]) == ["syscall", "context_switch", "tcp_exchange", "connection"]
+    assert syscost.relevant(["sock:inet_sock_set_state"]) == ["syscall", "context_switch", "connection"]
 
 
 def test_the_model_multiplies_unit_costs_by_what_nginx_does_per_request():
