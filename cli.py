@@ -1133,9 +1133,12 @@ def probe_overhead(seconds, reps, connections, component, pace_ms, mechanisms, o
                        f"{d['mechanisms']['nginx_per_request']['syscall']:.2f} syscalls and "
                        f"{d['mechanisms']['nginx_per_request']['context_switch']:.3f} switches per request: "
                        f"{m['overhead']:+.2%} per request (CI {m['overhead_ci'][0]:+.2%} to {m['overhead_ci'][1]:+.2%})")
-            if "connection" in u:
-                click.echo(f"  and {u['connection']['added_ns']:+.0f} ns per TCP connection opened and closed, with "
-                           f"{d['mechanisms']['nginx_per_request'].get('connection') or 0:.4f} accepted per request")
+            per = d["mechanisms"]["nginx_per_request"]
+            for unit, what, count in (("tcp_exchange", "TCP round trip", "segments read"),
+                                      ("connection", "TCP connection opened and closed", "connections accepted")):
+                if unit in u:
+                    click.echo(f"  and {u[unit]['added_ns']:+.0f} ns per {what}, with {per.get(unit) or 0:.4f} "
+                               f"{count} per request")
             _program_costs(d.get("programs") or {})
             return
         click.echo(f"nginx CPU per request: {d['off_us_per_request']['median']:.2f} us without {component}, "

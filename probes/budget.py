@@ -176,27 +176,56 @@ def origin_unread_ms(ev: dict, req: dict) -> float | None:
     return _little(sum(o.get("unread", 0) for o in origins.values()), ticks, req["per_s"])
 
 
-def origin_first_byte(ev: dict, req: dict, own: dict, names: dict) -> dict:
+def _kernel_first_byte(ev: dict, req: dict, names: dict) -> dict | None:
+    """Little's law on the upstream sockets awaiting their origin: the awaiting ones give the lower bound,
+    with the ambiguous ones (inflight.ambiguous) the upper one; per origin too."""
     origins, ticks = _origin_flight(ev)
     rate = req["per_s"]
-    kernel = None
-    if ticks and rate:
-        by = {o: {**names.get(o, {}), "ms": round(_little(v.get("awaiting", 0), ticks, rate), 3),
-                  "mean_awaiting": round(v.get("awaiting", 0) / ticks, 3)} for o, v in origins.items()}
-        ties = ((ev.get("conns") or {}).get("flight") or {}).get("awaiting_in_one_jiffy", 0)
-        kernel = _part(_little(sum(v.get("awaiting", 0) for v in origins.values()), ticks, rate),
-                       "Little's law: upstream sockets awaiting their origin's first byte at every tick (sock_diag "
-                       "TCP_INFO: data sent, none received since; Recv-Q 0), mean count / the request rate",
-                       _little_precision(ticks, rate) + "; a request sent in the jiffy of the previous answer "
-                       "and acknowledged in that jiffy too is not seen until answered",
-                       ticks, by_origin=by, resolution_ms=_resolution(ticks, rate),
-                       awaiting_in_one_jiffy=ties, source="kernel: upstream sockets sampled")
+    if not (ticks and rate):
+        return None
+    lo = lambda v: _little(v.get("awaiting", 0), ticks, rate)
+    hi = lambda v: _little(v.get("awaiting", 0) + v.get("ambiguous", 0), ticks, rate)
+    by = {o: {**names.get(o, {}), "ms": round(lo(v), 3), "ms_upper": round(hi(v), 3),
+              "mean_awaiting": round(v.get("awaiting", 0) / ticks, 3)} for o, v in origins.items()}
+    ties = ((ev.get("conns") or {}).get("flight") or {}).get("awaiting_in_one_jiffy", 0)
+    low = sum(lo(v) for v in origins.values())
+    high = sum(hi(v) for v in origins.values())
+    return _part(low, "Little's law: upstream sockets awaiting their origin's first byte at every tick (sock_diag "
+                      "TCP_INFO: data sent, none received since; Recv-Q 0), mean count / the request rate",
+                 _little_precision(ticks, rate) + (f"; between {low:.1f} and {high:.1f} ms: sockets that sent, "
+                                                   "received and were acknowledged within one jiffy may be awaiting "
+                                                   "or idle" if high > low else ""),
+                 ticks, by_origin=by, resolution_ms=_resolution(ticks, rate), ms_upper=round(high, 3),
+                 awaiting_in_one_jiffy=ties, source="kernel: upstream sockets sampled")
+
+
+def _within_bounds(kernel: dict, total: dict, others: float, req: dict) -> dict:
+    """The kernel's bounds narrowed by the proxy's own total: its total less the other parts it holds,
+    kept within [lower, upper] (the kernel's bounds are measurements; the difference is an inference)."""
+    low, high = kernel["ms"], kernel["ms_upper"]
+    est = min(high, max(low, _scaled(total, req)[0] - others))
+    share = (est - low) / (high - low) if high > low else 0.0
+    by = {o: {**v, "ms": round(v["ms"] + share * (v["ms_upper"] - v["ms"]), 3)}
+          for o, v in (kernel.get("by_origin") or {}).items()}
+    return {**kernel, "ms": round(est, 3), "by_origin": by, "kernel_lower_ms": low,
+            "mechanism": kernel["mechanism"] + "; where sockets were ambiguous, the proxy's own total less its other "
+                         f"parts ({total.get('mechanism')}), kept within the kernel's bounds",
+            "source": "kernel: upstream sockets sampled, bounded; the proxy's total"}
+
+
+def origin_first_byte(ev: dict, req: dict, own: dict, names: dict, others: float) -> dict:
+    """The proxy's own figure less its loop delay; else the kernel's, narrowed by the proxy's total
+    (less `others`, the other parts it holds) where some sockets were ambiguous."""
+    kernel = _kernel_first_byte(ev, req, names)
     theirs = (own.get("parts") or {}).get("origin_first_byte")
-    if not (theirs and theirs.get("measurable") and theirs.get("ms") is not None):
-        if kernel is None:
-            return unmeasurable("no upstream socket sampled and no figure from the proxy itself")
-        return kernel
-    return _corrected(theirs, kernel, origin_unread_ms(ev, req), req, names)
+    if theirs and theirs.get("measurable") and theirs.get("ms") is not None:
+        return _corrected(theirs, kernel, origin_unread_ms(ev, req), req, names)
+    if kernel is None:
+        return unmeasurable("no upstream socket sampled and no figure from the proxy itself")
+    total = own.get("proxy_total")
+    if kernel["ms_upper"] > kernel["ms"] and total and total.get("measurable") and total.get("ms") is not None:
+        return _within_bounds(kernel, total, others, req)
+    return {**kernel, "at_least": kernel["ms_upper"] > kernel["ms"]}
 
 
 def _scaled(part: dict, req: dict) -> tuple[float, str]:
@@ -220,7 +249,7 @@ def _corrected(theirs: dict, kernel: dict | None, unread: float | None, req: dic
     by = dict(theirs.get("by_origin") or {})
     for o, v in by.items():
         by[o] = {**names.get(o, {}), **v}
-    part["by_origin"] = by
+    part["by_origin"] = by or _shared_out(kernel, part["ms"])
     if kernel and kernel.get("ms") is not None:
         part["kernel_cross_check"] = {"ms": kernel["ms"], "by_origin": kernel.get("by_origin"),
                                       "mechanism": kernel["mechanism"], "resolution_ms": kernel.get("resolution_ms")}
@@ -238,6 +267,17 @@ def _traced_reads(ev: dict, req: dict) -> dict | None:
         p50, p99 = hist_quantiles(b.get(f"@br_{side}_us"), (0.5, 0.99))
         out[side] = (st.get("total", 0) / 1e6 / req["n"], p50, p99, st.get("count", 0))
     return out
+
+
+def _shared_out(kernel: dict | None, ms: float) -> dict:
+    """A proxy figure with no split by origin, split as the kernel saw the awaiting sockets (the origins
+    are then named even when the proxy's clock does not say which origin it timed)."""
+    seen = (kernel or {}).get("by_origin") or {}
+    weight = {o: v.get("ms_upper") or v.get("ms") or 0 for o, v in seen.items()}
+    total = sum(weight.values())
+    return {o: {**{k: v for k, v in seen[o].items() if k in ("name", "where")},
+                "ms": round(ms * w / total, 3), "split": "as the kernel saw its sockets await"}
+            for o, w in weight.items() if total and w}
 
 
 def proxy_self(ev: dict, req: dict) -> dict:
@@ -284,8 +324,11 @@ def compute(ev: dict) -> dict:
     req = requests(ev, own)
     kind = (ev.get("proxy") or {}).get("kind")
     parts = {"accept_queue": accept_queue(ev, req), "proxy_queue": proxy_queue(own, kind),
-             "origin_connect": origin_connect(ev, req, own, names),
-             "origin_first_byte": origin_first_byte(ev, req, own, names), "proxy_self": proxy_self(ev, req)}
+             "origin_connect": origin_connect(ev, req, own, names), "proxy_self": proxy_self(ev, req)}
+    held = sum(parts[k]["ms"] for k in ("proxy_queue", "origin_connect", "proxy_self")
+               if parts[k].get("measurable") and parts[k].get("ms") is not None)
+    parts["origin_first_byte"] = origin_first_byte(ev, req, own, names, held)
+    parts = {k: parts[k] for k in PARTS}
     known = {k: v["ms"] for k, v in parts.items() if v.get("measurable") and v.get("ms") is not None}
     total = sum(known.values())
     top = max(known, key=known.get, default=None)
@@ -347,7 +390,7 @@ def _detail(name: str, p: dict) -> str:
         bits.append(o + (f" {v['name']}" if v.get("name") else "") + (f" ({v['where']})" if v.get("where") else "")
                     + (f" {v['ms']:.1f} ms" if v.get("ms") is not None else ""))
     if p.get("p50_ms") is not None:
-        bits.append(f"p50 {p['p50_ms']:g} / p99 {p['p99_ms']:g} ms {p.get('per_connect', '')}".strip())
+        bits.append(f"p50 {p['p50_ms']:g} / p99 {p['p99_ms']:g} ms" + (" per connect" if p.get("per_connect") else ""))
     if p.get("loop_delay_taken_out_ms"):
         bits.append(f"the proxy said {p['proxy_figure_ms']:.1f} ms, less {p['loop_delay_taken_out_ms']:.1f} ms "
                     "its loop took to read the answer")

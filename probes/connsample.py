@@ -11,7 +11,9 @@ accepted clients (sockets on one of its listening ports), upstreams, fds;
 per listening port: the accept queue and its backlog; and the ephemeral
 ports in use toward the namespace's busiest destination (TIME-WAIT ones once, at the
 end: one dump of tens of thousands of them would let the sockets a process
-holds change under it). Peaks over the samples go into the evidence.
+holds change under it). Peaks over the samples go into the evidence. The same
+dump carries each socket's TCP_INFO, from which probes/inflight.py tallies
+where the proxy's requests are at each tick (the time budget's counts).
 
 Between ticks a thread reads each process's open-fd count every FINE_S:
 a worker's count can peak for milliseconds only (nginx's drain sawtooth
@@ -32,7 +34,6 @@ from proxytune.core.numbers import uint
 from .inflight import Tally
 from .sockets import fd_inventory
 
-INODE = re.compile(r"\bino:([0-9]+)")
 TICK_S = 0.25
 FINE_S = 0.01           # a worker at the top of nginx's tooth ~16 % of the time (measured) is seen there in a
                         # 3 s window unless 300 reads all miss it (0.84^300); each read wakes the doctor, and
@@ -49,26 +50,28 @@ def netns_prefix(pid: int) -> list[str]:
     return []
 
 
-def tcp_rows(prefix: list[str], time_wait: bool = False, info: bool = False) -> list[tuple]:
-    """(state, recv-q, send-q, local port, inode, flow, rest) of every TCP socket in the namespace, flow
-    being "LOCAL-ADDRESS>PEER:PORT" (the 4-tuple less the local port) and rest the line's text after the
-    peer (with `info`, tcp_info as `ss -i` prints it, on one line: -O); TIME-WAIT ones only when asked:
-    under churn there are tens of thousands, and a dump that long lets the sockets a process holds change
-    under it (no process holds a TIME-WAIT socket)."""
-    argv = [*prefix, "ss", "-tanHe" + ("iO" if info else "")] + ([] if time_wait else ["exclude", "time-wait"])
+def tcp_rows(prefix: list[str], time_wait: bool = False,
+             info: dict | None = None) -> list[tuple[str, int, int, str, int | None, str]]:
+    """(state, recv-q, send-q, local port, inode, flow) of every TCP socket in the namespace, flow being
+    "LOCAL-ADDRESS>PEER:PORT" (the 4-tuple less the local port); TIME-WAIT ones only
+    when asked: under churn there are tens of thousands, and a dump that long lets the sockets a process
+    holds change under it (no process holds a TIME-WAIT socket). With `info` (a dict), the same dump
+    carries TCP_INFO (`ss -iO`: on the socket's one line), and info[inode] gets that line's text."""
+    argv = [*prefix, "ss", "-tanHe" + ("iO" if info is not None else "")] + ([] if time_wait else ["exclude", "time-wait"])
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
     except (FileNotFoundError, subprocess.TimeoutExpired):
         return []
     rows = []
     for line in out.splitlines():
-        f = line.split(None, 5)
+        f = line.split()
         if len(f) < 5 or uint(f[1]) is None or uint(f[2]) is None or uint(f[3].rsplit(":", 1)[-1]) is None:
             continue
-        rest = f[5] if len(f) > 5 else ""
-        m = INODE.search(rest)
-        rows.append((f[0], uint(f[1]), uint(f[2]), f[3].rsplit(":", 1)[-1], (uint(m.group(1)) if m else None) or None,
-                     f"{f[3].rsplit(':', 1)[0]}>{f[4]}", rest))
+        ino = next((uint(w[4:]) for w in f[5:] if w.startswith("ino:")), None)
+        rows.append((f[0], uint(f[1]), uint(f[2]), f[3].rsplit(":", 1)[-1], ino or None,
+                     f"{f[3].rsplit(':', 1)[0]}>{f[4]}"))
+        if info is not None and ino:
+            info[ino] = line
     return rows
 
 
@@ -78,7 +81,7 @@ def busiest_destination(rows, listening: set[str], span: tuple[int, int]) -> tup
     so each destination has the whole range to itself: the count per destination is what can run out,
     and it cannot exceed the range (a count over all destinations can)."""
     per: dict[str, int] = {}
-    for state, _, _, port, _, flow, _ in rows:
+    for state, _, _, port, _, flow in rows:
         if state != "LISTEN" and port not in listening and span[0] <= int(port) <= span[1]:
             per[flow] = per.get(flow, 0) + 1
     flow = max(per, key=per.get, default=None)
@@ -162,10 +165,11 @@ class Sampler:
         for pid, (_, socks) in inv.items():
             for ino in socks:
                 owner.setdefault(ino, []).append(pid)
-        rows = tcp_rows(self.prefix, info=True)
-        listening = {port for state, _, _, port, ino, _, _ in rows if state == "LISTEN" and ino in owner}
+        info: dict[int, str] = {}
+        rows = tcp_rows(self.prefix, info=info)
+        listening = {port for state, _, _, port, ino, _ in rows if state == "LISTEN" and ino in owner}
         counts = {pid: {"clients": 0, "upstream": 0} for pid in inv}
-        for state, recvq, sendq, port, ino, _, _ in rows:
+        for state, recvq, sendq, port, ino, _ in rows:
             if state == "LISTEN":
                 if ino in owner:
                     self._listener(port, recvq, sendq)
@@ -183,7 +187,7 @@ class Sampler:
         self.clients_peak = max(self.clients_peak, sum(c["clients"] for c in counts.values()))
         self.upstream_peak = max(self.upstream_peak, sum(c["upstream"] for c in counts.values()))
         self._clients_by_port(rows, owner, listening)
-        self.flight.tick(rows, owner, listening)
+        self.flight.tick(rows, owner, listening, info)
         if self.range:
             eph, flow = busiest_destination(rows, listening, self.range)
             if eph > self.ephemeral_peak:
@@ -203,7 +207,7 @@ class Sampler:
 
     def _clients_by_port(self, rows, owner, listening) -> None:
         per: dict[str, int] = {}
-        for state, _, _, port, ino, _, _ in rows:
+        for state, _, _, port, ino, _ in rows:
             if state != "LISTEN" and port in listening and ino in owner:
                 per[port] = per.get(port, 0) + 1
         for port, n in per.items():
@@ -215,7 +219,7 @@ class Sampler:
         if not self.range:
             return None, None
         rows = tcp_rows(self.prefix, time_wait=True)
-        return busiest_destination(rows, {port for state, _, _, port, _, _, _ in rows if state == "LISTEN"}, self.range)
+        return busiest_destination(rows, {port for state, _, _, port, _, _ in rows if state == "LISTEN"}, self.range)
 
     def fine_peaks(self) -> dict:
         """Per pid the peak fd count read every FINE_S, and the sockets among them at that peak: the fds

@@ -22,8 +22,9 @@ from proxytune.tune import audit as audit_mod, observe
 from . import budget, budget_findings, bpftrace, caps, connsample, findings, netstat, nsstate, owncap, perf, proc, \
     proxies, proxies_findings, sched, sockets, target, triage
 
-# Always: no syscall tracepoint among them (see triage.py for why that matters).
-DEFAULT_SCRIPTS = ["loop_blocking", "connect_fail", "fs_churn", "budget"]
+# Always: no syscall tracepoint among them (see triage.py for why that matters). budget.bt also counts what
+# connect_fail.bt does: one program at each TCP state change of the host instead of two.
+DEFAULT_SCRIPTS = ["loop_blocking", "fs_churn", "budget"]
 # Syscall scripts, each attached when the triage sees what it measures (or with --deep).
 TRIAGED_SCRIPTS = ["pollscan", "fd_errors", "sync_calls"]
 DEEP_SCRIPTS = ["connect_errors", "file_lifecycle", "epoll_events", "biolatency", "runqlat", "budget_reads"]

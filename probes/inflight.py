@@ -21,9 +21,14 @@ connection: ss omits bytes_received), or its last send is newer than its
 last receipt, or both fall in one jiffy (a request sent right after the
 previous answer, as keep-alive reuse does under load) and the origin has
 not acknowledged it (unacked) or acknowledged it on its own later (delayed
-ACK, at least 40 ms: TCP_DELACK_MIN). Left out, and said in the precision:
-a request sent in the same jiffy as the previous answer that the origin
-acknowledged in that jiffy too (quick ACK), until it answers.
+ACK, at least 40 ms: TCP_DELACK_MIN). What TCP_INFO cannot tell apart is
+counted as "ambiguous": data sent and received, and the last ACK, all in
+one jiffy. That is a request sent right after the previous answer and
+acknowledged at once (an origin idle for longer than its RTO acknowledges
+in quick-ACK mode: tcp_event_data_recv, net/ipv4/tcp_input.c), still
+awaiting; or a request answered within that jiffy, idle since. The budget
+takes the awaiting count as the lower bound and awaiting + ambiguous as
+the upper one.
 """
 
 import re
@@ -35,6 +40,13 @@ def tcp_info(rest: str) -> dict[str, int]:
     """The TCP_INFO fields the classification needs from one `ss -tiO` line. ss prints each of them only
     when it is not zero (misc/ss.c tcp_show_info): a missing one is 0."""
     return {k: int(v) for k, v in FIELD.findall(rest)}
+
+
+def ambiguous(info: dict[str, int]) -> bool:
+    """Not awaiting by awaiting(), yet maybe awaiting: sent, received and acknowledged in one jiffy."""
+    snd, rcv = info.get("lastsnd", 0), info.get("lastrcv", 0)
+    return bool(info.get("bytes_sent")) and bool(info.get("bytes_received")) and snd == rcv \
+        and not awaiting(info)
 
 
 def awaiting(info: dict[str, int]) -> bool:
@@ -71,15 +83,16 @@ class Tally:
         self.before: set[int] = set()            # client sockets already there at the first tick
 
     def _origin(self, flow: str) -> dict[str, int]:
-        return self.origins.setdefault(origin_of(flow), {"connecting": 0, "awaiting": 0, "unread": 0,
-                                                         "sockets": 0})
+        return self.origins.setdefault(origin_of(flow), {"connecting": 0, "awaiting": 0, "ambiguous": 0,
+                                                         "unread": 0, "sockets": 0})
 
-    def tick(self, rows, owner: dict, listening: set[str]) -> None:
-        """One tick of connsample's rows (tcp_rows with info=True), the inode -> pids map of the proxy's
-        sockets and its listening ports."""
-        for state, recvq, _, port, ino, flow, rest in rows:
+    def tick(self, rows, owner: dict, listening: set[str], info: dict[int, str]) -> None:
+        """One tick of connsample's rows, the inode -> pids map of the proxy's sockets, its listening
+        ports and each socket's `ss -iO` line by inode (tcp_rows(..., info=))."""
+        for state, recvq, _, port, ino, flow in rows:
             if ino not in owner:
                 continue
+            rest = info.get(ino, "")
             if state == "LISTEN":
                 self.accept[port] = self.accept.get(port, 0) + recvq
             elif port in listening:
@@ -93,10 +106,12 @@ class Tally:
                 if recvq > 0:
                     o["unread"] += 1
                     continue
-                info = tcp_info(rest)
-                if awaiting(info):
+                got = tcp_info(rest)
+                if awaiting(got):
                     o["awaiting"] += 1
-                    self.ties += info.get("lastsnd") == info.get("lastrcv") and bool(info.get("bytes_received"))
+                    self.ties += got.get("lastsnd") == got.get("lastrcv") and bool(got.get("bytes_received"))
+                elif ambiguous(got):
+                    o["ambiguous"] += 1
         self.ticks += 1
 
     def _segments(self, ino: int, n: int) -> None:

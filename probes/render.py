@@ -202,6 +202,11 @@ def doctor_prometheus(r: dict, profile: str) -> str:
     for (fid, sev), n in counts.items():
         m.add("proxytune_doctor_findings", "", {"id": fid, "severity": sev}, n)
     m.add("proxytune_doctor_window_seconds", "Length of the doctor's observation window.", {}, r["window_s"])
+    m.declare("proxytune_doctor_request_seconds", "Time an average request spent in each part of its budget in the "
+                                                  "window (parts not measurable here are left out).")
+    for part, p in ((r.get("budget") or {}).get("parts") or {}).items():
+        if p.get("measurable") and p.get("ms") is not None:
+            m.add("proxytune_doctor_request_seconds", "", {"part": part}, round(p["ms"] / 1000, 6))
     monitoring.last_run(m, "doctor", profile)
     return m.text()
 

@@ -212,6 +212,30 @@ def test_budget_findings_rank_by_time_lost_among_the_medium_ones_and_never_above
 
 # ---------------------------------------------------------------- the kernel's inputs
 
+def test_a_request_sent_answered_and_acknowledged_in_one_jiffy_is_ambiguous_and_bounds_the_origins_wait(fake_kind):
+    """Squid and Traffic Server reuse origin connections: the next request leaves in the jiffy the last
+    answer came, and an origin idle past its RTO acknowledges at once. TCP_INFO cannot tell that socket
+    from one answered within the jiffy and idle since: the kernel bounds the wait, the proxy's own
+    total (less its other parts) places it within the bounds."""
+    tie = {"bytes_sent": 160, "bytes_received": 300, "lastsnd": 80, "lastrcv": 80, "lastack": 80}
+    assert inflight.ambiguous(tie) and not inflight.awaiting(tie)
+    assert not inflight.ambiguous({**tie, "lastack": 40}) and inflight.awaiting({**tie, "lastack": 40})
+    ev = evidence(rate=300, awaiting=45)
+    ev["conns"]["flight"]["origins"]["127.0.0.1:9000"]["ambiguous"] = 45 * TICKS
+    b = budget.compute(ev)
+    fb = b["parts"]["origin_first_byte"]
+    assert fb["ms"] == pytest.approx(150) and fb["ms_upper"] == pytest.approx(300) and fb["at_least"]
+    assert "between 150.0 and 300.0 ms" in fb["precision"]
+    fake_kind.total = own(250.0, requests=900)                                  # the proxy's own total per request
+    ev["proxy"] = {"kind": "fake", "timing": {}, "directives": {}}
+    fb = budget.compute(ev)["parts"]["origin_first_byte"]
+    assert fb["ms"] == pytest.approx(250.0 - 30 / 900, abs=0.01)               # less its CPU per request
+    assert fb["kernel_lower_ms"] == pytest.approx(150) and "within the kernel's bounds" in fb["mechanism"]
+    assert fb["by_origin"]["127.0.0.1:9000"]["ms"] == pytest.approx(fb["ms"], abs=0.01)
+    fake_kind.total = own(900.0, requests=900)                                  # never past the kernel's upper bound
+    assert budget.compute(ev)["parts"]["origin_first_byte"]["ms"] == pytest.approx(300)
+
+
 def test_awaiting_the_origin_from_tcp_info_including_the_one_jiffy_case():
     # fresh connection: request sent, nothing received yet (ss leaves bytes_received out)
     assert inflight.awaiting({"bytes_sent": 80, "lastsnd": 120, "lastrcv": 124, "lastack": 120})
@@ -243,14 +267,30 @@ def test_a_tick_sorts_the_proxys_sockets_into_the_budgets_states():
                                                                           "lastsnd:1 lastrcv:9"),
             ("ESTAB", 7, 0, "40004", 99, "127.0.0.1>127.0.0.1:9000", "")]          # not the proxy's socket
     owner = {i: [1] for i in range(1, 8)}
-    t.tick(rows, owner, {"8080"})
+    t.tick([r[:6] for r in rows], owner, {"8080"}, {r[4]: r[6] for r in rows})
     s = t.summary()
     assert s["accept_queued_sum"] == {"8080": 3} and s["client_unread_sum"] == 1
-    assert s["origins"]["127.0.0.1:9000"] == {"connecting": 1, "awaiting": 1, "unread": 1, "sockets": 2}
+    assert s["origins"]["127.0.0.1:9000"] == {"connecting": 1, "awaiting": 1, "ambiguous": 0, "unread": 1,
+                                              "sockets": 2}
     assert s["origins"]["10.0.0.9:80"]["awaiting"] == 1
-    t.tick([("ESTAB", 0, 0, "8080", 2, "", "data_segs_in:9"), ("ESTAB", 0, 0, "8080", 8, "", "data_segs_in:2")],
-           {2: [1], 8: [1]}, {"8080"})
+    t.tick([("ESTAB", 0, 0, "8080", 2, ""), ("ESTAB", 0, 0, "8080", 8, "")], {2: [1], 8: [1]}, {"8080"},
+           {2: "data_segs_in:9", 8: "data_segs_in:2"})
     assert t.summary()["clients"] == {"data_segments_in": 5 + 2, "sockets_seen": 3, "sockets_born_in_window": 1}
+
+
+def test_tcp_rows_keeps_its_six_fields_and_hands_tcp_info_by_inode(monkeypatch):
+    from proxytune.probes import connsample
+    out = ("ESTAB 0 0 127.0.0.1:40001 127.0.0.1:9000 ino:5 sk:1 cgroup:/ <-> ts sack cubic bytes_sent:80 lastsnd:5\n"
+           "LISTEN 0 128 127.0.0.1:8080 0.0.0.0:* ino:1 sk:2 cgroup:/ <-> cubic cwnd:10\n")
+    seen = []
+    monkeypatch.setattr(connsample.subprocess, "run",
+                        lambda argv, **kw: seen.append(argv) or type("P", (), {"stdout": out})())
+    info = {}
+    rows = connsample.tcp_rows([], info=info)
+    assert seen[0][:2] == ["ss", "-tanHeiO"] and rows[0] == ("ESTAB", 0, 0, "40001", 5, "127.0.0.1>127.0.0.1:9000")
+    assert "bytes_sent:80" in info[5] and set(info) == {5, 1}
+    connsample.tcp_rows([])
+    assert seen[1][:2] == ["ss", "-tanHe"]
 
 
 def test_compose_gives_the_budget_script_its_own_pids_ports_and_namespace():
@@ -332,3 +372,24 @@ def test_a_script_that_reads_a_kernel_struct_is_skipped_without_btf(monkeypatch,
     monkeypatch.setattr(bpftrace, "BTF", tmp_path / "vmlinux")
     assert bpftrace.missing_tracepoints(cat["budget"]) == [f"kernel BTF ({tmp_path / 'vmlinux'})"]
     assert bpftrace.missing_tracepoints(cat["loop_blocking"]) == []           # reads no kernel struct
+
+
+def test_prometheus_textfile_carries_the_budget_per_part_and_parses():
+    from prometheus_client.parser import text_string_to_metric_families
+    from proxytune.probes import render
+    b, found = doctor_answer(evidence(rate=300, awaiting=90))
+    r = {"target": {"pids": [10], "comm": "nginx"}, "window_s": 3.0, "findings": [f.to_json() for f in found],
+         "budget": b}
+    fams = {f.name: f for f in text_string_to_metric_families(render.doctor_prometheus(r, "linux/proxy"))}
+    got = {s.labels["part"]: s.value for s in fams["proxytune_doctor_request_seconds"].samples}
+    assert got["origin_first_byte"] == pytest.approx(0.3) and "proxy_queue" not in got
+
+
+def test_a_proxy_figure_without_origins_is_split_as_the_kernel_saw_them_await(fake_kind):
+    fake_kind.parts = {"origin_first_byte": own(300.0, requests=900)}
+    b = budget.compute(evidence(rate=300, awaiting=60, kind="fake", timing={}))
+    by = b["parts"]["origin_first_byte"]["by_origin"]
+    assert list(by) == ["127.0.0.1:9000"] and by["127.0.0.1:9000"]["ms"] == pytest.approx(300.0)
+    assert by["127.0.0.1:9000"]["name"] == "backend app/server s1"
+    f = budget_findings.evaluate(evidence(rate=300, awaiting=60, kind="fake", timing={}), b, [])[0]
+    assert "127.0.0.1:9000 (backend app/server s1" in f.title
