@@ -17,6 +17,7 @@ runs with the target's credentials (targetread.run_as).
 """
 
 import ipaddress
+import os
 import re
 import subprocess
 import threading
@@ -215,7 +216,7 @@ class CoProcess:
     def __init__(self, argv: list[str], creds: dict, cap: int, grace: float = 2.0):
         self.cap, self.grace = cap, grace
         self.chunks: list[bytes] = []
-        self.size, self.truncated = 0, False
+        self.size, self.truncated, self.used_cpu_s = 0, False, None
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, cwd="/", start_new_session=True, **creds)
         self.thread = threading.Thread(target=self._read, daemon=True, name="timing-coprocess")
@@ -231,7 +232,17 @@ class CoProcess:
             self.chunks.append(block)
             self.size += len(block)
 
+    def cpu_s(self) -> float | None:
+        """The CPU time the reader used so far (utime + stime of /proc/PID/stat): the doctor's own cost."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
     def stop(self) -> str:
+        self.used_cpu_s = self.cpu_s() if self.proc.poll() is None else None
         if self.proc.poll() is None:
             self.proc.terminate()
         try:

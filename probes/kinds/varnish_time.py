@@ -125,8 +125,9 @@ class Clock(Window):
             self.data["queue_samples"] = [v for v in self.sampler.stop() if isinstance(v, int)]
         self.data["queue_end"] = varnishstat(self.proxy)
         if self.log:
-            self.data["log_truncated"] = self.log.truncated
             self.data["log"] = read_log(self.log.stop())
+            self.data["log_truncated"] = self.log.truncated
+            self.data["reader_cpu_s"] = self.log.used_cpu_s          # varnishlog's own CPU in the window
 
 
 def timing(proxy) -> Window:

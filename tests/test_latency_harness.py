@@ -1,0 +1,79 @@
+"""The latency matrix's harness, pure: wrk's summary read right, and each
+verdict failing where it must (a verdict that cannot fail proves nothing)."""
+
+import pytest
+
+import latency_cells as lc
+
+WRK = """Running 10s test @ http://127.0.0.1:8080/
+  2 threads and 16 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   302.51ms    2.10ms 320.00ms   90.00%
+    Req/Sec    26.10      5.00    40.00     80.00%
+  528 requests in 10.01s, 80.00KB read
+  Socket errors: connect 0, read 0, write 0, timeout 2
+Requests/sec:     52.75
+"""
+
+
+def test_wrk_summary():
+    got = lc.wrk_summary(WRK)
+    assert got["mean_ms"] == 302.51 and got["requests"] == 528 and got["errors"]["timeout"] == 2
+    assert lc.wrk_summary(WRK.replace("302.51ms", "812.00us"))["mean_ms"] == 0.812
+    assert lc.wrk_summary(WRK.replace("302.51ms", "1.20s"))["mean_ms"] == 1200
+    assert lc.wrk_summary("")["mean_ms"] is None
+
+
+def doc(first: str | None, total: float, origin_ms: float = 300, text: str = "", dominant=None) -> dict:
+    found = [{"id": first, "severity": "medium", "title": text, "fix": text, "evidence": {}}] if first else []
+    parts = {"origin_first_byte": {"ms": origin_ms, "by_origin": {"127.0.0.1:9000": {"ms": origin_ms}}}}
+    return {"findings": found, "data": {"budget": {"total_ms": total, "parts": parts, "dominant": dominant}}}
+
+
+FACTS = {"origin": "127.0.0.1:9000", "where": "/tmp/h/haproxy.cfg:12", "client_ms": 310.0, "delay_ms": 300}
+
+
+def test_slow_cell_verdicts():
+    cell = lc.BY_NAME["haproxy-slow200-stats"]
+    m = {**FACTS, "client_ms": 205.0}
+    assert not lc.verdict_problems(cell, doc("slow-origin", 200, 198, "origin 127.0.0.1:9000"), m)
+    assert "not within 25 %" in " ".join(lc.verdict_problems(cell, doc("slow-origin", 200, 140, "127.0.0.1:9000"), m))
+    assert "does not name" in " ".join(lc.verdict_problems(cell, doc("slow-origin", 200, 198, "an origin"), m))
+    assert "expected slow-origin" in " ".join(lc.verdict_problems(cell, doc("proxy-queue", 200), m))
+    assert "not within 30 %" in " ".join(lc.verdict_problems(cell, doc("slow-origin", 100, 198, "127.0.0.1:9000"),
+                                                             m))
+
+
+def test_queue_cell_verdicts():
+    cell = lc.BY_NAME["haproxy-queue-mc4"]
+    good = "behind `server o 127.0.0.1:9000 maxconn 4` (/tmp/h/haproxy.cfg:12)"
+    assert not lc.verdict_problems(cell, doc("proxy-queue", 300, 50, good), FACTS)
+    assert "directive" in " ".join(lc.verdict_problems(cell, doc("proxy-queue", 300, 50, "maxconn 40 at "
+                                                                 "/tmp/h/haproxy.cfg:12"), FACTS))
+    assert "where it is set" in " ".join(lc.verdict_problems(cell, doc("proxy-queue", 300, 50, "maxconn 4"), FACTS))
+
+
+def test_fast_cell_verdicts():
+    cell = lc.BY_NAME["nginx-fast"]
+    m = {**FACTS, "client_ms": 0.8}
+    assert not lc.verdict_problems(cell, doc(None, 0.4, 0.1), m)          # within the clocks' 1 ms
+    assert "fast proxy, yet" in " ".join(lc.verdict_problems(cell, doc("slow-origin", 0.4, 0.1), m))
+    assert not lc.verdict_problems(cell, doc(None, 0.4, 0.3, dominant="origin_first_byte"), m)   # sub-ms noise
+    assert "budget total" in " ".join(lc.verdict_problems(cell, doc(None, 45, 0.3), {**m, "client_ms": 45}))
+    assert "not within" in " ".join(lc.verdict_problems(cell, doc(None, 4.0, 0.1), m))
+
+
+@pytest.mark.parametrize("cell", lc.CELLS, ids=lambda c: c.name)
+def test_cells_are_well_formed(cell):
+    assert cell.proxy in ("haproxy", "varnish", "squid", "trafficserver", "nginx")
+    assert (cell.delay > 0) == (cell.shape != "fast") and (cell.cap > 0) == (cell.shape == "queue")
+    assert cell.shape != "fast" or cell.pause_ms, "a fast cell is paced"
+
+
+def test_every_proxy_has_its_shapes():
+    shapes = {(c.proxy, c.shape) for c in lc.CELLS}
+    for proxy in ("haproxy", "varnish", "squid", "trafficserver", "nginx"):
+        assert {(proxy, "fast"), (proxy, "slow")} <= shapes
+    assert {("haproxy", "queue"), ("varnish", "queue"), ("trafficserver", "queue")} <= shapes
+    delays = {c.delay for c in lc.CELLS if c.shape == "slow"}
+    assert len(delays) >= 2 and {c.stats for c in lc.CELLS if c.shape == "slow"} == {True, False}
