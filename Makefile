@@ -2,8 +2,10 @@
 #   - the .venv with the test dependencies (through ./proxytune's bootstrap)
 #   - Debian packages the tests drive, when run as root (else: a message naming them)
 SHELL := /bin/bash
-DEBIAN_TEST_PACKAGES := ansible openssh-server tuned dbus-daemon e2fsprogs iproute2 procps systemd util-linux \
-	gcc libc6-dev valgrind linux-perf bpftrace fio wrk nginx-light squid chromium haproxy varnish trafficserver \
+# The proxies' packages come from their modules (proxies/), read when `deps` runs (after `venv`).
+PROXY_PACKAGES = $(shell python3 packaging/proxy-packages.py)
+DEBIAN_TEST_PACKAGES = ansible openssh-server tuned dbus-daemon e2fsprogs iproute2 procps systemd util-linux \
+	gcc libc6-dev valgrind linux-perf bpftrace fio wrk $(PROXY_PACKAGES) chromium \
 	python3-venv python3-click python3-rich python3-jsonschema python3-matplotlib python3-apt lintian \
 	debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools liburing-dev tcpdump
 PYTEST_ARGS ?=

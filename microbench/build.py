@@ -3,65 +3,66 @@ flags or the compiler change. Binaries live in the user's cache directory
 (tune.datafiles.cache_dir: private, every parent vetted), never next to
 installed code; a cached binary that is not ours is rebuilt, never run.
 
-Warnings are errors only when PROXYTUNE_WERROR=1 (the tests set it): a
-newer compiler on a user's host must not break the benchmarks."""
+The compiler and its flags are core.cc's (warnings are errors only when
+PROXYTUNE_WERROR=1: the tests set it)."""
 
 import hashlib
 import os
-import shutil
 import stat
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from proxytune.core import cc
 from proxytune.core.errors import ProxytuneError
 from proxytune.tune.datafiles import cache_dir, shipped
 
 from .runner import HarnessError
 
-CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra"]
 STALE_S = 86400
 LIBURING_HEADER = Path("/usr/include/liburing.h")
 
-HARNESSES = {
-    # name: (source directory, extra flags when available, libraries)
-    "evbench": ("evbench", ["-pthread"]),
-    "fdscan": ("fdscan", []),
-    "objbench": ("objbench", ["-pthread"]),
-}
+@dataclass(frozen=True)
+class Harness:
+    """One C harness: its sources (every .c and .h of microbench/DIRECTORY, shipped as data), the flags
+    and libraries it needs, and whether it uses liburing when the host has its header. Each measurement
+    module declares its own (events.HARNESS, ...); reports/measurements.py names it in the measurement's
+    spec, which packaging and the tests iterate."""
+    name: str                                   # the binary's name in the build cache
+    directory: str                              # microbench/DIRECTORY holds its sources
+    flags: tuple[str, ...] = ()
+    libraries: tuple[str, ...] = ()
+    uring: bool = False                         # -DHAVE_LIBURING and -luring when liburing.h is there
 
-
-def _flags(name: str) -> tuple[list[str], list[str]]:
-    extra, libs = list(HARNESSES[name][1]), []
-    if name in ("evbench", "objbench") and LIBURING_HEADER.exists():
-        extra.append("-DHAVE_LIBURING")
-        libs.append("-luring")
-    if name == "objbench":
-        libs.append("-lm")
-    return extra, libs
+    def flags_here(self) -> tuple[list[str], list[str]]:
+        """(extra compiler flags, libraries) on this host."""
+        extra, libs = list(self.flags), []
+        if self.uring and LIBURING_HEADER.exists():
+            extra.append("-DHAVE_LIBURING")
+            libs.append("-luring")
+        return extra, libs + list(self.libraries)
 
 
 def compiler() -> str:
-    """$CC when set (as make does), else cc, gcc or clang from PATH."""
-    wanted = os.environ.get("CC")
-    cc = shutil.which(wanted) if wanted else shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if not cc:
-        raise HarnessError(f"no C compiler found{f' (CC={wanted!r})' if wanted else ''}",
-                           "Debian: apt-get install build-essential")
-    return cc
+    """core.cc's compiler; its absence makes the harness unavailable, as any other build failure."""
+    try:
+        return cc.compiler()
+    except cc.NoCompiler as e:
+        raise HarnessError(e.message, e.hint) from None
 
 
-def cflags() -> list[str]:
-    return CFLAGS + (["-Werror"] if os.environ.get("PROXYTUNE_WERROR") == "1" else [])
+cflags = cc.cflags
 
 
-def build(name: str) -> Path:
+def build(harness: Harness) -> Path:
     """Path to the built harness, compiling it first if anything changed."""
-    src_dir = shipped("microbench", HARNESSES[name][0])
+    name = harness.name
+    src_dir = shipped("microbench", harness.directory)
     sources = sorted(src_dir.glob("*.c"))
     headers = sorted(src_dir.glob("*.h"))
-    extra, libs = _flags(name)
+    extra, libs = harness.flags_here()
     cc = compiler()
     key = hashlib.sha256()
     for f in sources + headers:

@@ -12,10 +12,11 @@ import re
 import shutil
 import subprocess
 
-from . import stats
-from .build import build
+from proxytune.core import stats
+from .build import Harness, build
 from .runner import HarnessError, failed_point, progress, run_json, unavailable
 
+HARNESS = Harness("evbench", "evbench", flags=("-pthread",), uring=True)
 FULL = {"ns": [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000], "ks": [1, 10, 100, 1000],
         "ready": ["hot", "cold"], "reps": 7, "rates": [2000, 5000, 10000, 20000, 30000, 40000, 60000], "perf_bench": True,
         "churn": True}
@@ -127,7 +128,7 @@ def run(quick: bool = False, backends: list[str] | None = None, pin: int | None 
     result = {"bench": "events", "quick": quick, "backends": [], "idle": [], "churn": [], "load": [], "libevent": [],
               "scaling": {}}
     try:
-        exe = build("evbench")
+        exe = build(HARNESS)
         listing = available(exe)
     except HarnessError as e:
         return unavailable(result, e)

@@ -15,10 +15,11 @@ import subprocess
 
 from proxytune.core.capability import perf_counts
 
-from . import stats
-from .build import build
+from proxytune.core import stats
+from .build import Harness, build
 from .runner import HarnessError, failed_point, progress, run_json, unavailable
 
+HARNESS = Harness("fdscan", "fdscan")
 VARIANTS = {1: "array of structs, fields on 3 cache lines", 2: "array of structs, fields adjacent",
             3: "separate compact array of the 3 fields", 4: "long-lived bitmaps, copied per call",
             5: "bitmaps + word-at-a-time result scan"}
@@ -88,7 +89,7 @@ def _measure(result: dict, exe, kind: str, v: int, n: int, plan: dict, source: s
 def run(quick: bool = False, quiet: bool = False) -> dict:
     plan = QUICK if quick else FULL
     try:
-        exe = build("fdscan")
+        exe = build(HARNESS)
     except HarnessError as e:
         return unavailable({"bench": "fdscan", "quick": quick, "points": [], "misses": [],
                             "miss_source": "unavailable"}, e)

@@ -11,8 +11,9 @@ in a private network namespace with only loopback (core/netns.py):
   hard limit), and the profile's net.* sysctls, written inside the namespace only.
 
 No global sysctl, no file under /etc, no journal entry: the namespace and the processes go away.
-During the after run's steady phase the doctor watches Squid: its CPU split (kernel against the
-proxy's own code) is the second classic row.
+During the after run's steady phase the doctor's perf watches Squid (`watch`, given by the report:
+probes.selfload.PerfWatch): its CPU split (kernel against the proxy's own code) is the second classic
+row.
 """
 
 import os
@@ -29,14 +30,16 @@ PLAN = {"files": 500, "cache_mb": 32, "mem_mb": 8, "fill_s": 1, "steady_s": 4, "
 FULL = {**PLAN, "files": 3000, "cache_mb": 256, "fill_s": 8, "steady_s": 20, "concurrency": 400, "idle": 1000}
 
 
-def run(host, profile_ref: str = PROFILE, quiet: bool = True, plan: dict | None = None, full: bool = False) -> dict:
-    """The before/after result, shaped as `bench proxy --compare-profile`'s (seeds.cooper reads it)."""
+def run(host, profile_ref: str = PROFILE, quiet: bool = True, plan: dict | None = None, full: bool = False,
+        watch=None) -> dict:
+    """The before/after result, shaped as `bench proxy --compare-profile`'s (seeds.cooper reads it);
+    with a watch, the after run's CPU split too."""
     if os.geteuid() != 0:
         raise ProxytuneError("Cooper's host settings need root (a private network namespace, Squid as its user)")
-    return netns.call(_measure, host, profile_ref, dict(plan or (FULL if full else PLAN)), quiet)
+    return netns.call(_measure, host, profile_ref, dict(plan or (FULL if full else PLAN)), quiet, watch)
 
 
-def _measure(host, profile_ref: str, plan: dict, quiet: bool) -> dict:
+def _measure(host, profile_ref: str, plan: dict, quiet: bool, watch) -> dict:
     """In the private namespace: Squid as the service would run it, then with the profile's settings."""
     from proxytune.tune import backends, plan as plan_mod
     from . import proxybench
@@ -49,7 +52,7 @@ def _measure(host, profile_ref: str, plan: dict, quiet: bool) -> dict:
         if c.setting.backend == "sysctl" and c.needed:
             backends.get(pl.os, "sysctl", host).write(c.setting.key, c.target)
             written.append(f"{c.setting.key} {c.current} -> {c.target}")
-    after = proxybench.run_plan(plan, ["ufs"], (min(after_nofile, hard), hard), quiet, watch="doctor")
+    after = proxybench.run_plan(plan, ["ufs"], (min(after_nofile, hard), hard), quiet, watch=watch)
     return {"bench": "proxy", "quick": True, "compare_profile": profile_ref, "proxy": "squid", "store": "ufs",
             "plan": plan, "repeat": proxybench.REPEAT, "docroot": before["docroot"],
             "where": "a private network namespace with only loopback: nothing of the host changed",

@@ -27,9 +27,12 @@ from pathlib import Path
 from proxytune.tune.datafiles import shipped
 from proxytune.core import procfs
 from proxytune.core.errors import ProxytuneError
+from proxytune.core.invocation import command, require_root
 from proxytune.core.numbers import uint
+from proxytune.proxies.nginx import NginxServer
+from proxytune.proxies.squid import SquidServer
 
-from . import polymix, proxycost, proxyruns, servers
+from . import polymix, proxycost, proxyruns
 
 LUA = shipped("microbench", "lua", "polymix.lua")
 STORES = ["ufs", "aufs", "rock"]
@@ -55,8 +58,8 @@ def make_docroot(root: Path, files: int, seed: int = 3) -> dict:
             "total_mb": sum(sizes) / 1048576}
 
 
-def origin(root: Path) -> servers.Nginx:
-    return servers.Nginx(workers=1, body=f'root {root}; rewrite ^/o/[^/]+/(.*)$ /f/$1 break; '
+def origin(root: Path) -> NginxServer:
+    return NginxServer(workers=1, body=f'root {root}; rewrite ^/o/[^/]+/(.*)$ /f/$1 break; '
                                          'add_header Cache-Control "max-age=86400";')
 
 
@@ -272,10 +275,11 @@ def _errors(d: dict, squid_codes: dict | None, warnings: int | None) -> dict:
 
 
 def run_store(store: str, plan: dict, origin_port: int, workdir: Path, nofile: tuple[int, int] | None = None,
-              progress=None, watch: bool = False) -> dict:
-    """One Squid with this store, started here; hit ratio and errors from its own logs. With watch,
-    the doctor watches Squid through the steady load: its CPU split goes in "watched"."""
-    with servers.Squid(store, cache_mb=plan["cache_mb"], mem_mb=plan["mem_mb"], nofile=nofile) as sq:
+              progress=None, watch=None) -> dict:
+    """One Squid with this store, started here; hit ratio and errors from its own logs. With a watch
+    (probes.selfload.PerfWatch, given by the report), perf watches Squid through the steady load: its
+    CPU split goes in "watched"."""
+    with SquidServer(store, cache_mb=plan["cache_mb"], mem_mb=plan["mem_mb"], nofile=nofile) as sq:
         limits = _nofile_of(sq.pid)
         mark = [0]
 
@@ -285,7 +289,7 @@ def run_store(store: str, plan: dict, origin_port: int, workdir: Path, nofile: t
             if progress:
                 progress(desc)
         box: dict = {}
-        around = (lambda: _watching(sq.pid, box)) if watch else contextlib.nullcontext
+        around = (lambda: watch.around(sq.pid, box)) if watch else contextlib.nullcontext
         with FdPeak(sq.pid) as fds:
             d = _drive("127.0.0.1", sq.port, plan, origin_port, workdir, f"squid {store}", step, cost_pid=sq.pid,
                        around_steady=around)
@@ -296,38 +300,8 @@ def run_store(store: str, plan: dict, origin_port: int, workdir: Path, nofile: t
             "hit_ratio": log["hit_ratio"], "hit_ratio_from": "squid access.log", "byte_hit_ratio": log["byte_hit_ratio"],
             "codes": log["codes"], "errors": _errors(d, log["errors"], warnings), "error_count": d["error_count"],
             "latency_probe": d["latency_probe"], "cost": d["cost"],
-            **({"watched": _watched(box, f"squid ({store}, started by the report, under the mix)")}
+            **({"watched": watch.view(box, f"squid ({store}, started by the report, under the mix)")}
                if watch else {})}
-
-
-@contextlib.contextmanager
-def _watching(pid: int, out: dict):
-    """perf samples the whole host while the proxy's load runs (cpu-clock: no hardware counters
-    needed); its split of the proxy's samples (kernel, its own code, libraries) lands in out.
-    No call graphs: the split needs the sampled frame only, and unwinding costs seconds."""
-    from proxytune.core import procgroup
-    from proxytune.probes import caps, perf, proc
-    sampling = caps.perf_sampling()
-    if not sampling.ok:
-        out["perf"] = sampling.to_result()
-        yield
-        return
-    pids = proc.resolve(pid, None)
-    with procgroup.Children() as kids:
-        rec = perf.Record(kids, callgraph=False)
-        time.sleep(0.3)                              # perf has opened its events
-        t0 = time.monotonic()
-        yield
-        out["window_s"] = time.monotonic() - t0
-        out["perf"] = rec.stop(pids)
-
-
-def _watched(box: dict, label: str) -> dict:
-    """The CPU split of a proxy we loaded, in the shape the doctor's evidence has (seeds.cpu_split)."""
-    from proxytune.probes import selfload
-    prof = box.get("perf") or {"available": False, "reason": "not watched"}
-    loop = {"cpu_split": {k: round(v, 3) for k, v in prof["split"].items()}} if prof.get("split") else {}
-    return selfload.cpu_view(label, box.get("window_s", 0.0), loop, prof)
 
 
 def run_target(target: str, plan: dict, origin_port: int, workdir: Path, progress=None) -> dict:
@@ -370,8 +344,8 @@ def run(quick: bool = False, stores: list[str] | None = None, concurrency: int |
 
 def run_plan(plan: dict, stores: list[str] | None = None, nofile: tuple[int, int] | None = None, quiet: bool = False,
              target: str | None = None, proxies: list[str] | None = None, quick: bool = True,
-             watch: str | None = None) -> dict:
-    """run() with its plan given; watch="doctor": the doctor watches each Squid's steady load."""
+             watch=None) -> dict:
+    """run() with its plan given; with a watch (run_store), each Squid's steady load is watched."""
     from .runner import progress as progress_bar
     runs = [] if target else proxyruns.runs_for(proxies or ["squid"], stores)
     result = {"bench": "proxy", "quick": quick, "plan": plan, "repeat": REPEAT, "stores": []}
@@ -388,7 +362,7 @@ def run_plan(plan: dict, stores: list[str] | None = None, nofile: tuple[int, int
             for proxy, store in runs:
                 if proxy == "squid":
                     result["stores"].append(run_store(store, plan, og.port, root, nofile, progress=step,
-                                                      watch=watch == "doctor"))
+                                                      watch=watch))
                 else:
                     result["stores"].append(run_proxy(proxy, store, plan, og.port, root, nofile, step))
                 bar.update(task, completed=2 * len(result["stores"]))
@@ -409,7 +383,7 @@ def run_proxy(proxy: str, store: str, plan: dict, origin_port: int, workdir, nof
     st = d["steady"]
     if after is not None:
         hits, misses = after["hits"] - mark["c"]["hits"], after["misses"] - mark["c"]["misses"]
-        source = "varnishstat MAIN.cache_hit/cache_miss" if proxy == "varnish" else "traffic_server /_stats"
+        source = proxyruns.hit_ratio_from(proxy)
     else:
         hits, misses, source = st["x_cache_hits"], st["x_cache_misses"], "X-Cache headers seen by wrk"
     return {"proxy": proxy, "store": store, "nofile": limits, "fill": d["fill"], "steady": st,
@@ -439,6 +413,28 @@ def service_nofile(changes, service: str) -> tuple[int, int]:
     now = DEFAULT_SERVICE_NOFILE if now is None else now
     want = uint(str(c.setting.wanted)) if c is not None else None
     return now, max(now, want or now)
+
+
+TARGET = re.compile(r"[\w.\-]+:\d{1,5}")
+
+
+def refuse_bad_request(target: str | None, compare_profile: str | None, stores, proxies, yes: bool) -> None:
+    """Refuse a `bench proxy` that cannot run as asked, before anything starts: --target is HOST:PORT
+    and loads the user's proxy (so none of ours: no --proxy, --store, --compare-profile); starting
+    ours needs root; --compare-profile changes the host (--yes) around one proxy."""
+    if target:
+        if not TARGET.fullmatch(target) or not 0 < int(target.rsplit(":", 1)[1]) < 65536:
+            raise ProxytuneError(f"--target must be HOST:PORT, not {target!r}", "e.g. --target 127.0.0.1:3128")
+        if compare_profile or stores or proxies:
+            raise ProxytuneError("--target loads your proxy; --proxy, --store and --compare-profile start our own")
+    else:
+        require_root("it starts squid, which drops privileges to user proxy")
+    if compare_profile:
+        if not yes:
+            raise ProxytuneError("--compare-profile changes the host (journaled, rolled back after)",
+                                 f"add --yes; {command('tune plan --profile ...')} shows the changes")
+        if len(proxies) > 1 or "all" in proxies:
+            raise ProxytuneError("--compare-profile runs one proxy before and after", "give one --proxy")
 
 
 def compare_profile(host, profile_ref: str, store: str | None = "ufs", quick: bool = False, concurrency: int | None = None,

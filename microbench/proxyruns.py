@@ -1,35 +1,36 @@
-"""`bench proxy --proxy nginx|haproxy|varnish|trafficserver`: each proxy's
-stores (from its module in probes/kinds, which also says how to start it
-here from Debian's packages) and the counters read from it after the
-PolyMix-like load (proxybench drives it). Hit ratios come from the
-proxy's own counters where it has them (varnishstat, Traffic Server's
-/_stats), else from the X-Cache header every generated config sets.
+"""`bench proxy --proxy NAME`: which (proxy, store) pairs run, and each
+proxy started and read the way its module in proxies/ says (its stores,
+`launch`, and the counters it keeps of its own hits and failures). Hit
+ratios come from the proxy's own counters where it has them (its spec's
+`hit_ratio_from`), else from the X-Cache header every generated config
+sets; proxybench drives the PolyMix-like load.
 """
 
 import contextlib
-import json
-import urllib.request
 
+from proxytune import proxies as registry
 from proxytune.core.errors import ProxytuneError
 
-from proxytune.probes import kinds
-
-PROXIES = tuple(kinds.names())
-SERVICES = {k.kind: k.unit for k in kinds.KINDS}          # Debian's unit names
-STORES = {k.kind: list(k.stores) for k in kinds.KINDS}
-OPTIONAL_STORES = {k.kind: list(k.optional_stores) for k in kinds.KINDS if k.optional_stores}
+PROXIES = tuple(registry.names())
+SERVICES = {k.kind: k.unit for k in registry.KINDS}          # Debian's unit names
+STORES = {k.kind: list(k.stores) for k in registry.KINDS}
+OPTIONAL_STORES = {k.kind: list(k.optional_stores) for k in registry.KINDS if k.optional_stores}
 STORE_NAMES = sorted({s for v in [*STORES.values(), *OPTIONAL_STORES.values()] for s in v})
 
 
 def runs_for(proxies: list[str], stores: list[str] | None) -> list[tuple[str, str]]:
-    """(proxy, store) pairs in the order asked; 'all' is every proxy. Given stores pick among each
-    proxy's own; a proxy none of them belongs to runs all of its stores."""
+    """(proxy, store) pairs in the order asked; 'all' is every proxy that has stores. Given stores pick
+    among each proxy's own; a proxy none of them belongs to runs all of its stores. A proxy named
+    that has no store to bench is refused: benching nothing is no result."""
     if "all" in proxies:
-        proxies = list(PROXIES)
+        proxies = [p for p in PROXIES if STORES[p]]
     out = []
     for p in proxies:
         if p not in PROXIES:
             raise ProxytuneError(f"unknown proxy {p!r}", f"one of {', '.join(PROXIES)} or all")
+        if not STORES[p]:
+            raise ProxytuneError(f"{p} has no store to bench",
+                                 f"its module (proxies/) names none; one of {', '.join(q for q in PROXIES if STORES[q])}")
         own = STORES[p] + OPTIONAL_STORES.get(p, [])
         out += [(p, s) for s in ([s for s in stores or [] if s in own] or STORES[p])]
     unused = [s for s in stores or [] if not any(s == r[1] for r in out)]
@@ -41,44 +42,27 @@ def runs_for(proxies: list[str], stores: list[str] | None) -> list[tuple[str, st
 
 @contextlib.contextmanager
 def start(proxy: str, store: str, plan: dict, origin_port: int, nofile: tuple | None):
-    """The proxy with this store, started the way its module says (probes/kinds)."""
-    with kinds.by_kind(proxy).bench(store, plan, origin_port, nofile) as s:
-        yield s
+    """The proxy with this store, in front of the origin, started as its module says; a store that
+    needs a block device of its own gets a loop device for the run."""
+    spec = registry.by_kind(proxy)
+    with contextlib.ExitStack() as stack:
+        device = None
+        if store in spec.device_stores:
+            from .devices import Sandbox
+            device = stack.enter_context(Sandbox()).loop(plan["cache_mb"], f"{proxy}-{store}")
+        yield stack.enter_context(spec.launch(store, plan, origin_port, nofile, device))
 
 
 def counters(proxy: str, server) -> dict | None:
     """Hits and misses the proxy counted itself, or None when it has no counter we read."""
-    if proxy == "varnish":
-        st = server.stats()
-        return {"hits": st.get("MAIN.cache_hit", 0), "misses": st.get("MAIN.cache_miss", 0)}
-    if proxy == "trafficserver":
-        return ats_hits(ats_stats(server.port))
-    return None
-
-
-# Varnish's own counts of what it failed to serve (varnish-counters(7)): a fetch that failed (a streamed
-# body is then cut short, which the client sees as a read error), a fetch that could not get storage
-# after nuke_limit evictions, sessions dropped for want of a thread, sessions closed on an error.
-VARNISH_FAILURES = ("MAIN.fetch_failed", "MAIN.n_lru_limited", "MAIN.sess_dropped", "MAIN.sess_closed_err")
+    return registry.by_kind(proxy).counters(server)
 
 
 def failures(proxy: str, server) -> dict | None:
     """Failures the proxy counted itself, or None when we read no such counter for it."""
-    if proxy != "varnish":
-        return None
-    st = server.stats()
-    return {k: st.get(k, 0) for k in VARNISH_FAILURES}
+    return registry.by_kind(proxy).failures(server)
 
 
-def ats_stats(port: int) -> dict:
-    """Traffic Server's counters from the stats_over_http plugin (values are strings)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stats", timeout=10) as r:
-        # stats_over_http has once answered with a stray non-UTF-8 byte (a CI run): read it as text
-        return json.loads(r.read().decode("utf-8", "replace")).get("global", {})
-
-
-def ats_hits(g: dict) -> dict:
-    num = lambda k: int(float(g.get(k, 0) or 0))
-    hits = sum(num(k) for k in g if k.startswith("proxy.process.http.cache_hit_") and "_mem_" not in k)
-    misses = sum(num(k) for k in g if k.startswith("proxy.process.http.cache_miss_"))
-    return {"hits": hits, "misses": misses}
+def hit_ratio_from(proxy: str) -> str | None:
+    """What `counters` reads for this proxy, as the result names it."""
+    return registry.by_kind(proxy).hit_ratio_from

@@ -16,13 +16,16 @@ import json
 import sys
 from pathlib import Path
 
+from proxytune.core import stats
 from proxytune.core.capability import perf_counts
+from proxytune.core.errors import ProxytuneError
 from proxytune.core.numbers import uint
 
-from . import devices, fio, rawdev, stats
-from .build import build
+from . import devices, fio, rawdev
+from .build import Harness, build
 from .runner import HarnessError, progress, unavailable
 
+HARNESS = Harness("objbench", "objbench", flags=("-pthread",), libraries=("-lm",), uring=True)
 ENGINES = ["sync", "threads", "posix-aio", "io_uring"]
 FS_STORES = ["ufs", "largefile"]
 # quick: the headline effects in about 20 s here (docs/BENCHMARKS.md "report time per section"):
@@ -68,6 +71,14 @@ def _run_phase(exe, store, engine, phase, path, state, cap, requests, count: boo
     return doc
 
 
+def filesystems(listed: str | None) -> list[str] | None:
+    """--fs ext4,xfs as a list (None: the plan's own), refused when it names a filesystem we cannot make."""
+    fs_list = [f.strip() for f in listed.split(",")] if listed else None
+    if fs_list and (bad := [f for f in fs_list if f not in devices.MKFS]):
+        raise ProxytuneError(f"unknown filesystem {bad[0]!r}", f"known: {', '.join(devices.MKFS)}")
+    return fs_list
+
+
 def run(quick: bool = False, fss: list[str] | None = None, device: str | None = None, force: bool = False,
         engines: list[str] | None = None, quiet: bool = False) -> dict:
     plan = dict(QUICK if quick else FULL)
@@ -77,7 +88,7 @@ def run(quick: bool = False, fss: list[str] | None = None, device: str | None = 
     if device is not None:
         rawdev.resolve(device)          # '' or not a block device: an error before anything is made
     try:
-        build("objbench")               # before any loop device is made; cached for _prepare
+        build(HARNESS)               # before any loop device is made; cached for _prepare
     except HarnessError as e:
         return unavailable({"bench": "storage", "quick": quick}, e)
     with devices.Sandbox() as sb, contextlib.ExitStack() as held:
@@ -99,7 +110,7 @@ def run(quick: bool = False, fss: list[str] | None = None, device: str | None = 
 
 def _prepare(plan: dict, fss: list[str], quick: bool, engines: list[str]):
     """The harness, whether perf counts syscalls, the result skeleton, and the filesystems we can make."""
-    exe = build("objbench")
+    exe = build(HARNESS)
     syscalls = perf_counts("raw_syscalls:sys_enter")
     result = {"bench": "storage", "quick": quick, "capacity_mb": plan["capacity_mb"], "requests": plan["requests"],
               "reps": plan["reps"],

@@ -3,10 +3,10 @@ checked against one `bench proxy --proxy all` run. A prediction compares
 two runs of the same result (same host, load and docroot); when either run
 is missing the verdict is "n/a", never a guess."""
 
-from proxytune.probes import kinds
+from proxytune import proxies
 
 # (proxy, store): the design in a few words, from each proxy's module
-DESIGN = {(k.kind, store): design for k in kinds.KINDS for store, design in k.store_design.items()}
+DESIGN = {(k.kind, store): design for k in proxies.KINDS for store, design in k.store_design.items()}
 
 # (claim, metric, lower run, higher run, factor): holds when lower * factor <= higher
 PREDICTIONS = [

@@ -24,7 +24,8 @@ mkdir -p "$share/probes" "$share/microbench" "$root/usr/bin" "$root/usr/share/ma
 find "$py" -name __pycache__ -prune -exec rm -rf {} +
 mv "$py/proxytune/profiles" "$share/profiles"
 mv "$py/proxytune/probes/"*.bt "$py/proxytune/probes/"*.c "$share/probes/"
-for d in evbench fdscan objbench lua; do mv "$py/proxytune/microbench/$d" "$share/microbench/"; done
+# every directory of microbench/ is data: a harness's C sources (reports/measurements.py names them) or lua
+for d in "$py/proxytune/microbench/"*/; do mv "${d%/}" "$share/microbench/"; done
 
 install -m 0755 "$here/debian/proxytune.in" "$root/usr/bin/proxytune"
 "$python" "$here/manpage.py" 8 | gzip -9n > "$root/usr/share/man/man8/proxytune.8.gz"

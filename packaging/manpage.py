@@ -27,7 +27,9 @@ def load_cli():
 
 
 def manpage(section: str = "8") -> str:
-    return load_cli().man_page(PAGES[section])
+    cli = load_cli()
+    from proxytune.commands.meta import man_page
+    return man_page(PAGES[section], cli.main)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 """Rewrite the checkout's absolute imports to the one installed namespace.
 
 `from tune.errors import X` becomes `from proxytune.tune.errors import X`
-(likewise core, probes, microbench, reports, cli), and module paths given as
+(likewise core, proxies, probes, microbench, reports, commands, cli), and module paths given as
 strings to monkeypatch/mock.patch/import_module follow. Relative imports are left alone.
 Deterministic and idempotent: run it again after merging branches that add
 old-style imports; `--check` lists what it would change and exits 1.
@@ -14,14 +14,14 @@ import re
 import sys
 from pathlib import Path
 
-PACKAGES = ("core", "tune", "probes", "microbench", "reports", "cli")
+PACKAGES = ("core", "proxies", "tune", "probes", "microbench", "reports", "commands", "cli")
 NAMES = "|".join(PACKAGES)
 FROM = re.compile(rf"^(\s*)from ({NAMES})((?:\.\w+)*) import ", re.M)
 IMPORT_AS = re.compile(rf"^(\s*)import ({NAMES})\.((?:\w+\.)*)(\w+) as (\w+)\s*$", re.M)
 IMPORT_BARE = re.compile(rf"^(\s*)import ({NAMES})\s*$", re.M)
 IMPORT_DOTTED = re.compile(rf"^\s*import ({NAMES})\.[\w.]+\s*$", re.M)
 STRING = re.compile(rf"""((?:setattr|delattr|patch|import_module)\(\s*)(["'])({NAMES})\.(\w+)""")
-SOURCES = ("cli.py", "core", "tune", "probes", "microbench", "reports", "tests", "packaging")
+SOURCES = ("cli.py", "commands", "core", "proxies", "tune", "probes", "microbench", "reports", "tests", "packaging")
 
 
 def python_files(repo: Path) -> list[Path]:

@@ -67,6 +67,20 @@ def catalog() -> dict[str, Script]:
     return out
 
 
+def named(name: str) -> Script:
+    """The catalog's script of that name; an error naming the known ones otherwise."""
+    cat = catalog()
+    if name not in cat:
+        raise ProxytuneError(f"no probe named {name!r}", f"known: {', '.join(cat)}")
+    return cat[name]
+
+
+def listing() -> list[dict]:
+    """`probe list --json`: every script's name, file, purpose and tracepoints."""
+    return [{"name": s.name, "path": str(s.path), "purpose": s.purpose, "tracepoints": s.tracepoints}
+            for s in catalog().values()]
+
+
 def tracepoint_exists(tp: str) -> bool:
     """Whether the kernel has tracepoint CAT:NAME. An unreadable tracefs says nothing about that:
     an error (see caps.require_tracefs), never 'missing'."""

@@ -33,7 +33,7 @@ plus connections that came and went between two ticks (each carried at
 least one request).
 """
 
-from . import kinds
+from proxytune import proxies as kinds
 
 PARTS = ("accept_queue", "proxy_queue", "origin_connect", "origin_first_byte", "proxy_self")
 # A part is the budget's dominant part when it holds more than half of the total: more than all the

@@ -28,7 +28,7 @@ request, so among medium findings the one costing most time ranks first and
 a proxy's own cap (impact 1e6 and up) stays ahead.
 """
 
-from . import kinds
+from proxytune import proxies as kinds
 from .findings import SEVERITY_RANK, Finding
 
 SIGNIFICANT_MS = 40.0

@@ -124,6 +124,20 @@ def container() -> Capability:
     return Capability(bool(marks), f"{where}; pid namespace unknown")
 
 
+def all_available(c: dict) -> bool:
+    """Whether check() found every capability (`probe caps` exits 1 otherwise); being in a
+    container is a fact about the host, not a missing capability."""
+    return all(v["ok"] for k, v in c["capabilities"].items() if k != "container")
+
+
+def require_script(script: bpftrace.Script) -> None:
+    """Stop, naming the cause, when script cannot run here: tracefs unusable (an unreadable tracefs
+    is not a kernel without the tracepoints), or tracepoints this kernel lacks."""
+    require_tracefs()
+    if missing := bpftrace.missing_tracepoints(script):
+        raise ProxytuneError(f"{script.name} needs tracepoints this kernel lacks: {', '.join(missing)}")
+
+
 NEEDS_ROOT = ("tracefs", "bpftrace", "kprobes", "perf_sampling")     # what a normal user cannot use here
 
 

@@ -30,9 +30,9 @@ import threading
 
 from proxytune.core import procfs
 from proxytune.core.numbers import uint
+from proxytune.core.sockets import fd_inventory
 
 from .inflight import Tally
-from .sockets import fd_inventory
 
 TICK_S = 0.25
 FINE_S = 0.01           # a worker at the top of nginx's tooth ~16 % of the time (measured) is seen there in a

@@ -15,12 +15,12 @@ import subprocess
 from pathlib import Path
 
 from proxytune.core.errors import ProxytuneError
-from proxytune.core import procfs, procgroup
+from proxytune.core import procfs, procgroup, sockets
 from proxytune.core.capability import no
 from proxytune.tune import audit as audit_mod, observe
 
 from . import budget, budget_findings, bpftrace, caps, connsample, findings, netstat, nsstate, owncap, perf, proc, \
-    proxies, proxies_findings, sched, sockets, target, triage
+    proxies, proxies_findings, sched, target, triage
 
 # Always: no syscall tracepoint among them (see triage.py for why that matters). budget.bt also counts what
 # connect_fail.bt does: one program at each TCP state change of the host instead of two.

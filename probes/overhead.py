@@ -16,11 +16,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxytune.microbench import servers, stats
+from proxytune.core import procfs, procgroup, rundir, stats
 from proxytune.core.errors import ProxytuneError
-
-from proxytune.core import procfs, procgroup, rundir
 from proxytune.core.numbers import is_uint
+from proxytune.proxies.launch import wrk
+from proxytune.proxies.nginx import NginxServer
 
 from . import bpfstats, bpftrace, caps, doctor, hostnoise, pairstats, perf, proc, syscost, target, triage
 
@@ -40,6 +40,12 @@ def components() -> dict[str, str]:
     """Every name `component` accepts, with what it attaches."""
     scripts = {n: f"bpftrace {n}.bt alone" for n in bpftrace.catalog()}
     return {**FIXED_COMPONENTS, **scripts}
+
+
+def check_component(component: str) -> None:
+    """Refuse a --component that names nothing attachable."""
+    if component not in components():
+        raise ProxytuneError(f"unknown --component {component!r}", "one of: " + ", ".join(components()))
 
 
 def _cpu(pids: list[int]) -> float:
@@ -125,7 +131,7 @@ def _one_run(load: Load, component: str | None) -> dict:
     """One wrk run with `component` attached (None: nothing); nginx's CPU per request."""
     with attached(component, load.pids, load.seconds + 3):
         c0, f0 = _cpu(load.pids), hostnoise.foreign_tracers()
-        w = servers.wrk(load.url, load.seconds, load.connections, script=load.script)
+        w = wrk(load.url, load.seconds, load.connections, script=load.script)
         c1, f1 = _cpu(load.pids), hostnoise.foreign_tracers()
     return {"requests": w["requests"], "rps": w["rps"], "nginx_cpu_s": c1 - c0,
             "cpu_us_per_request": (c1 - c0) * 1e6 / w["requests"] if w["requests"] else None,
@@ -138,10 +144,10 @@ def measure(seconds: float = 10, reps: int = 6, connections: int = 50, progress=
     and the cost per request they predict."""
     if component not in components():
         raise ProxytuneError(f"unknown component {component!r}", "one of: " + ", ".join(components()))
-    with hostnoise.priority(nice) as in_effect, rundir.RunDir("overhead") as d, servers.Nginx(workers=1) as ng:
+    with hostnoise.priority(nice) as in_effect, rundir.RunDir("overhead") as d, NginxServer(workers=1) as ng:
         load = Load(f"http://127.0.0.1:{ng.port}/", proc.resolve(ng.pid, None), seconds, connections,
                     pace_script(d.path, pace_ms))
-        servers.wrk(load.url, 2, connections, script=load.script)                      # warm-up
+        wrk(load.url, 2, connections, script=load.script)                      # warm-up
         if mechanisms:
             out = _mechanisms(load, reps, progress, component, d.path)
         else:
@@ -224,7 +230,7 @@ def program_costs(load: Load, component: str) -> dict:
         run = bpftrace.Run(kids, bpftrace.compose(scripts, load.pids))
         run.wait_attached()                     # until each tracepoint carries its program
         first, t0 = bpfstats.programs(run.proc.pid), time.monotonic()
-        w = servers.wrk(load.url, load.seconds, load.connections, script=load.script)
+        w = wrk(load.url, load.seconds, load.connections, script=load.script)
         last, seconds = bpfstats.programs(run.proc.pid), time.monotonic() - t0
         run.stop(need_maps=False)
     if not last:
@@ -260,7 +266,7 @@ def _per_request(load: Load) -> dict:
         stat = kids.start(["perf", "stat", "-x,", "-e", ",".join(events), "-p", ",".join(map(str, load.pids))])
         time.sleep(1)
         s0, o0 = _switches(load.pids), passive_opens()
-        w = servers.wrk(load.url, load.seconds, load.connections, script=load.script)
+        w = wrk(load.url, load.seconds, load.connections, script=load.script)
         s1, o1 = _switches(load.pids), passive_opens()
         _, err = procgroup.stop(stat)
     counts = {e: next((int(l.split(",")[0]) for l in err.splitlines() if e in l and is_uint(l.split(",")[0])), None)

@@ -1,6 +1,6 @@
 """The one rule for a proxy's own cap, stated once for every proxy.
 
-A cap is data a proxy module gives (kinds/*.py `caps(ev)`): the directive,
+A cap is data a proxy module gives (proxies/*.py `caps(ev)`, proxies/cap.py): the directive,
 its value and `file:line`, how the proxy counts usage against it, the usage
 at which the proxy stops accepting, queues or refuses, what it does there,
 and the source that says so. The signature is the same for all: the proxy
@@ -15,35 +15,11 @@ When nothing limits the proxy, `headroom` says how far each cap and kernel
 resource is from its limit: silence is not an answer.
 """
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
+
+from proxytune.proxies.cap import Cap
 
 from .findings import Finding
-
-
-@dataclass
-class Cap:
-    id: str                    # the finding's id, e.g. "haproxy-maxconn"
-    proxy: str
-    what: str                  # "global maxconn", "worker_connections (busiest worker, pid 12)"
-    directive: str             # as the operator writes it: "maxconn 200"
-    limit: int | None
-    where: str                 # file:line, or where the value comes from
-    used: int | None           # peak usage in the window, counted as the proxy counts it
-    counted: str               # how `used` was counted
-    refuses_at: int | None     # usage at which the proxy stops accepting, queues or refuses
-    at_cap: str                # what the proxy does there
-    source: str                # the proxy's source file/function or documentation section that says so
-    fix: str
-    refused: dict = field(default_factory=dict)    # the proxy's own count of refusals in the window
-    ports: tuple = ()          # the listener ports this cap governs; () = all of the proxy's
-    estimate: bool = False     # the limit is derived by us, not read from the proxy
-    extra: dict = field(default_factory=dict)      # more counters for the evidence (not refusals)
-
-    def reached(self) -> bool:
-        return self.used is not None and self.refuses_at is not None and self.used >= self.refuses_at
-
-    def refusals(self) -> int:
-        return sum(v for v in self.refused.values() if isinstance(v, int) and v > 0)
 
 
 def accept_queue(ev: dict, ports: tuple = ()) -> dict:

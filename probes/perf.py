@@ -4,6 +4,7 @@ hardware counters), split into the proxy's own code, the kernel and shared
 libraries (Maltzahn et al.'s Table 1); and cache misses from hardware
 counters where they exist, else from cachegrind on a reproduction run."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -11,9 +12,11 @@ from collections import Counter
 from pathlib import Path
 
 from proxytune.core.errors import ProxytuneError
-
+from proxytune.core.invocation import needs_root
 from proxytune.core import procfs, procgroup, rundir
 from proxytune.core.numbers import DIGITS, is_uint, uint
+
+from . import caps, target
 
 SAMPLE_HZ = 199
 STACK_BYTES = 8192      # user stack copied per sample for DWARF unwinding (Debian's squid/nginx have no frame pointers)
@@ -117,7 +120,30 @@ def _short(dso: str) -> str:
     return Path(dso).name if dso.startswith("/") else dso
 
 
+def sample_cpu(pids: list[int], duration: float) -> dict:
+    """`probe hotspots`: perf cpu-clock samples of the whole machine for the window, kept for pids.
+    Refused where this user may not sample (else perf records nothing, which reads as idle); an
+    error when every target exits during the window."""
+    if os.geteuid() != 0 and not (sampling := caps.perf_sampling()).ok:
+        raise needs_root(sampling.why) if shutil.which("perf") else ProxytuneError(sampling.why)
+    with procgroup.Children() as kids:
+        rec = Record(kids)
+        watch = target.Watch(pids)
+        watch.wait(duration)
+        r = rec.stop(pids)
+    if watch.all_gone:
+        raise watch.gone_error(duration)
+    return r
+
+
 # ------------------------------------------------------------------ cache misses
+
+def cache_misses(argv: list[str]) -> dict:
+    """D1 misses of a command: the hardware counters' totals where the machine has them, else
+    cachegrind's simulated D1, per function."""
+    hw = hw_cache_misses(argv) if caps.hardware_counters().ok else None
+    return hw or cachegrind(argv)
+
 
 def hw_cache_misses(argv: list[str]) -> dict | None:
     """perf stat's L1-dcache-load-misses for a command, or None where the counters are missing."""

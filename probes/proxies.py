@@ -1,5 +1,5 @@
 """What the doctor watches: which proxy a pid is and how to audit it. Each
-proxy is one module in probes/kinds (its recognition, config with includes,
+proxy is one module in proxies/ (its recognition, config with includes,
 statistics, caps and fixes); this is the doctor's door to that registry.
 
     target = identify(pid)            # None for a process we do not know
@@ -14,17 +14,14 @@ when the target holds it, with one fixed request and one total deadline.
 
 from proxytune.core.numbers import leading_uint as as_number  # noqa: F401  (kept for callers)
 
-from .kinds import KINDS, by_kind, identify, names  # noqa: F401
-from .kinds.base import (STATS_SECONDS, Proxy, argv_of, as_int, directives, option,  # noqa: F401
-                         read_config)
-from .kinds.haproxy import HAProxy  # noqa: F401
-from .kinds.nginx import Nginx  # noqa: F401
-from .kinds.squid import Squid  # noqa: F401
-from .kinds.trafficserver import TrafficServer, logged_at  # noqa: F401
-from .kinds.varnish import Varnish  # noqa: F401
+from proxytune.proxies import KINDS, by_kind, identify, names  # noqa: F401
+from proxytune.proxies.base import (STATS_SECONDS, Running, Spec, argv_of, as_int, directives, option,  # noqa: F401
+                                    read_config)
+from proxytune.proxies.trafficserver import logged_at  # noqa: F401
+from proxytune.proxies.varnish import RunningVarnish  # noqa: F401
 
 
-def audit_as(target: Proxy | None, profile_ref: str, comm: str) -> tuple[str, str]:
+def audit_as(target: Running | None, profile_ref: str, comm: str) -> tuple[str, str]:
     """(profile, service) for the host audit: a known proxy is audited under its Debian unit name
     (varnishd's unit is varnish, traffic_server's is trafficserver) and, in place of the generic
     default, its own profile."""

@@ -1,5 +1,5 @@
 """Findings in the watched proxy's own terms. The generic rules
-(findings.py) see the kernel's symptoms; the proxy's module (probes/kinds)
+(findings.py) see the kernel's symptoms; the proxy's module (proxies/)
 gives its caps as data, and the one rule in owncap.py makes a cap the
 finding when the proxy holds it, with the kernel's symptom as evidence.
 Fixes of generic findings (fd limits, ephemeral ports) are rewritten in the
@@ -8,7 +8,9 @@ the evidence dict (doctor.gather) and the generic findings, so it is
 testable on recorded evidence. An unknown proxy keeps the generic advice.
 """
 
-from . import kinds, owncap
+from proxytune import proxies as kinds
+
+from . import owncap
 from .findings import Finding
 
 CPU_BOUND_MIN_CORES = 0.9     # a proxy using at least this much of a core is saturated

@@ -1,8 +1,10 @@
 """Terminal rendering of probe results (rich); JSON goes through the CLI's emitter."""
 
+import contextlib
 import json
 from fnmatch import fnmatchcase
 
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from proxytune.core import monitoring
@@ -41,6 +43,19 @@ def _short(v) -> str:
 def watching(pids: list[int]) -> str:
     """The progress bar's label (rich markup): the target's name escaped, as anyone can name a process `[/]`."""
     return f"{term_text(comm_of(pids[0]))} ({len(pids)} pid(s))"
+
+
+@contextlib.contextmanager
+def watching_bar(pids: list[int], duration: float, quiet: bool):
+    """The doctor's window as a progress bar on the terminal (transient: gone when it ends).
+    Yields tick(seconds) for diagnose; None when quiet (stdout carries JSON or a monitoring format)."""
+    if quiet:
+        yield None
+        return
+    with Progress(TextColumn("watching {task.description}"), BarColumn(), TimeRemainingColumn(),
+                  console=console(), transient=True) as bar:
+        task = bar.add_task(watching(pids), total=duration)
+        yield lambda t: bar.update(task, completed=t)
 
 
 def doctor_report(r: dict) -> None:
@@ -214,3 +229,49 @@ def doctor_prometheus(r: dict, profile: str) -> str:
 def _accepts(loop: dict) -> str:
     """Accepts per second when fd_errors.bt counted them (it runs near the fd limit, or with --deep)."""
     return "" if loop.get("accepts_per_s") is None else f"{loop['accepts_per_s']} accepts/s, "
+
+
+def hotspots_lines(r: dict, pids: list[int]) -> list[str]:
+    """`probe hotspots`: the sample count and the proxy / kernel / library split, then the top
+    functions by self time (a function or DSO name is the target's text: shown inert)."""
+    lines = [f"{r['samples']} samples of pids {pids} at {r['hz']} Hz; split: "
+             + ", ".join(f"{k} {v:.0%}" for k, v in r["split"].items())]
+    for t in r["top"]:
+        where = term_text(f"{t['function']}  ({t['dso']}, {t['where']})", markup=False)
+        lines.append(f"  {t['share']:6.1%}  {where}")
+    return lines
+
+
+def overhead_lines(d: dict, component: str) -> list[str]:
+    """`probe overhead`: what the component costs nginx per request (from the wrk pairs, or from
+    the CPU it adds per syscall and per context switch with --mechanisms), then each BPF
+    program's own cost."""
+    if "mechanisms" in d:
+        u, m, per = d["mechanisms"]["units"], d["mechanisms"]["model"], d["mechanisms"]["nginx_per_request"]
+        head = (f"{component} adds {u['syscall']['added_ns']:+.1f} ns of CPU per syscall and "
+                f"{u['context_switch']['added_ns']:+.0f} ns per context switch; with nginx's "
+                f"{per['syscall']:.2f} syscalls and {per['context_switch']:.3f} switches per request: "
+                f"{m['overhead']:+.2%} per request (CI {m['overhead_ci'][0]:+.2%} to {m['overhead_ci'][1]:+.2%})")
+        head = [head] + [f"  and {u[unit]['added_ns']:+.0f} ns per {what}, with {per.get(unit) or 0:.4f} {count} per request"
+                         for unit, what, count in (("tcp_exchange", "TCP round trip", "segments read"),
+                                                   ("connection", "TCP connection opened and closed",
+                                                    "connections accepted")) if unit in u]
+    else:
+        head = (f"nginx CPU per request: {d['off_us_per_request']['median']:.2f} us without {component}, "
+                f"{d['on_us_per_request']['median']:.2f} us with it: overhead {d['overhead']:+.1%} "
+                f"({d['overhead_ci_confidence']:.1%} CI: {d['verdict']}) "
+                f"(pairs: {', '.join(f'{x:+.1%}' for x in d['overhead_per_pair'])}); "
+                f"throughput {d['rps_off']:,.0f} -> {d['rps_on']:,.0f} req/s")
+    return ([head] if isinstance(head, str) else head) + program_cost_lines(d.get("programs") or {})
+
+
+def program_cost_lines(p: dict) -> list[str]:
+    """What each BPF program's body costs per run and how often it ran, under the same load."""
+    if not p.get("available"):
+        return [f"BPF programs' own cost: unavailable ({p.get('reason', 'not measured')})"]
+    lines = [f"BPF programs under the same load, {p['seconds']:.1f} s with kernel.bpf_stats_enabled "
+             "(program bodies only; the tracepoint's and the syscall slow path's cost are not in them):"]
+    for r in p["programs"]:
+        ns = f"{r['ns_per_run']:8.0f} ns/run" if r["ns_per_run"] is not None else "      never ran"
+        lines.append(f"  {r['attached']:<36} {ns} {r['runs_per_s']:12,.0f} runs/s {r['cpu_ns_per_s'] / 1e3:9.1f} us/s")
+    return lines

@@ -3,17 +3,22 @@ answers) under wrk. The report's seeds need a proxy's CPU per request split into
 kernel and libraries; watching a proxy the host runs would be intrusive, and its findings
 belong to `doctor`, not to a load we made. So only the loop's costs are kept."""
 
-from proxytune.microbench import servers
+import contextlib
+import time
 
-from . import overhead, proc
+from proxytune.core import procgroup
+from proxytune.proxies.launch import wrk
+from proxytune.proxies.nginx import NginxServer
+
+from . import caps, overhead, perf, proc
 
 
 def cpu_split_on_nginx(seconds: float = 5.0, connections: int = 50) -> dict:
     """{"proxy", "window_s", "evidence": {"loop", "perf"}} from one doctor window under load
     (the window opens first, as `probe overhead` attaches it, then wrk runs through it)."""
-    with servers.Nginx(workers=1) as ng:
+    with NginxServer(workers=1) as ng:
         with overhead.attached("doctor", proc.resolve(ng.pid, None), seconds) as box:
-            servers.wrk(f"http://127.0.0.1:{ng.port}/", seconds + 1, connections)   # outlasts the window
+            wrk(f"http://127.0.0.1:{ng.port}/", seconds + 1, connections)   # outlasts the window
     return watched(box, "nginx (1 worker, started by the report, under wrk)")
 
 
@@ -28,3 +33,35 @@ def watched(box: dict, label: str) -> dict:
     """What a doctor window on a proxy we loaded says about its CPU: the loop's split and perf's."""
     ev = box["evidence"]
     return cpu_view(label, ev["window_s"], ev["loop"], ev["perf"])
+
+
+class PerfWatch:
+    """perf on a proxy a benchmark loads (microbench.proxybench run_store's `watch`, given by the report:
+    the benchmarks do not import the doctor): the CPU split of its samples, in the doctor's shape."""
+
+    @staticmethod
+    @contextlib.contextmanager
+    def around(pid: int, out: dict):
+        """perf samples the whole host while the proxy's load runs (cpu-clock: no hardware counters
+        needed); its split of the proxy's samples (kernel, its own code, libraries) lands in out.
+        No call graphs: the split needs the sampled frame only, and unwinding costs seconds."""
+        sampling = caps.perf_sampling()
+        if not sampling.ok:
+            out["perf"] = sampling.to_result()
+            yield
+            return
+        pids = proc.resolve(pid, None)
+        with procgroup.Children() as kids:
+            rec = perf.Record(kids, callgraph=False)
+            time.sleep(0.3)                              # perf has opened its events
+            t0 = time.monotonic()
+            yield
+            out["window_s"] = time.monotonic() - t0
+            out["perf"] = rec.stop(pids)
+
+    @staticmethod
+    def view(box: dict, label: str) -> dict:
+        """The CPU split of a proxy we loaded, in the shape the doctor's evidence has (seeds.cpu_split)."""
+        prof = box.get("perf") or {"available": False, "reason": "not watched"}
+        loop = {"cpu_split": {k: round(v, 3) for k, v in prof["split"].items()}} if prof.get("split") else {}
+        return cpu_view(label, box.get("window_s", 0.0), loop, prof)

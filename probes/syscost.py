@@ -17,7 +17,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from proxytune.microbench import build
+from proxytune.core import cc
 from proxytune.tune.datafiles import shipped
 from proxytune.core.errors import ProxytuneError
 
@@ -32,7 +32,7 @@ CONNECT_SYSCALLS = 6        # socket, connect, accept, setsockopt, close, close:
 def compile_into(directory: Path) -> Path:
     """Build syscost.c into this run's private dir (it takes a fraction of a second)."""
     out = directory / "syscost"
-    cmd = [build.compiler(), *build.cflags(), "-o", str(out), str(shipped("probes") / SOURCE)]
+    cmd = [cc.compiler(), *cc.cflags(), "-o", str(out), str(shipped("probes") / SOURCE)]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise ProxytuneError(f"building syscost failed: {(p.stderr.strip().splitlines() or [''])[-1]}", " ".join(cmd))

@@ -1,1 +1,2 @@
-"""Result JSON (one schema for audits, benchmarks and probes) -> Markdown / HTML."""
+"""Result JSON (one schema for audits, benchmarks and probes) -> Markdown / HTML;
+measurements.py is the one spec of each measurement the report runs."""

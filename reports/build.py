@@ -9,41 +9,22 @@ import json
 from pathlib import Path
 
 from proxytune.core.errors import ProxytuneError
-from proxytune.tune import audit as audit_mod
 from proxytune.tune.host import Host
 
-from . import html, markdown, plots, seeds, summary
+from . import html, markdown, measurements, plots, seeds, summary
 from .schema import envelope
 from .tables import sections
 
 
-# Each section's label and its time budget on a 2-core VM, warm, in seconds (docs/BENCHMARKS.md
-# "report time per section"): the live display's estimate of what remains.
-SECTION_PLAN = {"audit": ("host audit", 1, 1),
-                "events": ("event mechanisms: select, poll, epoll, io_uring", 11, 480),
-                "fdscan": ("Mogul's comm_select scan", 4, 8),
-                "storage": ("object stores: file per object, large file, raw device, atime", 22, 1050),
-                "host_settings": ("Squid before/after the host settings (Cooper), CPU split", 21, 70),
-                "proxy": ("bench proxy: Squid's stores under load", 120, 120),
-                "cpu_split": ("the doctor on an nginx it starts", 10, 10)}
-
-
 def _parts(host: Host, profile_ref: str, benches: bool, quiet: bool, with_proxy: bool, full: bool) -> dict:
+    """name -> a call that measures it, for every measurement this report runs (reports/measurements.py)."""
     import os
-    from proxytune.microbench import events, fdscan, hostsettings, proxybench, storage
+    from .measurements import MEASUREMENTS, Run
     root = os.geteuid() == 0
-    parts = {"audit": lambda: audit_mod.build(host, profile_ref).to_json()}
-    if benches:
-        parts["events"] = lambda: events.run(quick=not full, quiet=quiet)
-        parts["fdscan"] = lambda: fdscan.run(quick=not full, quiet=quiet)
-        parts["storage"] = lambda: storage.run(quick=not full, quiet=quiet) if root else _needs_root()
-        parts["host_settings"] = lambda: (hostsettings.run(host, full=full) if root
-                                          else _needs_root("Squid before/after the host settings"))
-    if with_proxy:
-        from proxytune.probes import selfload
-        parts["proxy"] = lambda: proxybench.run(quick=True, quiet=quiet) if root else _needs_root("bench proxy")
-        parts["cpu_split"] = lambda: selfload.cpu_split_on_nginx() if root else _needs_root("the doctor")
-    return parts
+    wanted = {"always": True, "benches": benches, "with_proxy": with_proxy, "given": False}
+    run = Run(host, profile_ref, full, quiet)
+    return {m.name: (lambda m=m: m.run(run) if root or not m.needs_root else _needs_root(m.needs_root))
+            for m in MEASUREMENTS if wanted[m.part]}
 
 
 def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = False, with_proxy: bool = False,
@@ -58,7 +39,8 @@ def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = Fa
         parts[name] = lambda data=data: data
     plan = []
     for n in parts:
-        label, quick_s, full_s = SECTION_PLAN.get(n, (n, 5, 5))
+        m = measurements.by_name(n)      # a saved part no measurement names is shown under its own name
+        label, (quick_s, full_s) = (m.label, m.budget) if m else (n, (5, 5))
         plan.append((n, label, full_s if full else quick_s))
     done, skipped = {}, {}
     with Sections(plan, quiet) as display, runner.steps_to(display.on_step if display.live else None):

@@ -32,13 +32,13 @@ def _grid(title: str, per_file: list[dict], fmt=lambda v: v) -> Table | None:
     return Table(title, ["", *[f"#{i + 1}" for i in range(len(per_file))]], rows)
 
 
-def _audit(a: dict) -> dict:
+def audit_rows(a: dict) -> dict:
     out = {f"{k} settings": v for k, v in a["summary"].items()}
     out.update({r["setting"]: f"{r['current_text']} ({r['status']})" for r in a["settings"]})
     return out
 
 
-def _events(e: dict) -> dict:
+def events_rows(e: dict) -> dict:
     out = {}
     for p in e["idle"]:
         if p["available"] and p["k"] == 1 and p["ready"] == "hot":
@@ -48,12 +48,12 @@ def _events(e: dict) -> dict:
     return {k: f"{v:,.0f} ns" for k, v in out.items() if int(k.rsplit("=", 1)[1].replace(",", "")) in keep}
 
 
-def _fdscan(f: dict) -> dict:
+def fdscan_rows(f: dict) -> dict:
     return {f"variant {p['variant']}, N={p['n']:,}": f"{p['ns_per_call']['median']:,.0f} ns" for p in f["points"]
             if p["n"] in (1000, 10000)}
 
 
-def _storage(s: dict) -> dict:
+def storage_rows(s: dict) -> dict:
     out = {}
     for c in s["combos"]:
         if c["available"] and (c["fs"] in ("ext4", "raw")) and c["atime"] in ("relatime", "-"):
@@ -65,7 +65,7 @@ def _storage(s: dict) -> dict:
     return out
 
 
-def _proxy(p: dict) -> dict:
+def proxy_rows(p: dict) -> dict:
     several = len({s.get("proxy", "squid") for s in p["stores"]}) > 1
     labels = (["before", "after"] if p.get("compare_profile") else
               [f"{s.get('proxy', 'squid')} {s['store']}" if several else s["store"] for s in p["stores"]])
@@ -77,14 +77,8 @@ def _proxy(p: dict) -> dict:
     return out
 
 
-def _doctor(d: dict) -> dict:
+def doctor_rows(d: dict) -> dict:
     return {f["id"]: f"{f['severity']}: {f['title']}" for f in d["findings"]} or {"findings": "none"}
-
-
-EXTRACT = {"audit": ("Host audit", _audit), "events": ("Event mechanisms: ns per wait, 1 ready (hot)", _events),
-           "fdscan": ("comm_select variants: ns per call", _fdscan),
-           "storage": ("Object stores (ext4, relatime; rawdev)", _storage),
-           "proxy": ("Proxies under load", _proxy), "doctor": ("doctor findings", _doctor)}
 
 
 def _extract(fn, part: dict) -> dict:
@@ -101,9 +95,11 @@ def compare(docs: list[dict], names: list[str]) -> dict:
     hosts = [{**{k: d["host"].get(k) for k in ("hostname", "os", "kernel", "cpu_model", "cores", "virtualised")},
               "file": n, "kind": d["kind"], "created": d["created"]} for d, n in zip(docs, names)]
     out = [_grid("Hosts and files", hosts, str)]
-    for kind, (title, fn) in EXTRACT.items():
-        if any(kind in p for p in per):
-            out.append(_grid(title, [_extract(fn, p[kind]) if kind in p else {} for p in per], str))
+    from .measurements import MEASUREMENTS
+    for m in MEASUREMENTS:
+        if m.compare and any(m.name in p for p in per):
+            title, fn = m.compare
+            out.append(_grid(title, [_extract(fn, p[m.name]) if m.name in p else {} for p in per], str))
     return {"tables": [t for t in out if t], "names": names}
 
 

@@ -4,10 +4,20 @@ and its status; then the hosts that could not be audited and why."""
 
 from pathlib import Path
 
-from proxytune.core.errors import one_line
+from proxytune.core.errors import ProxytuneError, one_line
 from proxytune.core.sections import Table
 
+from .build import load_results
+
 MARK = {"met": "met", "drift": "DRIFT", "n/a": "n/a", "error": "ERROR"}
+
+
+def load(path: Path) -> dict:
+    """A `fleet ... --json` result file, checked like any result; any other kind is refused."""
+    doc = load_results([path])[0]
+    if doc["kind"] != "fleet":
+        raise ProxytuneError(f"{path} is a {doc['kind']} result, not a fleet result")
+    return doc
 
 
 def matrix(data: dict) -> Table:

@@ -184,13 +184,11 @@ def cpu_split(doc: dict | None) -> dict:
 
 
 def rows(sections: dict) -> list[dict]:
-    """One row per headline, from the report's own sections."""
-    ev, st = sections.get("events"), sections.get("storage")
-    seeds = [(select_poll, ev), (mogul, sections.get("fdscan")), (kqueue, ev), (largefile, st), (noatime, st),
-             (cooper, sections.get("host_settings") or sections.get("proxy")),
-             (cpu_split, sections.get("doctor") or (sections.get("host_settings") or {}).get("cpu_split")
-              or sections.get("cpu_split"))]
-    return [_guarded(fn, part) for fn, part in seeds]
+    """One row per headline, from the report's own sections: each measurement's seeds (reports/measurements.py),
+    in their rows' order."""
+    from .measurements import MEASUREMENTS
+    hooks = sorted((entry for m in MEASUREMENTS for entry in m.seeds), key=lambda entry: entry[0])
+    return [_guarded(fn, pick(sections)) for _, fn, pick in hooks]
 
 
 def _guarded(seed, part: dict | None) -> dict:

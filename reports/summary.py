@@ -7,6 +7,7 @@ drops connections under load), then the choices the benches measured here
 item is derived from this report's sections; none is written in advance.
 """
 
+from proxytune.core.console import term_text
 from proxytune.probes.findings import SEVERITY_RANK
 
 
@@ -40,10 +41,16 @@ def from_audit(audit: dict | None) -> list[dict]:
     return out
 
 
-# What each proxy runs its event loop on (their documentation: squid ./configure --enable-epoll,
-# nginx `events { use epoll; }`, HAProxy and Varnish pick epoll themselves, Traffic Server's
-# event system is epoll on Linux): none of them waits for events with io_uring.
-EPOLL_FIX = "squid: build with --enable-epoll; nginx: events { use epoll; }; haproxy, varnish, trafficserver use it already"
+def epoll_fix() -> str:
+    """How each proxy runs on epoll (its module's `epoll`; their documentation: squid ./configure
+    --enable-epoll, nginx `events { use epoll; }`, HAProxy and Varnish pick epoll themselves, Traffic
+    Server's event system is epoll on Linux): none of them waits for events with io_uring."""
+    from proxytune import proxies
+    told = [f"{k.kind}: {k.epoll}" for k in proxies.KINDS if k.epoll]
+    already = [k.kind for k in proxies.KINDS if not k.epoll]
+    return "; ".join(told + ([f"{', '.join(already)} use it already"] if already else []))
+
+
 NOISE = 0.10        # a median's relative spread assumed when the points carry less
 
 
@@ -80,7 +87,7 @@ def from_events(ev: dict | None) -> list[dict]:
                     "but no proxy here waits for events with it")
         else:
             why += f"; io_uring {u['median']:,.0f} ns"
-    return [{"rank_key": (2, -factor), "what": what, "why": why, "command": EPOLL_FIX, "source": "bench events"}]
+    return [{"rank_key": (2, -factor), "what": what, "why": why, "command": epoll_fix(), "source": "bench events"}]
 
 
 def from_storage(st: dict | None) -> list[dict]:
@@ -102,7 +109,32 @@ def from_storage(st: dict | None) -> list[dict]:
 
 def build(sections: dict) -> list[dict]:
     """Ranked actions, each {rank, what, why, command, source}."""
-    items = (from_doctor(sections.get("doctor")) + from_audit(sections.get("audit"))
-             + from_events(sections.get("events")) + from_storage(sections.get("storage")))
+    from .measurements import MEASUREMENTS
+    items = [item for m in MEASUREMENTS if m.summary for item in m.summary(sections.get(m.name))]
     items.sort(key=lambda i: i["rank_key"])
     return [{"rank": n, **{k: v for k, v in i.items() if k != "rank_key"}} for n, i in enumerate(items, 1)]
+
+
+def terminal_lines(doc: dict) -> list[str]:
+    """What `report` prints when it is done: the five first items, each with why and what to run,
+    then each seed's verdict (a result's text shown inert)."""
+    lines = []
+    for item in doc["data"]["summary"][:5]:
+        what, why, do = (term_text(item[k], markup=False) for k in ("what", "why", "command"))
+        lines.append(f"{item['rank']}. {what}\n   why: {why}\n   do:  {do}")
+    for row in doc["data"]["sections"]["seeds"]["rows"]:
+        lines.append(term_text(f"seed: {row['seed']}: {row['verdict']} ({row['reason']})", markup=False))
+    return lines
+
+
+def audit_lines(audit: dict) -> list[str]:
+    """The audit's verdict (settings by status) and what to run, printed before the benchmarks start."""
+    counts = {}
+    for r in audit["settings"]:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    lines = [term_text(f"host: profile {audit['profile']}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
+                       markup=False)]
+    for item in from_audit(audit):
+        what, do = (term_text(item[k], markup=False) for k in ("what", "command"))
+        lines.append(f"  {what}\n  do: {do}")
+    return lines

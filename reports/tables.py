@@ -3,9 +3,8 @@ markdown.py and html.py only format them."""
 
 from proxytune.core.sections import RENDER_ERRORS, Figure, Section, Table, unrenderable
 from proxytune.microbench import fio
-from proxytune.tune import audit
 
-from . import doctor, plots
+from . import plots
 
 
 def host_table(host: dict) -> Table:
@@ -222,8 +221,13 @@ def seeds_section(r: dict) -> Section:
     return sec
 
 
-SECTIONS = {"seeds": seeds_section, "audit": audit.section, "events": events_section, "fdscan": fdscan_section, "storage": storage_section,
-            "proxy": proxy_section, "host_settings": proxy_section, "doctor": doctor.section}
+def renderer(name: str):
+    """The function that makes a part's section (its measurement's, reports/measurements.py), or None."""
+    from .measurements import by_name
+    if name == "seeds":
+        return seeds_section
+    m = by_name(name)
+    return m.section if m else None
 
 
 def section_for(name: str, data: dict) -> Section:
@@ -231,7 +235,7 @@ def section_for(name: str, data: dict) -> Section:
     if data.get("available") is False:
         return Section(f"bench {name}: unavailable", data["reason"])
     try:
-        sec = SECTIONS[name](data)
+        sec = renderer(name)(data)
     except RENDER_ERRORS as e:      # a saved result that fits the schema but not this section
         return Section(f"{name}: n/a", f"this result could not be shown: {unrenderable(e)}")
     sec.notes += [f"not measured: {' '.join(str(v) for k, v in p.items() if k not in ('available', 'reason'))}: "
@@ -244,4 +248,4 @@ def sections(doc: dict) -> list[Section]:
     secs = doc["data"]["sections"]
     order = ["seeds"] + [n for n in secs if n != "seeds"]
     out = [summary_section(doc["data"]["summary"])] if "summary" in doc["data"] else []
-    return out + [section_for(name, secs[name]) for name in order if name in secs and name in SECTIONS]
+    return out + [section_for(name, secs[name]) for name in order if name in secs and renderer(name)]

@@ -151,7 +151,7 @@ def as_nobody():
     try:
         copy = top / "copy"
         copy.mkdir()
-        for part in ("cli.py", "core", "tune", "probes", "reports", "microbench", "profiles"):
+        for part in ("cli.py", "commands", "core", "proxies", "tune", "probes", "reports", "microbench", "profiles"):
             src = REPO / part
             (shutil.copytree(src, copy / part, ignore=shutil.ignore_patterns("build", "__pycache__"))
              if src.is_dir() else shutil.copy(src, copy / part))

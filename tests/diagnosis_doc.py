@@ -42,12 +42,8 @@ counts usage against it, what it does at the cap (stops accepting, queues, drops
 keep-alives) and the source that says so (the proxy's source file and function, or its
 documentation section). Thresholds come from that mechanism, never from one test's numbers.
 
-A proxy is one module in `probes/kinds/` behind the registry (`probes/kinds/__init__.py`): how to
-recognise it, its config with includes, its statistics, its caps (`caps(ev)` returns
-`probes.owncap.Cap`s) and its fixes in its own terms (`fd_fix`, `port_fix`, `backlog_fix`,
-`churn_fix`). The one own-cap rule (`probes/owncap.py`) turns a cap the proxy holds, or refusals it
-counted, into the finding, with the kernel's queue as its evidence; a generic rule lives in
-`probes/findings.py`. A sixth proxy is one module, one profile TOML and its cells.
+The one own-cap rule (`probes/owncap.py`) turns a cap the proxy holds, or refusals it counted, into
+the finding, with the kernel's queue as its evidence; a generic rule lives in `probes/findings.py`.
 
 1. Name the mechanism and its source in the rule's docstring or comment.
 2. Add a cell to `tests/matrix.py` (`CELLS`): proxy, shape, cap, stats interface on or off; the
@@ -58,6 +54,30 @@ counted, into the finding, with the kernel's queue as its evidence; a generic ru
 4. Keep one run's JSON as `tests/evidence/owncap/CELL.json`; `tests/test_matrix_replay.py` then
    replays the rules on it without root or proxies.
 5. Re-render this page: `.venv/bin/python tests/diagnosis_doc.py RESULTS.jsonl`.
+
+## How a proxy module is added
+
+A proxy is one module in `proxies/`, found by the registry (`proxies/__init__.py`) by itself and
+checked when it is imported: a module that leaves out a piece the others rely on fails there,
+naming it. The module fills in the three roles a proxy plays here (`proxies/base.py`):
+
+- its `Spec`, what we know without a process: `exe_names`, Debian's `unit`, `user` and `package`
+  (the launcher and `make deps` install it), its place in `--proxy all` and in detection (`order`),
+  the config files it reads on a host and the cache directories they name (`host_configs`,
+  `cache_dirs_in`: tune's detection), its caps as data (`caps(ev)` returns `proxies.cap.Cap`s) and
+  its fixes in its own terms (`fd_fix`, `port_fix`, `backlog_fix`, `churn_fix`), all pure over
+  recorded evidence; and for `bench proxy` its `stores`, how one is started here (`launch`, with a
+  block device for `device_stores`) and the counters it keeps of its own hits and failures
+  (`counters`, `failures`, named by `hit_ratio_from`);
+- its `Running` class, one process of it, read as that process would read: its config path from
+  its command line (`config_arg`), its includes (`include_re`), its directives with `file:line`
+  (`parse`) and its statistics (`stats`);
+- its server class (`proxies/launch.py`): the proxy from Debian's package with a generated config
+  in a temp dir, on loopback, resolving nothing off the host.
+
+Then one profile TOML (`profiles/linux/KIND.toml`), and its tests: its config and caps over
+recorded evidence, its cells in `tests/matrix.py`. `tests/test_proxy_registry.py` adds a dummy
+proxy as one module and shows the doctor, tune, `bench proxy`, the CLI and the launcher pick it up.
 """
 
 

@@ -262,7 +262,7 @@ def condition_problems(cell: Cell, doc: dict, m: dict) -> list[str]:
         out.append(f"harness: wrk saw errors {m['wrk']['errors']} / non-2xx {m['wrk'].get('non_2xx')}: "
                    "the queue dropped or the origin failed")
     if cell.shape == "queue":
-        from proxytune.probes import kinds
+        from proxytune import proxies as kinds
         kind = kinds.by_kind(cell.proxy)
         q = (kind.time_parts(ev.get("proxy") or {})["parts"].get("proxy_queue") or {})
         if not ((q.get("cause") or {}).get("queue_max") or q.get("ms")):

@@ -144,7 +144,7 @@ def test_a_fifo_config_never_blocks_absolute_or_relative(bindir, home, fakes):
 
 def test_dev_zero_and_a_huge_file_are_capped(bindir, home, fakes):
     """-f /dev/zero is refused (not a regular file); a 64 MiB sparse file is read to the cap only."""
-    from proxytune.probes import targetread
+    from proxytune.core import targetread
     f = fakes(bindir, "haproxy", ["idle"], ["-f", "/dev/zero"], home)
     d = identify(f.pid).describe()
     assert d["config_read"] is False and "not a regular file" in d["config_unread"]
@@ -250,7 +250,7 @@ def test_varnishstat_runs_as_the_target_on_the_workdir_it_names(bindir, home, fa
         helper.write_text(f"#!/bin/sh\nid -u >> {seen}\nid -G >> {seen}\necho '{answer}'\n")
         helper.chmod(0o755)
         (home.parent / "root").chmod(0o777)
-        monkeypatch.setattr(proxies.Varnish, "VARNISHSTAT", str(helper))
+        monkeypatch.setattr(proxies.RunningVarnish, "VARNISHSTAT", str(helper))
         f = fakes(bindir, "varnishd", ["idle"], ["-n", str(home.parent / "root"), "-F"], home)
         st = identify(f.pid).stats()
         assert {k: v for k, v in st.items() if k != "reason"} == want, st
@@ -379,7 +379,7 @@ def named(comm: bytes, port_holder: bool) -> subprocess.Popen:
 
 @pytest.mark.parametrize("spoof", ["pid={victim}", '"),("x",pid={victim},fd=3))'])
 def test_a_process_named_like_ss_output_cannot_lend_its_queue_to_another(spoof):
-    from proxytune.probes import sockets
+    from proxytune.core import sockets
     victim = subprocess.Popen(["sleep", "60"])
     liar = None
     try:
@@ -409,13 +409,13 @@ def test_unicode_digits_in_config_and_stats_are_not_numbers(bindir, home, fakes)
           "procs": {"1": {"fds_open": 10}}}
     assert proxies_findings.caps(ev) == []          # no number: no cap, and the rule stays silent
     assert proxies.as_number("³") is None and proxies.as_number("٣") is None and proxies.as_number("42") == 42
-    v = proxies.Varnish.__new__(proxies.Varnish)
+    v = proxies.RunningVarnish.__new__(proxies.RunningVarnish)
     v.argv = ["varnishd", "-p", "thread_pools=³", "-p", "thread_pool_max=٣٣"]
     assert v.parse()["thread_pools"]["value"] == "2" and v.parse()["thread_pool_max"]["value"] == "5000"
 
 
 def test_a_non_utf8_status_page_and_a_markup_comm_do_not_crash(capsys):
-    from proxytune.probes import sockets
+    from proxytune.core import sockets
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
@@ -466,7 +466,7 @@ def test_a_stats_socket_is_never_asked_once_its_proxy_is_gone_even_if_the_pid_co
     """Ownership is read through the proxy's own /proc/PID directory, opened when it was identified: once
     that process exits the directory stays dead, so a process that later gets its pid (and listens on the
     same path) is never taken for it."""
-    from proxytune.probes import sockets, targetread
+    from proxytune.core import sockets, targetread
     path = tmp_path / "stats.sock"
     code = ("import socket,sys,time; s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1); "
             "print('ready', flush=True); time.sleep(30)")

@@ -92,8 +92,8 @@ RECYCLE = r"""
 import os, subprocess, sys, tempfile
 sys.path.insert(0, sys.argv[1])
 import conftest  # noqa: F401  (registers the checkout as the `proxytune` package)
-from proxytune.probes import targetread
-from proxytune.probes.proxies import Proxy
+from proxytune.core import targetread
+from proxytune.probes.proxies import Running
 mine, roots = tempfile.mkdtemp(dir=sys.argv[2]), tempfile.mkdtemp(dir=sys.argv[2])
 os.chmod(mine, 0o755)
 open(os.path.join(mine, "cache.log"), "w").write("x" * 4096)         # big: a later, smaller file reads from 0
@@ -101,7 +101,7 @@ os.chmod(os.path.join(mine, "cache.log"), 0o644)
 open(os.path.join(roots, "cache.log"), "w").write("ROOT-SECRET\n")   # root's, 0600, in root's cwd
 os.chmod(os.path.join(roots, "cache.log"), 0o600)
 proxy = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "sleep", "60"], cwd=mine)
-target = Proxy(proxy.pid, "/usr/sbin/squid", ["squid"])
+target = Running(proxy.pid, "/usr/sbin/squid", ["squid"])
 target.appended("cache.log")                   # the window starts: the log's size noted
 proxy.kill(); proxy.wait()
 with open("/proc/sys/kernel/ns_last_pid", "w") as fh:

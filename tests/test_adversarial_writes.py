@@ -163,15 +163,15 @@ def test_report_is_refused_before_it_runs_anything(arena, monkeypatch, sandbox):
 
 @needs_root
 def test_bench_result_and_export_refuse_planted_links(arena, monkeypatch, sandbox):
-    """finish_bench's default proxytune-results/ and `tune export -o`: variant 1 the results dir is a
+    """A bench result's default proxytune-results/ and `tune export -o`: variant 1 the results dir is a
     link nobody planted; variant 2 -o is a link nobody planted in their own directory."""
-    from proxytune import cli
+    from proxytune.reports import benchresult
     home = arena / "home"
     monkeypatch.chdir(home)
     as_nobody("ln -s ../vault proxytune-results && ln -s ../vault/secret out.conf", home)
     data = json.loads((RESULTS / "fdscan-full.json").read_text())["data"]
     with pytest.raises(ProxytuneError, match="symlink"):
-        cli.finish_bench(data, "fdscan", None, True)
+        benchresult.store("fdscan", data, None)
     r = proxytune("tune", "export", "--format", "sysctl.d", "--only", "sysctl:net.core.somaxconn", "-o", "out.conf",
                   cwd=home)
     line = refused(r)
@@ -292,12 +292,12 @@ def test_build_cache_through_a_link_is_vetted_where_it_points(arena, monkeypatch
 @needs_root
 def test_a_harness_binary_someone_else_owns_is_never_run(tmp_path, monkeypatch):
     """A cached binary that is not ours (planted when the cache was open) is rebuilt, not returned."""
-    from proxytune.microbench import build
+    from proxytune.microbench import build, fdscan
     monkeypatch.setenv("PROXYTUNE_CACHE_DIR", str(tmp_path / "cache"))
-    first = build.build("fdscan")
+    first = build.build(fdscan.HARNESS)
     first.write_text("#!/bin/sh\necho planted\n")
     os.chown(first, pwd.getpwnam("nobody").pw_uid, -1)
-    again = build.build("fdscan")
+    again = build.build(fdscan.HARNESS)
     assert again.stat().st_uid == 0 and b"planted" not in again.read_bytes()
 
 

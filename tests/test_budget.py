@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from proxytune.probes import budget, budget_findings, bpftrace, doctor, inflight, kinds
+from proxytune import proxies as kinds
+from proxytune.probes import budget, budget_findings, bpftrace, doctor, inflight
 from proxytune.probes.findings import Finding
 
 import matrix

@@ -279,7 +279,7 @@ def checkout(tmp_path):
     """A checkout of our own: the launcher, the package, a .venv (the real one's python) already set up."""
     top = tmp_path / "checkout"
     top.mkdir()
-    for part in ("proxytune", "pyproject.toml", "cli.py", "core", "tune", "probes", "reports", "profiles"):
+    for part in ("proxytune", "pyproject.toml", "cli.py", "commands", "core", "proxies", "tune", "probes", "reports", "profiles"):
         src = REPO / part
         (shutil.copytree(src, top / part, ignore=shutil.ignore_patterns("__pycache__")) if src.is_dir()
          else shutil.copy2(src, top / part))

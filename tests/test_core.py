@@ -13,7 +13,7 @@ from conftest import REPO
 from proxytune.core import procfs, procgroup
 from proxytune.core.capability import Capability, no, perf_counts, yes
 
-PACKAGES = ("tune", "probes", "microbench", "reports", "cli")
+PACKAGES = ("proxies", "tune", "probes", "microbench", "reports", "commands", "cli")
 
 
 def _imports(path):

@@ -93,10 +93,10 @@ def test_the_terminal_shows_the_unavailable_bench_as_its_section(tmp_path):
 
 def test_a_compiler_that_writes_nothing_is_a_build_failure_not_a_cached_binary(tmp_path, monkeypatch):
     """CC=/bin/true exits 0 and writes no program: said as such, and nothing cached for the next run."""
-    from proxytune.microbench import build
+    from proxytune.microbench import build, fdscan
     from proxytune.microbench.runner import HarnessError
     monkeypatch.setenv("CC", "/bin/true")
     monkeypatch.setenv("PROXYTUNE_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(HarnessError, match="wrote no program"):
-        build.build("fdscan")
+        build.build(fdscan.HARNESS)
     assert not list((tmp_path / "cache").rglob("fdscan-*"))

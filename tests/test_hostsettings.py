@@ -25,10 +25,11 @@ def _host_state() -> dict:
 
 def test_before_and_after_in_a_namespace_the_host_never_sees(sandbox):
     from proxytune.microbench import hostsettings
+    from proxytune.probes import selfload
     from proxytune.reports import seeds
     state = _host_state()
     etc = sorted(p.name for p in (sandbox.root / "etc").rglob("*"))
-    r = hostsettings.run(sandbox)
+    r = hostsettings.run(sandbox, watch=selfload.PerfWatch)
     before, after = r["before"], r["after"]
     brief = {k: (before.get(k), after.get(k)) for k in ("nofile", "fd", "error_count")}
     assert before["nofile"][0] == 1024 and after["nofile"][0] > 4096, brief

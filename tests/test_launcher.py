@@ -29,6 +29,10 @@ def checkout(tmp_path):
     bin_dir.mkdir()
     shutil.copy(REPO / "proxytune", top / "proxytune")
     shutil.copy(REPO / "pyproject.toml", top / "pyproject.toml")
+    for tree in ("core", "proxies"):            # the registry names each proxy's package
+        shutil.copytree(REPO / tree, top / tree, ignore=shutil.ignore_patterns("__pycache__"))
+    (top / "packaging").mkdir()
+    shutil.copy(REPO / "packaging/proxy-packages.py", top / "packaging")
     fake(top / ".venv/bin/python", f'echo "python $*" >> {log}\n')
     for stamp in (".installed", ".installed-test"):
         (top / ".venv" / stamp).touch()

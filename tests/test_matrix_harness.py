@@ -96,9 +96,9 @@ def test_page_escapes_what_a_result_file_says():
 def test_expected_where_is_the_line_the_cap_is_on(cell, tmp_path, monkeypatch):
     """The server classes write the cap where the cell expects it (no server is started)."""
     import shutil
-    from proxytune.microbench import proxyservers, servers
-    monkeypatch.setattr(servers, "_need", lambda *a: "/bin/true")
-    monkeypatch.setattr(proxyservers, "_need", lambda *a: "/bin/true")
+    from proxytune.proxies import haproxy, nginx, squid, trafficserver, varnish
+    for module in (haproxy, nginx, squid, trafficserver, varnish):
+        monkeypatch.setattr(module, "need", lambda *a: "/bin/true")
     monkeypatch.setattr(shutil, "chown", lambda *a, **k: None)
     monkeypatch.setattr(shutil, "copytree", lambda *a, **k: None)
     srv, conf = matrix.server(cell, 8080)

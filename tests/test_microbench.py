@@ -15,14 +15,16 @@ import subprocess
 import pytest
 
 from proxytune.core.capability import perf_counts
-from proxytune.microbench import build, events, fdscan, stats
+from proxytune.core import stats
+from proxytune.microbench import build, events, fdscan
+from proxytune.reports import measurements
 from proxytune.microbench.runner import run_json
 from proxytune.reports.schema import envelope, validate
 
 
 @pytest.fixture(scope="module")
 def evbench():
-    return build.build("evbench")
+    return build.build(events.HARNESS)
 
 
 def test_harnesses_build_with_warnings_as_errors_only_in_tests(monkeypatch):
@@ -30,10 +32,10 @@ def test_harnesses_build_with_warnings_as_errors_only_in_tests(monkeypatch):
     monkeypatch.delenv("PROXYTUNE_WERROR")
     assert "-Werror" not in build.cflags() and {"-Wall", "-Wextra"} <= set(build.cflags())
     monkeypatch.setenv("PROXYTUNE_WERROR", "1")
-    for name in build.HARNESSES:
-        exe = build.build(name)
+    for harness in measurements.harnesses():
+        exe = build.build(harness)
         assert exe.exists() and exe.stat().st_mode & 0o111
-        assert build.build(name) == exe        # cached: same binary, not rebuilt
+        assert build.build(harness) == exe        # cached: same binary, not rebuilt
 
 
 def test_list_reports_unavailable_mechanisms_with_a_reason(evbench):

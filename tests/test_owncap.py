@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from proxytune.probes import findings, kinds, owncap, proxies_findings
-from proxytune.probes.kinds import base, haproxy
+from proxytune import proxies as kinds
+from proxytune.probes import findings, owncap, proxies_findings
+from proxytune.proxies import base, haproxy
 
 HAP_CFG = """global
     maxconn 200
@@ -246,12 +247,12 @@ def test_the_syn_queue_fix_names_the_listen_backlog_not_tcp_max_syn_backlog():
 
 
 def test_nginx_and_squid_name_their_own_cache_dirs(tmp_path):
-    from proxytune.probes.kinds.nginx import Nginx
-    from proxytune.probes.kinds.squid import Squid
-    n = Nginx.__new__(Nginx)
+    from proxytune.proxies.nginx import RunningNginx
+    from proxytune.proxies.squid import RunningSquid
+    n = RunningNginx.__new__(RunningNginx)
     n.lines = [base.Line("/c", 1, "http { proxy_cache_path /var/cache/ng levels=1:2 keys_zone=z:10m; }"),
                base.Line("/c", 2, "  proxy_cache_path /srv/two;  # second")]
-    s = Squid.__new__(Squid)
+    s = RunningSquid.__new__(RunningSquid)
     s.lines = [base.Line("/c", 1, "cache_dir rock /var/spool/squid 1000"), base.Line("/c", 2, "#cache_dir ufs /x 1 1 1")]
     assert n.cache_dirs() == ["/var/cache/ng", "/srv/two"] and s.cache_dirs() == ["/var/spool/squid"]
 
@@ -265,8 +266,8 @@ def test_a_syn_queue_overflow_behind_a_proxy_at_its_cap_is_folded_into_the_cap()
 
 @pytest.mark.parametrize("location", ["/nginx_status", "= /nginx_status"])
 def test_stub_status_in_either_location_form(location):
-    from proxytune.probes.kinds.nginx import Nginx
-    n = Nginx.__new__(Nginx)
+    from proxytune.proxies.nginx import RunningNginx
+    n = RunningNginx.__new__(RunningNginx)
     n.lines = [base.Line("/c", i, t) for i, t in enumerate(
         ["http {", "  server {", "    listen 127.0.0.1:8081;", f"    location {location} {{ stub_status; }}",
          "  }", "}"], 1)]

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from proxytune.probes import kinds
-from proxytune.probes.kinds import (base, haproxy_time, nginx_time, squid_time, timing, trafficserver_time,
+from proxytune import proxies as kinds
+from proxytune.proxies import (base, haproxy_time, nginx_time, squid_time, timing, trafficserver_time,
                                     varnish_time)
 
 
@@ -111,7 +111,7 @@ def test_haproxy_server_lines_take_default_server_maxconn():
 
 
 def test_haproxy_without_stats_socket_says_why():
-    got = kinds.HAProxy.time_parts({"timing": {"available": False, "reason": "no `stats socket`"}})
+    got = kinds.by_kind("haproxy").time_parts({"timing": {"available": False, "reason": "no `stats socket`"}})
     assert all(not p["measurable"] and "stats socket" in p["why"] for p in got["parts"].values())
 
 

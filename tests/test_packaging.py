@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from proxytune.reports import measurements
 
 DEBIAN_PYTHON = Path("/usr/bin/python3")
-TOP_LEVEL = {"core", "tune", "probes", "microbench", "reports", "cli", "cli.py", "profiles"}
+TOP_LEVEL = {"core", "proxies", "tune", "probes", "microbench", "reports", "commands", "cli", "cli.py", "profiles"}
 
 
 def run(argv, cwd, env=None, timeout=300):
@@ -68,9 +69,12 @@ def test_the_wheel_holds_one_namespace_and_its_data(dist):
     assert top_level(names) == {"proxytune", wheel.name.split("-py3")[0] + ".dist-info"}
     for data in ("proxytune/profiles/linux/proxy.toml", "proxytune/probes/pollscan.bt",
                  "proxytune/microbench/evbench/main.c", "proxytune/microbench/objbench/objbench.h",
-                 "proxytune/microbench/lua/polymix.lua", "proxytune/cli.py", "proxytune/tune/backends/sysctl.py",
+                 "proxytune/microbench/lua/polymix.lua", "proxytune/cli.py", "proxytune/commands/tune.py", "proxytune/tune/backends/sysctl.py",
                  "proxytune/core/procfs.py", "proxytune/reports/schemas/result.json"):
         assert data in names, data
+    for harness in measurements.harnesses():     # every measurement's C sources, as its spec names them
+        sources = {p.name for p in (REPO / "microbench" / harness.directory).iterdir() if p.suffix in (".c", ".h")}
+        assert sources and all(f"proxytune/microbench/{harness.directory}/{s}" in names for s in sources), harness
     entry = zipfile.ZipFile(wheel).read(f"{wheel.name.split('-py3')[0]}.dist-info/entry_points.txt").decode()
     assert "proxytune = proxytune.cli:run" in entry
 
@@ -138,6 +142,9 @@ def test_deb_layout_follows_debian(deb_root, dist):
             "usr/share/doc/proxytune/changelog.Debian.gz"} <= files
     assert top_level(f[len("usr/lib/python3/dist-packages/"):] for f in files
                      if f.startswith("usr/lib/python3/dist-packages/")) == {"proxytune"}
+    for harness in measurements.harnesses():     # every measurement's C sources, in the shared data
+        sources = {p.name for p in (REPO / "microbench" / harness.directory).iterdir() if p.suffix in (".c", ".h")}
+        assert {f"usr/share/proxytune/microbench/{harness.directory}/{s}" for s in sources} <= files, harness
     assert not [f for f in files if f.startswith("usr/lib/python3/dist-packages/proxytune/profiles")]
     control = run(["dpkg-deb", "-f", dist[1], "Depends", "Recommends", "Suggests"], cwd="/").stdout
     depends, recommends = control.split("\n")[:2]
@@ -278,7 +285,7 @@ def test_every_module_imports_without_matplotlib_or_numpy(tmp_path):
               "bad = []\n"
               f"for f in sorted(pathlib.Path({str(REPO)!r}).glob('*/**/*.py')):\n"
               "    rel = f.relative_to(sys.path[0])\n"
-              "    if rel.parts[0] not in ('core', 'tune', 'probes', 'microbench', 'reports'): continue\n"
+              "    if rel.parts[0] not in ('core', 'proxies', 'tune', 'probes', 'microbench', 'reports', 'commands'): continue\n"
               "    name = 'proxytune.' + '.'.join(rel.with_suffix('').parts).removesuffix('.__init__')\n"
               "    try: importlib.import_module(name)\n"
               "    except ImportError as e: bad += [f'{name}: {e}'] if '(test)' in str(e) else []\n"

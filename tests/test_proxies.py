@@ -297,7 +297,8 @@ def test_diags_log_times_have_no_year_and_older_runs_do_not_count():
 
 
 def test_config_paths_from_a_hostile_argv_are_read_never_followed_into_non_files(tmp_path):
-    from proxytune.probes import proxies, targetread
+    from proxytune.core import targetread
+    from proxytune.probes import proxies
     fifo = tmp_path / "conf"
     os.mkfifo(fifo)                                          # a read would block forever
     got = proxies.read_config(os.getpid(), str(fifo))

@@ -127,7 +127,7 @@ def test_bssplit_follows_the_mix():
 
 
 def test_objbench_refuses_steady_before_fill(tmp_path):
-    exe = build("objbench")
+    exe = build(storage.HARNESS)
     p = subprocess.run([str(exe), "--store", "ufs", "--engine", "sync", "--phase", "steady", "--path", str(tmp_path)],
                        capture_output=True, text=True)
     doc = json.loads(p.stdout)
@@ -136,7 +136,7 @@ def test_objbench_refuses_steady_before_fill(tmp_path):
 
 def test_objbench_verifies_on_a_plain_directory(tmp_path):
     """No root needed: ufs and largefile on a temp dir, every read checked."""
-    exe = build("objbench")
+    exe = build(storage.HARNESS)
     for store, path in (("ufs", tmp_path / "u"), ("largefile", tmp_path / "l.log")):
         if store == "ufs":
             path.mkdir()
@@ -154,7 +154,7 @@ def test_ufs_never_unlinks_an_object_while_a_read_of_it_is_in_flight(tmp_path):
     """A pool thread may run an eviction's unlink before an earlier hit's open: the read then fails
     with ENOENT. Squid locks an entry while it is read; the store must too. A 4 MiB cache evicts
     constantly; before the fix 16 of 20 such runs counted a failed read."""
-    exe = build("objbench")
+    exe = build(storage.HARNESS)
     for rep in range(6):
         path, state = tmp_path / f"u{rep}", tmp_path / f"u{rep}.state"
         path.mkdir()

@@ -14,7 +14,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from . import export_host
+from . import export_host, params as params_mod, plan as plan_mod, profile as profile_mod
 from .backends.freebsd_conf import set_keys
 from .backends.freebsd_login import set_cap
 from .backends.limits import render_limits
@@ -63,6 +63,19 @@ def _placeholders(text: str, variables: dict) -> str:
                    f"or export with --{k} NAME to write a name in\n" for k in used)
     first = text.find("\n") + 1
     return text[:first] + head + text[first:]
+
+
+def export_profile(host, profile_ref: str, cli_params: dict, fmt: str, only: tuple = (), skip: tuple = (),
+                   tuned_include: str | None = None) -> str:
+    """`tune export`: the profile as fmt, computed against host (parameters resolved here, a detected
+    service or user left as a variable), with the settings --only/--skip select."""
+    prof = profile_mod.load(profile_ref, root=host.root)
+    values, variables = as_variables(*params_mod.resolve(host, cli_params, prof.params))
+    settings, _ = profile_mod.expand(prof, values, host)
+    if tuned_include is not None and not export_host.NAME.fullmatch(tuned_include):
+        raise ProxytuneError(f"--tuned-include {tuned_include!r} is not a tuned profile name")
+    return export(fmt, plan_mod.select(settings, only, skip), profile_ref, prof.os,
+                  Target(host, tuned_include, variables))
 
 
 def export(fmt: str, settings: list[Setting], profile: str, os_name: str, target: Target | None = None) -> str:

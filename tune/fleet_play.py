@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 
 from .datafiles import PACKAGE_ROOT, data_root
 
-CODE = ("cli.py", "core", "tune", "reports", "profiles", "probes", "microbench")
+CODE = ("cli.py", "commands", "core", "proxies", "tune", "reports", "profiles", "probes", "microbench")
 # what the wheel and the .deb carry besides the Python code (pyproject package-data)
 DATA = ("profiles/*/*.toml", "probes/*.bt", "probes/*.c", "microbench/*/*.c", "microbench/*/*.h",
         "microbench/lua/*.lua", "reports/schemas/*.json")

@@ -8,7 +8,7 @@ got (a service started before a limit was raised keeps its old limit).
 from .backends.mount import atime_mode, mount_of
 from proxytune.core.errors import NotApplicable
 from proxytune.core.procfs import fd_count, nofile_limits, pids_of
-from proxytune.probes import sockets as probe_sockets
+from proxytune.core import sockets as probe_sockets
 
 FD_USE_WARN = 0.8          # fds open / soft limit above this: fd-exhaustion is near
 LOW_NOFILE = 4096          # a busy proxy needs more than Debian's soft default of 1024

@@ -6,19 +6,20 @@ then a default. Every value says where it came from, so the audit can show it.
 """
 
 import glob
+import os
 import pwd
-import re
 
 from . import hostfiles, names
 from proxytune.core.errors import ProxytuneError
 from .host import Host
 from proxytune.core.procfs import pids_of, uid_of
-from proxytune.probes import kinds
+from proxytune import proxies
+from proxytune.proxies.base import Line
 
-# the registry's order (probes/kinds): the first running one is audited
-KNOWN_PROXIES = tuple(exe for k in kinds.KINDS for exe in k.exe_names)
+# the registry's order (proxies/): the first running one is audited
+KNOWN_PROXIES = tuple(exe for k in proxies.KINDS for exe in k.exe_names)
 # the user each one's service runs as (varnishd's master runs as varnish, its cache child as vcache)
-DEFAULT_USERS = {exe: k.service_user or k.user for k in kinds.KINDS for exe in k.exe_names}
+DEFAULT_USERS = {exe: k.service_user or k.user for k in proxies.KINDS for exe in k.exe_names}
 PARAMS = {"service": str, "user": str, "cache_dirs": list}
 OPTIONS = {"service": "--service", "user": "--user", "cache_dirs": "--cache-dir"}
 
@@ -93,26 +94,22 @@ def detect_user(service: str) -> tuple[str, str]:
     return DEFAULT_USERS.get(service, service), "default"
 
 
-def squid_cache_dirs(conf_text: str) -> list[str]:
-    """The paths of a squid.conf's cache_dir lines."""
-    return re.findall(r"^\s*cache_dir\s+\S+\s+(\S+)", conf_text, re.M)
-
-
 def detect_cache_dirs(host: Host, service: str) -> tuple[list[str], str]:
-    if service == "squid":
-        texts = [_read_conf(host.path(p)) for p in ("/etc/squid/squid.conf", "/usr/local/etc/squid/squid.conf")]
-        dirs = squid_cache_dirs("".join(t for t, _ in texts))
-        unread = [why for _, why in texts if why]
-        return dirs, "/etc/squid/squid.conf" if dirs else (unread[0] if unread else "none configured")
-    if service == "nginx":
-        dirs, unread = [], []
-        for pattern in ("/etc/nginx/nginx.conf", "/etc/nginx/conf.d/*.conf", "/etc/nginx/sites-enabled/*"):
-            for f in sorted(glob.glob(str(host.path(pattern)))):
-                text, why = _read_conf(f)
-                dirs += re.findall(r"^\s*proxy_cache_path\s+([^\s;]+)", text, re.M)
-                unread += [why] if why else []
-        return dirs, "nginx config" if dirs else (unread[0] if unread else "none configured")
-    return [], "not detected for this service"
+    """The cache directories the proxy's config files on this host name (its module's host_configs and
+    cache_dirs_in, proxies/), with the first file that names one as their source."""
+    spec = proxies.for_service(service)
+    if spec is None or not spec.host_configs:
+        return [], "not detected for this service"
+    dirs, unread, source = [], [], None
+    for pattern in spec.host_configs:
+        for f in sorted(glob.glob(os.path.join(glob.escape(str(host.root)), pattern.lstrip("/")))):
+            text, why = _read_conf(f)
+            shown = pattern if not glob.has_magic(pattern) else "/" + os.path.relpath(f, host.path("/"))
+            found = spec.cache_dirs_in([Line(shown, n, s) for n, s in enumerate(text.splitlines(), 1)])
+            source = source or (shown if found else None)
+            dirs += found
+            unread += [why] if why else []
+    return dirs, source if dirs else (unread[0] if unread else "none configured")
 
 
 def _read_conf(path) -> tuple[str, str]:

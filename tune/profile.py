@@ -94,6 +94,13 @@ def listing(root: Path | None = None) -> tuple[list[dict], list[str]]:
     return rows, warnings
 
 
+def shown(name: str, p: Profile) -> dict:
+    """`profiles show --json`: the profile and every setting of it (includes resolved)."""
+    rows = [{"setting": f"{r.backend}:{r.key}", "mode": r.mode, "wanted": r.wanted, "reason": r.reason,
+             "source": r.source} for r in p.raw]
+    return {"name": name, "os": p.os, "description": p.description, "params": p.params, "settings": rows}
+
+
 def load(ref: str, _stack: tuple = (), root: Path | None = None) -> Profile:
     """The profile a name or path means, with its includes merged in (later ones win)."""
     path = profilefiles.locate(ref, None, root)

@@ -12,6 +12,8 @@ from proxytune.core.console import console, rich_table
 from .apply import Outcome, describe
 from .audit import settings_table, summary_line
 from .model import Plan
+from .modes import describe as describe_mode
+from .profile import Profile
 
 
 def print_plan(plan: Plan, title: str, show_target: bool = False) -> None:
@@ -51,3 +53,10 @@ def print_outcome(outcome: Outcome, verb: str) -> None:
         out.print(f"[yellow]{escape(k)}[/]")
     for f in outcome.failures:
         out.print(f"[red]failed: {escape(f)}[/]")
+
+
+def profile_text(name: str, p: Profile) -> str:
+    """`profiles show`: the profile, then each setting with its mode and value, reason and source."""
+    lines = [f"{name} ({p.os}): {p.description}\nfile: {p.path}"]
+    lines += [f"  {r.backend}:{r.key}  {describe_mode(r.mode, r.wanted)}\n      {r.reason}  [{r.source}]" for r in p.raw]
+    return "\n".join(lines)

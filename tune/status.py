@@ -10,7 +10,7 @@ back by its backend, a file's sha256). Changes nothing.
 from pathlib import Path
 
 from . import backends, files, journal
-from proxytune.core.errors import NotApplicable, ProxytuneError
+from proxytune.core.errors import NotApplicable, ProxytuneError, one_line
 from .apply import reached
 from .backends.base import show
 from .host import Host
@@ -57,3 +57,17 @@ def who(by: dict) -> str:
         return "unknown"
     user = by.get("user") or f"uid {by.get('uid')}"
     return f"{user} (sudo {by['sudo_user']})" if by.get("sudo_user") else user
+
+
+def lines(host: Host, entries: list[dict]) -> list[str]:
+    """What `status` prints: one line per open entry and one per step that drifted, each one line
+    (a profile path or a journal's text may carry controls)."""
+    if not entries:
+        return [f"nothing applied (journal {journal.directory(host.state_dir)})"]
+    out = []
+    for e in entries:
+        since = f"{len(e['drift'])} drifted since" if e["drift"] else "no drift since"
+        out.append(one_line(f"{e['profile']}: {e['state']} {e['applied']} by {who(e['by'])}, "
+                            f"{e['steps']} step(s), journal {e['journal']}: {since}"))
+        out += [one_line(f"  drift: {d}") for d in e["drift"]]
+    return out

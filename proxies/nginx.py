@@ -27,12 +27,16 @@ src/event/ngx_event.c ngx_process_events_and_timers), so clients wait in
 the kernel's queue. Every worker is read; the cap is per worker.
 """
 
+import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
-from ..owncap import Cap
+from .base import Running, Spec, as_int, delta, directives, nofile_now, option, where
 from . import nginx_time
-from .base import Proxy, as_int, delta, directives, nofile_now, option, where
+from .cap import Cap
+from .launch import Server, dead_resolver, free_port, limited, need, tempdir
 
 INCLUDE = re.compile(r"\s*include\s+([^;\s]+)\s*;")
 SOURCE = ("nginx src/core/ngx_connection.c ngx_get_connection/ngx_drain_connections; "
@@ -40,17 +44,8 @@ SOURCE = ("nginx src/core/ngx_connection.c ngx_get_connection/ngx_drain_connecti
 DEFAULT_CONNECTIONS = 512
 
 
-class Nginx(Proxy):
-    kind, exe_names = "nginx", ("nginx",)
-    unit, user, package = "nginx", "www-data", "nginx"
+class RunningNginx(Running):
     include_re = INCLUDE
-    stores = ("proxy_cache",)
-    store_design = {"proxy_cache": "one file per object (temp file + rename), metadata in shared memory"}
-
-    @staticmethod
-    def bench(store, plan, origin_port, nofile):
-        from proxytune.microbench import proxyservers
-        return proxyservers.NginxCache(origin_port, plan["cache_mb"], nofile=nofile)
 
     def config_arg(self):
         conf = (option(self.argv, "-c") or ["/etc/nginx/nginx.conf"])[0]
@@ -96,6 +91,20 @@ class Nginx(Proxy):
     def config_origins(self) -> dict:
         return nginx_time.config_origins(self.lines)
 
+class Nginx(Spec, process=RunningNginx):
+    kind, exe_names = "nginx", ("nginx",)
+    order = 20
+    # nginx-light: the smallest of Debian's nginx packages, with proxy_cache and stub_status
+    unit, user, package = "nginx", "www-data", "nginx-light"
+    host_configs = ("/etc/nginx/nginx.conf", "/etc/nginx/conf.d/*.conf", "/etc/nginx/sites-enabled/*")
+    epoll = "events { use epoll; }"
+    stores = ("proxy_cache",)
+    store_design = {"proxy_cache": "one file per object (temp file + rename), metadata in shared memory"}
+
+    @staticmethod
+    def launch(store, plan, origin_port, nofile, device=None):
+        return NginxCache(origin_port, plan["cache_mb"], nofile=nofile)
+
     time_parts = staticmethod(nginx_time.parts)
 
     @staticmethod
@@ -131,8 +140,9 @@ class Nginx(Proxy):
                 f"({d.get('worker_connections', {}).get('value', DEFAULT_CONNECTIONS)}) below it; "
                 f"the service's LimitNOFILE with it (profile linux/nginx); {nofile_now(p)}")
 
-    def cache_dirs(self) -> list[str]:
-        statements = (st.split() for ln in self.lines for st in re.split(r"[;{}]", ln.text.split("#", 1)[0]))
+    @staticmethod
+    def cache_dirs_in(lines) -> list[str]:
+        statements = (st.split() for ln in lines for st in re.split(r"[;{}]", ln.text.split("#", 1)[0]))
         return [w[1] for w in statements if len(w) > 1 and w[0] == "proxy_cache_path"]
 
     @staticmethod
@@ -162,3 +172,73 @@ def set_or_raise(d: dict, name: str, conf: str | None, wanted: int) -> str:
     if d.get(name, {}).get("value"):
         return f"raise `{name} {d[name]['value']}` ({where(d, name, conf)}) to {wanted}"
     return f"set `{name} {wanted}` in {conf} (not set now: the limit the process started with applies)"
+
+
+class NginxServer(Server):
+    """nginx answering every request itself (`return 200`), or with the given server block body."""
+
+    def __init__(self, workers: int = 1, rlimit_nofile: int | None = None, connections: int = 4096,
+                 body: str = 'add_header Cache-Control "max-age=3600"; return 200 "ok\\n";',
+                 listen: str = "backlog=4096", stub_status: bool = False, events_include: bool = False,
+                 timed_log: bool = False):
+        self.exe = need("nginx", Nginx.package)
+        self.dir = Path(tempfile.mkdtemp(prefix="proxytune-nginx-"))
+        self.port = free_port()
+        rl = f"worker_rlimit_nofile {rlimit_nofile};\n" if rlimit_nofile else ""
+        events = f"events {{ worker_connections {connections}; }}\n"
+        if events_include:              # the events block from a file of its own, as distributions split configs
+            (self.dir / "events.conf").write_text(events)
+            events = f"include {self.dir / 'events.conf'};\n"
+        status = "location /nginx_status { stub_status; } " if stub_status else ""
+        (self.dir / "nginx.conf").write_text(
+            f"worker_processes {workers};\n{rl}daemon off;\npid {self.dir}/nginx.pid;\n"
+            f"error_log {self.dir}/error.log;\n{events}"
+            # nginx resolves names itself only through `resolver` (ngx_http_core_module, "resolver"); the
+            # listen and any upstream here are IP literals, which need no lookup
+            f"http {{ {self._access_log(timed_log)} resolver {dead_resolver()}; "
+            f"server {{ listen 127.0.0.1:{self.port} {listen}; {status}"
+            f"location / {{ {body} }} }} }}\n")
+
+    def _access_log(self, timed: bool) -> str:
+        """`access_log off`, or a log whose format carries nginx's request and upstream times."""
+        if not timed:
+            return "access_log off;"
+        return ("log_format timed '$remote_addr [$time_local] \"$request\" $status rt=$request_time "
+                "uct=$upstream_connect_time uht=$upstream_header_time ua=$upstream_addr'; "
+                f"access_log {self.dir}/access.log timed;")
+
+    def __enter__(self):
+        self._launch([self.exe, "-p", str(self.dir), "-c", str(self.dir / "nginx.conf")])
+        return self
+
+    def error_log(self) -> str:
+        try:
+            return (self.dir / "error.log").read_text()
+        except OSError:
+            return ""
+
+
+class NginxCache(Server):
+    """nginx as a caching reverse proxy: proxy_cache on a directory (one file per object)."""
+
+    def __init__(self, origin_port: int, cache_mb: int = 256, workers: int = 1, nofile: tuple | None = None,
+                 connections: int = 8192, cache_dir: Path | None = None, listen: str = "backlog=4096"):
+        self.exe = need("nginx", Nginx.package)
+        self.dir, self.port = tempdir("nginxcache", "www-data"), free_port()
+        self.cache, self.nofile = (Path(cache_dir) if cache_dir else self.dir / "cache"), nofile
+        self.cache.mkdir(exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.cache, "www-data", "www-data")
+        (self.dir / "nginx.conf").write_text(
+            f"worker_processes {workers};\ndaemon off;\npid {self.dir}/nginx.pid;\nerror_log {self.dir}/error.log;\n"
+            f"events {{ worker_connections {connections}; }}\n"
+            # as NginxServer: nginx resolves through `resolver` only, and here every address is an IP literal
+            f"http {{ access_log off; resolver {dead_resolver()};\n"
+            f"  proxy_cache_path {self.cache} levels=1:2 keys_zone=c:16m max_size={cache_mb}m "
+            f"inactive=1d use_temp_path=off;\n  server {{ listen 127.0.0.1:{self.port} {listen};\n"
+            f"    location / {{ proxy_pass http://127.0.0.1:{origin_port}; proxy_cache c; proxy_cache_key $uri; "
+            "add_header X-Cache $upstream_cache_status; } } }\n")
+
+    def __enter__(self):
+        self._launch(limited([self.exe, "-p", str(self.dir), "-c", str(self.dir / "nginx.conf")], self.nofile))
+        return self

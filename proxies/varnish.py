@@ -14,31 +14,21 @@ import json
 import subprocess
 from pathlib import Path
 
+from proxytune.core import targetread
+from proxytune.core.errors import ProxytuneError
 from proxytune.core.numbers import is_uint
 
-from .. import targetread
+from .base import STATS_SECONDS, Running, Spec, as_numbers, delta, nofile_now, option, peak
 from . import varnish_time
-from ..owncap import Cap
-from .base import STATS_SECONDS, Proxy, as_numbers, delta, nofile_now, option, peak
+from .cap import Cap
+from .launch import Server, free_port, limited, need, tempdir
 
 SOURCE = "varnish bin/varnishd/cache/cache_pool.c (Pool_Task), varnishd(1) thread_pool_max/thread_queue_limit"
 
 
-class Varnish(Proxy):
-    kind, exe_names = "varnish", ("varnishd",)
-    unit, user, package = "varnish", "vcache", "varnish"
-    service_user = "varnish"
+class RunningVarnish(Running):
     DEFAULTS = {"thread_pools": 2, "thread_pool_max": 5000, "thread_pool_min": 100, "thread_queue_limit": 20}
     VARNISHSTAT = "/usr/bin/varnishstat"
-    worker_thread = "cache-worker"              # bin/varnishd/cache/cache_wrk.c names its workers so
-    stores = ("malloc", "file")
-    store_design = {"malloc": "objects in memory (malloc)",
-                    "file": "objects in one mmap'd file, written back by the page cache"}
-
-    @staticmethod
-    def bench(store, plan, origin_port, nofile):
-        from proxytune.microbench import proxyservers
-        return proxyservers.Varnish(origin_port, store, plan["cache_mb"], nofile=nofile)
 
     def config_arg(self):
         return (option(self.argv, "-f") or ["/etc/varnish/default.vcl"])[0]
@@ -87,6 +77,38 @@ class Varnish(Proxy):
     def config_origins(self) -> dict:
         return varnish_time.config_origins(self.lines, option(self.argv, "-b"))
 
+# Varnish's own counts of what it failed to serve (varnish-counters(7)): a fetch that failed (a streamed
+# body is then cut short, which the client sees as a read error), a fetch that could not get storage
+# after nuke_limit evictions, sessions dropped for want of a thread, sessions closed on an error.
+FAILURES = ("MAIN.fetch_failed", "MAIN.n_lru_limited", "MAIN.sess_dropped", "MAIN.sess_closed_err")
+
+
+class Varnish(Spec, process=RunningVarnish):
+    kind, exe_names = "varnish", ("varnishd",)
+    order = 40
+    unit, user, package = "varnish", "vcache", "varnish"
+    service_user = "varnish"
+    DEFAULTS = RunningVarnish.DEFAULTS
+    worker_thread = "cache-worker"              # bin/varnishd/cache/cache_wrk.c names its workers so
+    stores = ("malloc", "file")
+    store_design = {"malloc": "objects in memory (malloc)",
+                    "file": "objects in one mmap'd file, written back by the page cache"}
+    hit_ratio_from = "varnishstat MAIN.cache_hit/cache_miss"
+
+    @staticmethod
+    def launch(store, plan, origin_port, nofile, device=None):
+        return VarnishServer(origin_port, store, plan["cache_mb"], nofile=nofile)
+
+    @staticmethod
+    def counters(server) -> dict:
+        st = server.stats()
+        return {"hits": st.get("MAIN.cache_hit", 0), "misses": st.get("MAIN.cache_miss", 0)}
+
+    @staticmethod
+    def failures(server) -> dict:
+        st = server.stats()
+        return {k: st.get(k, 0) for k in FAILURES}
+
     time_parts = staticmethod(varnish_time.parts)
 
     @staticmethod
@@ -128,3 +150,39 @@ class Varnish(Proxy):
         return ("let varnish reuse backend connections (it keeps them by default: check `Connection: close` from "
                 "the backend and the backend's keep-alive); `.max_connections` in the backend caps how many it "
                 "opens")
+
+
+class VarnishServer(Server):
+    """varnishd -F with one storage (malloc or file), a VCL that sets X-Cache, and optional -p params."""
+
+    def __init__(self, origin_port: int, store: str = "malloc", cache_mb: int = 256, params: dict | None = None,
+                 nofile: tuple | None = None):
+        if store not in ("malloc", "file"):
+            raise ProxytuneError(f"unknown varnish storage {store!r}", "malloc or file")
+        self.exe = need("varnishd", Varnish.package)
+        self.dir, self.port = tempdir("varnish"), free_port()
+        self.workdir = self.dir / "work"
+        self.store = store
+        self.storage = f"malloc,{cache_mb}m" if store == "malloc" else f"file,{self.dir / 'storage.bin'},{cache_mb}m"
+        # idle keep-alive clients are held 2 minutes, as Squid and Traffic Server do (varnishd's default: 5 s)
+        self.params, self.nofile = {"timeout_idle": 120, **(params or {})}, nofile
+        # varnishd has no DNS client: the backend and -a addresses are IP literals, which getaddrinfo
+        # turns into addresses without a lookup (vcl(7) "Backend definition": .host)
+        (self.dir / "default.vcl").write_text(
+            f'vcl 4.1;\nbackend origin {{ .host = "127.0.0.1"; .port = "{origin_port}"; }}\n'
+            'sub vcl_deliver { if (obj.hits > 0) { set resp.http.X-Cache = "HIT"; } '
+            'else { set resp.http.X-Cache = "MISS"; } }\n')
+
+    def __enter__(self):
+        argv = [self.exe, "-F", "-n", str(self.workdir), "-a", f"127.0.0.1:{self.port}", "-T", "none",
+                "-f", str(self.dir / "default.vcl"), "-s", self.storage, "-j", "unix,user=vcache"]
+        for k in sorted(self.params, key=lambda k: k != "thread_pool_min"):    # min before max: max >= min
+            argv += ["-p", f"{k}={self.params[k]}"]
+        self._launch(limited(argv, self.nofile), timeout=60)
+        return self
+
+    def stats(self) -> dict:
+        p = subprocess.run([need("varnishstat", Varnish.package), "-n", str(self.workdir), "-1", "-j"],
+                           capture_output=True, text=True, timeout=30)
+        doc = json.loads(p.stdout) if p.returncode == 0 else {}
+        return {k: v.get("value") for k, v in doc.get("counters", {}).items()}

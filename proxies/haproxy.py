@@ -17,12 +17,15 @@ from fds / 2: an idle client holds no server connection.
 import os
 import re
 
+from pathlib import Path
+
+from proxytune.core import sockets
 from proxytune.core.numbers import is_uint, uint
 
-from .. import sockets
+from .base import STATS_SECONDS, Running, Spec, as_int, directives, nofile_now, option, peak, where
 from . import haproxy_time
-from ..owncap import Cap
-from .base import STATS_SECONDS, Proxy, as_int, directives, nofile_now, option, peak, where
+from .cap import Cap
+from .launch import Server, dead_resolver, free_port, limited, need, tempdir
 
 SOURCE = "haproxy src/listener.c listener_accept/limit_listener; maxconn in the configuration manual, section 3.2/4.2"
 AT_CAP = "it stops polling its listeners, so new clients wait in the kernel's accept queue"
@@ -71,17 +74,7 @@ def _ports(addr: str) -> list[str]:
     return out
 
 
-class HAProxy(Proxy):
-    kind, exe_names = "haproxy", ("haproxy",)
-    unit, user, package = "haproxy", "haproxy", "haproxy"
-    stores = ("cache",)
-    store_design = {"cache": "small objects in shared memory only"}
-
-    @staticmethod
-    def bench(store, plan, origin_port, nofile):
-        from proxytune.microbench import proxyservers
-        return proxyservers.HAProxy(origin_port, cache_mb=min(plan["cache_mb"], 4095), nofile=nofile)
-
+class RunningHAProxy(Running):
     def config_files(self) -> list[str]:
         return more_config_files(option(self.argv, "-f") or ["/etc/haproxy/haproxy.cfg"])
 
@@ -119,6 +112,17 @@ class HAProxy(Proxy):
 
     def config_origins(self) -> dict:
         return haproxy_time.config_origins(self.lines)
+
+class HAProxy(Spec, process=RunningHAProxy):
+    kind, exe_names = "haproxy", ("haproxy",)
+    order = 30
+    unit, user, package = "haproxy", "haproxy", "haproxy"
+    stores = ("cache",)
+    store_design = {"cache": "small objects in shared memory only"}
+
+    @staticmethod
+    def launch(store, plan, origin_port, nofile, device=None):
+        return HAProxyServer(origin_port, cache_mb=min(plan["cache_mb"], 4095), nofile=nofile)
 
     time_parts = staticmethod(haproxy_time.parts)
 
@@ -206,3 +210,45 @@ def more_config_files(argv_paths: list[str]) -> list[str]:
         else:
             out.append(path)
     return out
+
+
+class HAProxyServer(Server):
+    """haproxy -db (foreground) with a global maxconn, a stats socket, and its cache (max_mb > 0)."""
+
+    def __init__(self, origin_port: int, maxconn: int | None = 4096, cache_mb: int = 64, nofile: tuple | None = None,
+                 bind: str = "", stats_socket: bool = True, frontend_maxconn: int | None = None,
+                 server_maxconn: int | None = None):
+        self.exe = need("haproxy", HAProxy.package)
+        self.dir, self.port, self.nofile = tempdir("haproxy"), free_port(), nofile
+        self.stats_socket = self.dir / "stats.sock"
+        cache = (f"cache c\n    total-max-size {cache_mb}\n    max-object-size 1048576\n    max-age 86400\n"
+                 if cache_mb else "")
+        use = ("    http-request cache-use c\n    http-response cache-store c\n"
+               "    http-response set-header X-Cache HIT if { res.cache_hit }\n" if cache_mb else "")
+        # maxconn None: haproxy derives it from the fd limit it starts with (configuration.txt 3.2 "maxconn")
+        cap = f"    maxconn {maxconn}\n" if maxconn else ""
+        (self.dir / "haproxy.cfg").write_text(
+            f"global\n{cap}"
+            + (f"    stats socket {self.stats_socket} mode 600 level admin\n" if stats_socket else "") +
+            f"    pidfile {self.dir}/haproxy.pid\n{cache}"
+            # HAProxy builds a resolvers section "default" from /etc/resolv.conf unless one of that name is
+            # declared (configuration.txt 5.3.2 "The resolvers section"): ours asks loopback only
+            f"resolvers default\n    nameserver dead {dead_resolver()}\n"
+            # idle keep-alive clients are held 2 minutes, as Squid and Traffic Server do (the client timeout
+            # would otherwise close them after 30 s)
+            "defaults\n    mode http\n    timeout connect 5s\n    timeout client 120s\n    timeout server 30s\n"
+            "    timeout http-keep-alive 120s\n"
+            f"frontend fe\n    bind 127.0.0.1:{self.port}{' ' + bind if bind else ''}\n"
+            + (f"    maxconn {frontend_maxconn}\n" if frontend_maxconn else "") +
+            f"{use}    default_backend origin\n"
+            # server_maxconn: requests beyond it wait in haproxy's queue (configuration.txt 5.2 "maxconn")
+            f"backend origin\n    server o 127.0.0.1:{origin_port}"
+            + (f" maxconn {server_maxconn}" if server_maxconn else "") + "\n")
+
+    @property
+    def conf(self) -> Path:
+        return self.dir / "haproxy.cfg"
+
+    def __enter__(self):
+        self._launch(limited([self.exe, "-db", "-f", str(self.conf)], self.nofile))
+        return self

@@ -29,7 +29,7 @@ import json
 import re
 from pathlib import Path
 
-from .. import targetread
+from proxytune.core import targetread
 from .base import STATS_SECONDS
 from .timing import (MAX_VALUES, CoProcess, Sampler, Unavailable, Window, address, answer, digest, nothing,
                      origin_entry, part, split_address, unmeasurable)

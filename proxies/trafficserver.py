@@ -16,15 +16,17 @@ import contextlib
 import datetime
 import json
 import math
+import os
 import re
+import shutil
 from pathlib import Path
 
-from proxytune.core import procfs
+from proxytune.core import procfs, targetread
 
-from .. import targetread
-from ..owncap import Cap
+from .base import LOG_TAIL, Running, Spec, as_int, delta, nofile_now, option, peak, read_config, where
 from . import trafficserver_time
-from .base import LOG_TAIL, Proxy, as_int, delta, nofile_now, option, peak, read_config, where
+from .cap import Cap
+from .launch import Server, dead_resolver, free_port, limited, need, tempdir
 
 THROTTLE = "proxy.config.net.connections_throttle"
 SOURCE = ("trafficserver iocore/net/P_UnixNet.h check_net_throttle (NET_THROTTLE_ACCEPT_HEADROOM 1.1); "
@@ -32,28 +34,7 @@ SOURCE = ("trafficserver iocore/net/P_UnixNet.h check_net_throttle (NET_THROTTLE
 ACCEPT_HEADROOM = 1.1
 
 
-class TrafficServer(Proxy):
-    kind, exe_names = "trafficserver", ("traffic_server",)
-    unit, user, package = "trafficserver", "trafficserver", "trafficserver"
-    stores = ("file", "raw")
-    store_design = {"file": "one large file: its own directory, aggregated writes",
-                    "raw": "a raw block device: the same layout with no filesystem"}
-
-    @staticmethod
-    @contextlib.contextmanager
-    def bench(store, plan, origin_port, nofile):
-        """The raw store gets a loop device of its own."""
-        from proxytune.microbench import proxyservers
-        if store != "raw":
-            with proxyservers.TrafficServer(origin_port, cache_mb=plan["cache_mb"], nofile=nofile) as s:
-                yield s
-            return
-        from proxytune.microbench.devices import Sandbox
-        with Sandbox() as sb:
-            with proxyservers.TrafficServer(origin_port, raw_device=sb.loop(plan["cache_mb"], "ats-raw"),
-                                            nofile=nofile) as s:
-                yield s
-
+class RunningTrafficServer(Running):
     def layout(self, name: str, default: str) -> str:
         """A directory of the runroot the command line names (--run-root=FILE), else Debian's."""
         root = (option(self.argv, "--run-root") or [None])[0]
@@ -118,6 +99,28 @@ class TrafficServer(Proxy):
 
     def config_origins(self) -> dict:
         return trafficserver_time.config_origins(self)
+
+class TrafficServer(Spec, process=RunningTrafficServer):
+    kind, exe_names = "trafficserver", ("traffic_server",)
+    order = 50
+    unit, user, package = "trafficserver", "trafficserver", "trafficserver"
+    stores = ("file", "raw")
+    store_design = {"file": "one large file: its own directory, aggregated writes",
+                    "raw": "a raw block device: the same layout with no filesystem"}
+    device_stores = ("raw",)
+    hit_ratio_from = "traffic_server /_stats"
+
+    @staticmethod
+    @contextlib.contextmanager
+    def launch(store, plan, origin_port, nofile, device=None):
+        """The raw store on the block device it is given (microbench makes a loop device for it)."""
+        args = {"raw_device": device} if store == "raw" else {"cache_mb": plan["cache_mb"]}
+        with ATSServer(origin_port, nofile=nofile, **args) as s:
+            yield s
+
+    @staticmethod
+    def counters(server) -> dict:
+        return stats_hits(stats_over_http(server.port))
 
     time_parts = staticmethod(trafficserver_time.parts)
 
@@ -185,3 +188,105 @@ def logged_at(line: str) -> float | None:
     if t > now + datetime.timedelta(days=1):
         t = t.replace(year=now.year - 1)
     return t.timestamp()
+
+
+def stats_over_http(port: int) -> dict:
+    """Traffic Server's counters from the stats_over_http plugin (values are strings)."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stats", timeout=10) as r:
+        # stats_over_http has once answered with a stray non-UTF-8 byte (a CI run): read it as text
+        return json.loads(r.read().decode("utf-8", "replace")).get("global", {})
+
+
+def stats_hits(g: dict) -> dict:
+    num = lambda k: int(float(g.get(k, 0) or 0))
+    hits = sum(num(k) for k in g if k.startswith("proxy.process.http.cache_hit_") and "_mem_" not in k)
+    misses = sum(num(k) for k in g if k.startswith("proxy.process.http.cache_miss_"))
+    return {"hits": hits, "misses": misses}
+
+
+TS_LOG_FORMAT = "%<cqtq> %<ttms> %<chi> %<crc>/%<pssc> %<psql> %<cqhm> %<cquc> %<caun> %<phr>/%<shn> %<psct>"
+
+
+class ATSServer(Server):
+    """traffic_server (no traffic_manager) from a runroot in a temp dir: records.config, a cache on
+    one large file in the temp dir or on a raw block device, a Squid-format ASCII access log and
+    the stats_over_http plugin (/_stats) for its own counters."""
+
+    def __init__(self, origin_port: int | None = None, cache_mb: int = 256, raw_device: str | None = None,
+                 throttle: int | None = None, records: dict | None = None, nofile: tuple | None = None,
+                 stats_plugin: bool = True, remap_to: int | None = None, log_format: str = TS_LOG_FORMAT):
+        self.exe = need("traffic_server", TrafficServer.package)
+        self.dir, self.port = tempdir("trafficserver", "trafficserver"), free_port()
+        self.grace, self.nofile = 15, nofile
+        for sub in ("etc", "cache", "log", "run"):
+            (self.dir / sub).mkdir()
+        etc = self.dir / "etc"
+        shutil.copytree("/etc/trafficserver/body_factory", etc / "body_factory")
+        (self.dir / "runroot.yaml").write_text("".join(f"{k}: {v}\n" for k, v in {
+            "prefix": self.dir, "exec_prefix": "/usr", "bindir": "/usr/bin", "sbindir": "/usr/sbin",
+            "sysconfdir": etc, "datadir": self.dir / "cache", "includedir": "/usr/include",
+            "libdir": "/usr/lib/trafficserver", "libexecdir": "/usr/lib/trafficserver/modules",
+            "localstatedir": self.dir / "run", "runtimedir": self.dir / "run", "logdir": self.dir / "log",
+            "cachedir": self.dir / "cache"}.items()))
+        rec = {"proxy.config.http.server_ports": ("STRING", str(self.port)),
+               "proxy.config.url_remap.remap_required": ("INT", 0),
+               "proxy.config.admin.user_id": ("STRING", "trafficserver"),
+               "proxy.config.http.cache.http": ("INT", 1),
+               "proxy.config.http.insert_response_via_str": ("INT", 0),
+               "proxy.config.log.logging_enabled": ("INT", 3),
+               "proxy.config.log.max_space_mb_headroom": ("INT", 10),
+               "proxy.config.crash_log_helper": ("STRING", "/bin/true"),
+               "proxy.config.exec_thread.autoconfig": ("INT", 0),
+               "proxy.config.exec_thread.limit": ("INT", 2),
+               # nothing leaves the host (records.config(5)): with an address to bind, traffic_server names
+               # itself from that address (one reverse lookup of 127.0.0.1, answered by /etc/hosts) instead
+               # of a reverse lookup of every interface address through the host's resolver; its own DNS
+               # client asks proxy.config.dns.nameservers, and also the servers of proxy.config.dns.resolv_conf
+               # (seen: a name it could not resolve was asked of /etc/resolv.conf's server too): ours names loopback
+               "proxy.local.incoming_ip_to_bind": ("STRING", "127.0.0.1"),
+               "proxy.local.outgoing_ip_to_bind": ("STRING", "127.0.0.1"),
+               "proxy.config.dns.nameservers": ("STRING", dead_resolver()),
+               "proxy.config.dns.resolv_conf": ("STRING", str(etc / "resolv.conf")),
+               # and a name it cannot resolve fails in 2 s, not 30 (hostdb.lookup_timeout), as Squid's in a few
+               "proxy.config.hostdb.lookup_timeout": ("INT", 2)}
+        if throttle:
+            rec["proxy.config.net.connections_throttle"] = ("INT", throttle)
+        rec.update(records or {})
+        (etc / "records.config").write_text("".join(f"CONFIG {k} {t} {v}\n" for k, (t, v) in rec.items()))
+        (etc / "resolv.conf").write_text("nameserver 127.0.0.1\n")
+        self.raw = raw_device
+        (etc / "storage.config").write_text(f"{raw_device}\n" if raw_device else f"{self.dir / 'cache'} {cache_mb}M\n")
+        (etc / "ip_allow.yaml").write_text("ip_allow:\n  - apply: in\n    ip_addrs: 127.0.0.1\n    action: allow\n"
+                                           "  - apply: out\n    ip_addrs: 127.0.0.1\n    action: allow\n")
+        (etc / "logging.yaml").write_text(f"logging:\n  formats:\n    - name: squid\n      format: '{log_format}'\n"
+                                          "  logs:\n    - filename: access\n      format: squid\n      mode: ascii\n")
+        # X-Cache: HIT on a fresh cache hit, as the other generated configs send it
+        (etc / "xcache.config").write_text("cond %{SEND_RESPONSE_HDR_HOOK} [AND]\ncond %{CACHE} =hit-fresh\n"
+                                           "set-header X-Cache HIT\n")
+        (etc / "plugin.config").write_text(("stats_over_http.so\n" if stats_plugin else "") +
+                                           f"header_rewrite.so {etc / 'xcache.config'}\n")
+        # a reverse proxy: every path to the origin on 127.0.0.1:remap_to (remap.config(5) `map`)
+        (etc / "remap.config").write_text(f"map / http://127.0.0.1:{remap_to}/\n" if remap_to else "")
+        for name in ("cache.config", "hosting.config", "parent.config", "volume.config",
+                     "splitdns.config", "socks.config", "ssl_multicert.config", "sni.yaml", "strategies.yaml"):
+            (etc / name).write_text("")
+        if os.geteuid() == 0:
+            for p in [self.dir, *self.dir.rglob("*")]:
+                shutil.chown(p, "trafficserver", "trafficserver")
+            if raw_device:
+                shutil.chown(raw_device, "trafficserver", "trafficserver")
+
+    @property
+    def conf(self) -> Path:
+        return self.dir / "etc" / "records.config"
+
+    def __enter__(self):
+        self._launch(limited([self.exe, f"--run-root={self.dir / 'runroot.yaml'}"], self.nofile), timeout=90)
+        return self
+
+    def log(self, name: str = "access.log") -> str:
+        try:
+            return (self.dir / "log" / name).read_text(errors="replace")
+        except OSError:
+            return ""

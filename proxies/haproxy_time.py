@@ -29,9 +29,9 @@ peak since start.
 import csv
 import re
 
+from proxytune.core import sockets
 from proxytune.core.numbers import uint
 
-from .. import sockets
 from .base import STATS_SECONDS
 from .timing import (Sampler, Unavailable, Window, answer, nothing, origin_entry, part, split_address, unmeasurable)
 

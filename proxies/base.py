@@ -1,14 +1,22 @@
-"""What every proxy module shares: reading the target's config as the
-target would (with its includes, each directive kept with its `file:line`),
-its command-line options, its own HTTP status page, and the base class a
-proxy module fills in.
+"""What every proxy module shares, in the three roles a proxy plays here:
 
-A proxy module is one class: how to recognise it (`exe_names`, `unit`,
-`user`, `package`, `profile`), where its config is (`config_arg`,
-`include_keyword`), what it reads there (`parse`), its statistics
-(`stats`), its caps as data (`caps(ev)`, pure over recorded evidence), and
-its fixes in its own terms (`fd_fix`, `port_fix`). Everything read here
-comes from a process we do not trust (see targetread and sockets).
+- `Spec`, what the tool knows of a proxy without any process: how to
+  recognise it (`exe_names`), its Debian `unit`, `user` and `package`, its
+  profile, its caps as data and its fixes in its own terms (pure functions
+  over recorded evidence), the config files it reads on a host (for tune's
+  cache-dir detection), and for `bench proxy` its stores, how one is started
+  here (`launch`) and the counters it keeps of its own hits and failures.
+  The registry (proxies/__init__.py) lists Specs.
+- `Running`, one running process of it (`Spec.process`, found by
+  `identify`): its command line, its config read as the target would (with
+  its includes, each directive kept with its `file:line`), its statistics
+  and its own HTTP status page. Everything read there comes from a process
+  we do not trust (see core/targetread and core/sockets).
+- its bench server (proxies/launch.py `Server`): the proxy started here
+  from Debian's package with a generated config, for benchmarks and tests.
+
+A proxy module fills in one of each: a sixth proxy is one module here, one
+profile TOML and its tests.
 """
 
 import glob
@@ -18,10 +26,8 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxytune.core import procfs
+from proxytune.core import procfs, sockets, targetread
 from proxytune.core.numbers import uint
-
-from .. import sockets, targetread
 
 STATS_SECONDS = 3.0             # the whole of one statistics call: connect, ask, every byte of the answer
 LOG_TAIL = 4 << 20              # a log's last bytes, for what it said since the proxy started
@@ -170,14 +176,117 @@ def thread_count(pid: int) -> int:
         return 0
 
 
-class Proxy:
-    """One proxy kind. Subclasses fill in the class attributes and override what they read."""
+class Spec:
+    """One proxy kind, as knowledge: subclasses fill in the class attributes and override what applies.
+    Never instantiated: the registry holds the classes."""
     kind = "unknown"
+    order = 100                                   # its place in `--proxy all` and in detection (lower first)
     exe_names: tuple[str, ...] = ()
     unit = user = package = ""                  # Debian's unit, the user its limits are for, its package
     service_user = ""                             # the user its service starts as, when not `user`
-    include_re: re.Pattern | None = None
     worker_thread: str | None = None              # the name of its worker threads, counted in /proc
+    host_configs: tuple[str, ...] = ()            # its config files on a host (globs), where tune looks
+    epoll: str | None = None                      # how to run its event loop on epoll; None: it does already
+    process: type["Running"]                      # its running process: `class Squid(Spec, process=RunningSquid)`
+
+    def __init_subclass__(cls, process: type["Running"] | None = None, **kw):
+        super().__init_subclass__(**kw)
+        if process is not None:
+            cls.process, process.spec = process, cls
+
+    @classmethod
+    def profile(cls) -> str:
+        return f"linux/{cls.kind}"
+
+    @staticmethod
+    def cache_dirs_in(lines: list[Line]) -> list[str]:
+        """The cache directories a config (its lines) names."""
+        return []
+
+    # ---- `bench proxy`: its stores, how one is started here, what it counts itself there
+    stores: tuple[str, ...] = ()
+    optional_stores: tuple[str, ...] = ()        # run only when asked for
+    store_design: dict[str, str] = {}           # store -> its design in a few words (the storage question)
+    device_stores: tuple[str, ...] = ()          # stores that need a block device of their own (given to launch)
+    hit_ratio_from: str | None = None             # what `counters` reads; None: the X-Cache headers wrk saw
+
+    @staticmethod
+    def launch(store: str, plan: dict, origin_port: int, nofile: tuple | None, device: str | None = None):
+        """A context manager: this proxy with `store`, in front of the origin on 127.0.0.1, for
+        `bench proxy` (plan: cache_mb, mem_mb); its server has `pid` and `port`."""
+        raise NotImplementedError
+
+    @staticmethod
+    def counters(server) -> dict | None:
+        """{"hits", "misses"} the proxy counted itself so far, or None when we read no such counter."""
+        return None
+
+    @staticmethod
+    def failures(server) -> dict | None:
+        """Failures the proxy counted itself so far (counter -> value), or None when we read none."""
+        return None
+
+    # ---- its own clocks over recorded evidence (issue 28; the live side is Running.timing)
+
+    @staticmethod
+    def time_parts(p: dict) -> dict:
+        """The parts of a request's time this proxy's clocks show (timing.answer), pure over ev["proxy"]."""
+        from .timing import nothing
+        return nothing("this proxy's own clocks are not read")
+
+    @staticmethod
+    def origins(p: dict) -> dict:
+        """The config's origins as recorded with the window (pure over ev["proxy"])."""
+        got = (p.get("timing") or {}).get("origins")
+        return got if isinstance(got, dict) else {}
+
+    # ---- rules over recorded evidence (no live process): see probes/owncap.py
+
+    @staticmethod
+    def caps(ev: dict) -> list:
+        """This proxy's caps with their usage in the window (proxies.cap.Cap)."""
+        return []
+
+    @staticmethod
+    def fd_fix(p: dict) -> str | None:
+        return None
+
+    @staticmethod
+    def backlog_fix(p: dict) -> str | None:
+        """Where this proxy sets its listen backlog (the accept queue; the SYN queue is judged against it
+        too: inet_csk_reqsk_queue_is_full), capped by net.core.somaxconn."""
+        return None
+
+    @staticmethod
+    def churn_fix(p: dict) -> str | None:
+        """How this proxy stores objects with fewer file creates and unlinks."""
+        return None
+
+    @staticmethod
+    def port_fix(p: dict) -> str | None:
+        return None
+
+
+class Running:
+    """One running process of a proxy, read as that process would read. Subclasses override what they
+    read; their Spec names them (`class Squid(Spec, process=RunningSquid)`) and is their `spec`."""
+    spec: type[Spec] = Spec
+    include_re: re.Pattern | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def unit(self) -> str:
+        return self.spec.unit
+
+    @property
+    def worker_thread(self) -> str | None:
+        return self.spec.worker_thread
+
+    def profile(self) -> str:
+        return self.spec.profile()
 
     def __init__(self, pid: int, exe: str, argv: list[str]):
         self.pid, self.exe, self.argv = pid, exe, argv
@@ -194,10 +303,6 @@ class Proxy:
             self.lines += lines
             self.includes_unread += unread
         self.conf = self.parse()
-
-    @classmethod
-    def profile(cls) -> str:
-        return f"linux/{cls.kind}"
 
     def config_arg(self) -> str | None:
         return None
@@ -251,66 +356,18 @@ class Proxy:
             raise ConnectionError(f"HTTP status {status}")
         return body
 
-    # ---- `bench proxy`: its stores, and how one is started here (microbench.proxyservers)
-    stores: tuple[str, ...] = ()
-    optional_stores: tuple[str, ...] = ()        # run only when asked for
-    store_design: dict[str, str] = {}           # store -> its design in a few words (the storage question)
+    def cache_dirs(self) -> list[str]:
+        """The cache directories its config names (read as the proxy read it)."""
+        return self.spec.cache_dirs_in(self.lines)
 
-    @staticmethod
-    def bench(store: str, plan: dict, origin_port: int, nofile: tuple | None):
-        """A context manager: this proxy with `store`, in front of the origin, for `bench proxy`."""
-        raise NotImplementedError
-
-    # ---- its own clocks (issue 28): a live window and the pure parts (see timing.py)
+    # ---- its own clocks (issue 28): read live around the doctor's window (see timing.py)
 
     def timing(self):
         """A context manager around the doctor's window reading this proxy's own clocks; its
-        `.result()` goes into the evidence as ev["proxy"]["timing"]."""
+        `.result()` goes into the evidence as ev["proxy"]["timing"] (Spec.time_parts reads it)."""
         from .timing import Unavailable
         return Unavailable(self, f"{self.kind}: no clock of its own is read")
-
-    @staticmethod
-    def time_parts(p: dict) -> dict:
-        """The parts of a request's time this proxy's clocks show (timing.answer), pure over ev["proxy"]."""
-        from .timing import nothing
-        return nothing("this proxy's own clocks are not read")
 
     def config_origins(self) -> dict:
         """{"IP:PORT": {"name", "where"}} for every origin the config names by address (never resolved)."""
         return {}
-
-    @staticmethod
-    def origins(p: dict) -> dict:
-        """The config's origins as recorded with the window (pure over ev["proxy"])."""
-        got = (p.get("timing") or {}).get("origins")
-        return got if isinstance(got, dict) else {}
-
-    # ---- rules over recorded evidence (no live process): see probes/owncap.py
-
-    @staticmethod
-    def caps(ev: dict) -> list:
-        """This proxy's caps with their usage in the window (owncap.Cap)."""
-        return []
-
-    def cache_dirs(self) -> list[str]:
-        """The cache directories its config names (read as the proxy read it)."""
-        return []
-
-    @staticmethod
-    def fd_fix(p: dict) -> str | None:
-        return None
-
-    @staticmethod
-    def backlog_fix(p: dict) -> str | None:
-        """Where this proxy sets its listen backlog (the accept queue; the SYN queue is judged against it
-        too: inet_csk_reqsk_queue_is_full), capped by net.core.somaxconn."""
-        return None
-
-    @staticmethod
-    def churn_fix(p: dict) -> str | None:
-        """How this proxy stores objects with fewer file creates and unlinks."""
-        return None
-
-    @staticmethod
-    def port_fix(p: dict) -> str | None:
-        return None

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .. import targetread
+from proxytune.core import targetread
 from .base import read_config
 from .timing import (MAX_VALUES, Unavailable, Window, address, answer, decimal, digest, nothing, origin_entry,
                      parse_line, part, split_address, spread, template_regex, timed_lines, unmeasurable)
