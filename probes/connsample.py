@@ -17,7 +17,7 @@ where the proxy's requests are at each tick (the time budget's counts).
 
 Between ticks a thread reads each process's open-fd count every FINE_S:
 a worker's count can peak for milliseconds only (nginx's drain sawtooth
-under bursts of reconnecting clients, see kinds/nginx.py), which 4 ticks a
+under bursts of reconnecting clients, see proxies/nginx.py), which 4 ticks a
 second miss. It uses st_size of /proc/PID/fd, the number of open fds since
 Linux 6.2 (fs/proc/fd.c proc_readfd_count): O(1) per read, no readlink. On
 an older kernel it reads 0 and the fine peaks are reported unavailable.

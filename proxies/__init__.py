@@ -15,8 +15,7 @@ from proxytune.core import procfs
 
 from .base import Running, Spec, argv_of
 
-INFRASTRUCTURE = frozenset({"base", "cap", "launch", "timing",    # modules here that are no proxy
-                            "haproxy_time", "nginx_time", "squid_time", "trafficserver_time", "varnish_time"})
+INFRASTRUCTURE = frozenset({"base", "cap", "launch", "timing"})    # modules here that are no proxy
 
 
 def check(spec: type[Spec]) -> type[Spec]:

@@ -9,8 +9,9 @@
   The registry (proxies/__init__.py) lists Specs.
 - `Running`, one running process of it (`Spec.process`, found by
   `identify`): its command line, its config read as the target would (with
-  its includes, each directive kept with its `file:line`), its statistics
-  and its own HTTP status page. Everything read there comes from a process
+  its includes, each directive kept with its `file:line`), its statistics,
+  its own HTTP status page and its own clocks over the doctor's window
+  (`timing()`, pieces in proxies/timing.py; `Spec.time_parts` reads them). Everything read there comes from a process
   we do not trust (see core/targetread and core/sockets).
 - its bench server (proxies/launch.py `Server`): the proxy started here
   from Debian's package with a generated config, for benchmarks and tests.

@@ -1,6 +1,7 @@
 """A proxy's own clocks over the doctor's window (issue 28): the shared
-pieces of every proxy module's `timing()` (read live, around the window)
-and `time_parts()` (pure, over the recorded evidence).
+pieces of every proxy module's clocks, `Running.timing()` (read live,
+around the window) and `Spec.time_parts()` (pure, over the recorded
+evidence). What each proxy's clocks are lives in its own module.
 
 The parts and the part dict are the budget's (notes/budget-interface.md,
 probes/budget.py): `proxy_queue`, `origin_connect`, `origin_first_byte`

@@ -9,8 +9,7 @@ import time
 import pytest
 
 from proxytune import proxies as kinds
-from proxytune.proxies import (base, haproxy_time, nginx_time, squid_time, timing, trafficserver_time,
-                                    varnish_time)
+from proxytune.proxies import base, haproxy, nginx, squid, timing, trafficserver, varnish
 
 
 def lines_of(text: str, file: str = "/etc/x.conf") -> list[base.Line]:
@@ -41,13 +40,13 @@ def test_window_mean_recovers_the_window_from_two_readings(before, during, value
     s0, n0, a0 = haproxy_counter(old)
     new = [max(0, value + rng.randint(-value // 10, value // 10)) for _ in range(during)]
     _, n1, a1 = haproxy_counter(new, s0, n0)
-    mean, half = haproxy_time.window_mean(a0, a1, n0, n1)
+    mean, half = haproxy.window_mean(a0, a1, n0, n1)
     truth = sum(new) / len(new)
     assert abs(mean - truth) <= half + 0.02 * truth + 0.5, (mean, truth, half)
 
 
 def test_window_mean_needs_requests_in_the_window():
-    assert haproxy_time.window_mean(5, 5, 100, 100) is None
+    assert haproxy.window_mean(5, 5, 100, 100) is None
 
 
 SHOW_STAT = ("# pxname,svname,qcur,qmax,scur,smax,slim,stot,req_tot,qtime,ctime,rtime,ttime,type,addr\n"
@@ -73,7 +72,7 @@ def hap_rows(text: str) -> list[dict]:
     for line in lines[1:]:
         rec = dict(zip(head, line.split(",")))
         row = {"px": rec["pxname"], "sv": rec["svname"],
-               **{k: uint(rec[k]) for k in haproxy_time.KEEP if uint(rec.get(k) or "") is not None}}
+               **{k: uint(rec[k]) for k in haproxy.KEEP if uint(rec.get(k) or "") is not None}}
         if rec.get("addr"):
             row["addr"] = rec["addr"]
         out.append(row)
@@ -84,9 +83,9 @@ def test_haproxy_parts_from_two_show_stat_readings_and_the_server_line():
     cfg = lines_of(HAP_CFG, "/etc/haproxy/haproxy.cfg")
     before = hap_rows(SHOW_STAT.format(fe=100, n=100, q1=0, qb=0, qt=0, ct=0, rt=10, tt=20))
     after = hap_rows(SHOW_STAT.format(fe=300, n=300, q1=7, qb=0, qt=267, ct=1, rt=54, tt=400))
-    t = {"available": True, "before": before, "after": after, "servers": haproxy_time.server_lines(cfg),
+    t = {"available": True, "before": before, "after": after, "servers": haproxy.server_lines(cfg),
          "queue_samples": [{"app": 0, "app/s1": 6}, {"app": 0, "app/s1": 8}], "window_s": 2.0}
-    got = haproxy_time.parts({"timing": t})
+    got = haproxy.clock_parts({"timing": t})
     p = got["parts"]
     assert got["requests"]["n"] == 200 and "frontend" in got["requests"]["source"]
     # 100 requests at 10 ms, then 200 more: the window's mean is (54 x 300 - 10 x 100) / 200 = 76 (less rounding)
@@ -103,9 +102,9 @@ def test_haproxy_parts_from_two_show_stat_readings_and_the_server_line():
 
 
 def test_haproxy_server_lines_take_default_server_maxconn():
-    s = haproxy_time.server_lines(lines_of(HAP_CFG))
+    s = haproxy.server_lines(lines_of(HAP_CFG))
     assert [(x["server"], x["maxconn"]) for x in s] == [("s1", 4), ("s2", 16)]
-    assert haproxy_time.config_origins(lines_of(HAP_CFG)) == {
+    assert haproxy.clock_origins(lines_of(HAP_CFG)) == {
         "127.0.0.1:8080": {"name": "backend app, server s1", "where": "/etc/x.conf:7"},
         "10.0.0.2:80": {"name": "backend app, server s2", "where": "/etc/x.conf:8"}}
 
@@ -118,7 +117,7 @@ def test_haproxy_without_stats_socket_says_why():
 # ---------------------------------------------------------------- log formats: linear, exact
 
 def test_template_regex_is_possessive_on_hostile_lines():
-    fmt = timing.template_regex(squid_time.format_tokens(squid_time.BUILTIN["squid"]))
+    fmt = timing.template_regex(squid.format_tokens(squid.BUILTIN["squid"]))
     for hostile in ("1.1 " + " " * 8000 + "x", "/" * 8000, "1." + "1 " * 4000):
         t0 = time.monotonic()
         timing.parse_line(fmt, hostile)
@@ -127,18 +126,18 @@ def test_template_regex_is_possessive_on_hostile_lines():
 
 
 def test_squid_default_and_timed_formats():
-    fmt = squid_time.BUILTIN["squid"] + " %<pt %<tt"
+    fmt = squid.BUILTIN["squid"] + " %<pt %<tt"
     text = ("1700000000.123    305 127.0.0.1 TCP_MISS/200 312 GET http://127.0.0.1:8080/x - HIER_DIRECT/127.0.0.1 "
             "text/plain 301 303\n"
             "1700000000.200      1 127.0.0.1 TCP_MEM_HIT/200 312 GET http://127.0.0.1:8080/y - HIER_NONE/- "
             "text/plain - -\n"
             "garbage line\n")
-    got = squid_time.read_lines(text, fmt)
+    got = squid.read_lines(text, fmt)
     assert got["requests"] == 2 and got["unread"] == 1
     assert got["origins"]["127.0.0.1:8080"]["first_byte"]["sum_ms"] == 301
     assert got["origins"]["127.0.0.1:8080"]["connect"]["sum_ms"] == 2
-    plain = squid_time.read_lines(text, squid_time.BUILTIN["squid"])
-    p = squid_time.parts({"timing": {"available": True, "lines": plain, "log": {"path": "/l", "format": "squid"}}})
+    plain = squid.read_lines(text, squid.BUILTIN["squid"])
+    p = squid.clock_parts({"timing": {"available": True, "lines": plain, "log": {"path": "/l", "format": "squid"}}})
     assert p["proxy_total"]["ms"] == 153 and p["requests"]["n"] == 2
     assert not p["parts"]["origin_first_byte"]["measurable"] and "%<pt" in p["parts"]["origin_first_byte"]["why"]
     assert "no queue" in p["parts"]["proxy_queue"]["why"]
@@ -147,10 +146,10 @@ def test_squid_default_and_timed_formats():
 def test_squid_config_logs_and_peers():
     cfg = lines_of("http_port 3128 accel\nlogformat timed %ts %tr %<a %<pt\naccess_log stdio:/var/log/s.log timed\n"
                    "access_log syslog:daemon.info squid\ncache_peer 127.0.0.1 parent 8080 0 originserver name=app\n")
-    logs = squid_time.logs(cfg)
+    logs = squid.logs(cfg)
     assert [(x["path"], x["format"], x["format_where"]) for x in logs] == [("/var/log/s.log", "timed", "/etc/x.conf:2")]
-    assert squid_time.config_origins(cfg) == {"127.0.0.1:8080": {"name": "cache_peer app", "where": "/etc/x.conf:5"}}
-    assert squid_time.logs(lines_of("http_port 3128\n"))[0]["path"] == squid_time.DEFAULT_LOG
+    assert squid.clock_origins(cfg) == {"127.0.0.1:8080": {"name": "cache_peer app", "where": "/etc/x.conf:5"}}
+    assert squid.logs(lines_of("http_port 3128\n"))[0]["path"] == squid.DEFAULT_LOG
 
 
 NGINX_CFG = """http {
@@ -164,18 +163,18 @@ NGINX_CFG = """http {
 
 
 def test_nginx_log_format_over_lines_and_retries():
-    formats, logs = nginx_time.formats_and_logs(lines_of(NGINX_CFG))
+    formats, logs = nginx.formats_and_logs(lines_of(NGINX_CFG))
     assert logs[0]["format"] == "timed" and formats["timed"]["where"] == "/etc/x.conf:2"
     text = ('10.0.0.1 [10/Oct/2000:13:55:36 -0700] "GET / HTTP/1.1" 200 rt=0.302 uct=0.000 uht=0.301 '
             'ua=127.0.0.1:8080\n'
             '10.0.0.1 [10/Oct/2000:13:55:36 -0700] "GET / HTTP/1.1" 200 rt=0.210 uct=0.000, 0.001 '
             'uht=0.100, 0.101 ua=10.9.9.9:80, 127.0.0.1:8080\n'
             '10.0.0.1 [10/Oct/2000:13:55:36 -0700] "GET /s HTTP/1.1" 200 rt=0.000 uct=- uht=- ua=-\n')
-    got = nginx_time.read_lines(text, formats["timed"]["text"])
+    got = nginx.read_lines(text, formats["timed"]["text"])
     assert got["lines"] == 3 and got["first_byte"]["n"] == 2
     assert got["origins"]["127.0.0.1:8080"]["sum_ms"] == pytest.approx(301 + 200)
-    p = nginx_time.parts({"timing": {"available": True, "lines": got, "log": logs[0],
-                                     "upstreams": nginx_time.upstream_lines(lines_of(NGINX_CFG))}})
+    p = nginx.clock_parts({"timing": {"available": True, "lines": got, "log": logs[0],
+                                     "upstreams": nginx.upstream_lines(lines_of(NGINX_CFG))}})
     fb = p["parts"]["origin_first_byte"]
     assert fb["ms"] == pytest.approx(250.5) and fb["by_origin"]["127.0.0.1:8080"]["name"] == "upstream app"
     assert not p["parts"]["proxy_queue"]["measurable"] and "no request queue" in p["parts"]["proxy_queue"]["why"]
@@ -184,9 +183,9 @@ def test_nginx_log_format_over_lines_and_retries():
 def test_nginx_with_no_timed_log_says_which_format():
     class P:
         lines, argv = lines_of("http { access_log /var/log/n.log; }\n"), ["nginx"]
-    assert "none of $request_time" in nginx_time.choose_log(P)["why"]
+    assert "none of $request_time" in nginx.choose_log(P)["why"]
     P.lines = lines_of("http { access_log off; }\n")
-    assert "not a file" in nginx_time.choose_log(P)["why"]
+    assert "not a file" in nginx.choose_log(P)["why"]
 
 
 # ---------------------------------------------------------------- varnish: the shared-memory log
@@ -203,22 +202,22 @@ VSL = """     32770 BackendOpen    b 26 boot.origin 127.0.0.1 8080 127.0.0.1 510
 
 
 def test_varnish_log_and_queue():
-    log = varnish_time.read_log(VSL)
+    log = varnish.read_log(VSL)
     assert log["requests"] == 2 and log["first_byte"]["sum_ms"] == pytest.approx(250)
     cfg = lines_of('vcl 4.1;\nbackend origin {\n  .host = "127.0.0.1";\n  .port = "8080";\n}\n', "/etc/v.vcl")
-    t = {"available": True, "log": log, "window_s": 2.0, "backends": varnish_time.backend_lines(cfg),
+    t = {"available": True, "log": log, "window_s": 2.0, "backends": varnish.backend_lines(cfg),
          "queue_start": {"MAIN.thread_queue_len": 0, "MAIN.sess_queued": 10},
          "queue_samples": [4, 4], "queue_end": {"MAIN.thread_queue_len": 4, "MAIN.sess_queued": 30}}
     p = {"timing": t, "directives": {"thread_pool_max": {"value": "10", "where": "varnishd command line (-p)"},
                                      "thread_pools": {"value": "1"}, "thread_queue_limit": {"value": "20"}}}
-    got = varnish_time.parts(p)
+    got = varnish.clock_parts(p)
     fb = got["parts"]["origin_first_byte"]
     assert fb["ms"] == pytest.approx(250) and fb["by_origin"]["127.0.0.1:8080"]["where"] == "/etc/v.vcl:2"
     q = got["parts"]["proxy_queue"]
     # mean length 3 over 2 s and 2 requests: 3 s of waiting, 3000 ms each; the waiting list 25 ms each
     assert q["ms"] == pytest.approx(3000 + 25) and q["cause"]["limit"] == 10
     assert q["cause"]["counted_in_window"]["sess_queued"] == 20
-    assert varnish_time.config_origins(cfg, ["10.1.1.1:80"]) == {
+    assert varnish.clock_origins(cfg, ["10.1.1.1:80"]) == {
         "127.0.0.1:8080": {"name": "backend origin", "where": "/etc/v.vcl:2"},
         "10.1.1.1:80": {"name": "varnishd -b", "where": "varnishd command line (-b)"}}
 
@@ -242,16 +241,16 @@ TS_MILESTONE_SERVER_BEGIN_WRITE}msdms> %<{SERVER_CONNECT-SERVER_FIRST_CONNECT}ms
 
 
 def test_trafficserver_log_milestones_skip_unreached():
-    formats, logs = trafficserver_time.logging_yaml(TS_YAML)
+    formats, logs = trafficserver.logging_yaml(TS_YAML)
     assert formats["long"] == "a=%<ttms> b=%<chi>" and logs == [{"filename": "access", "format": "timed",
                                                                   "mode": "ascii"}]
     text = ("1700000000.123 305 TCP_MISS/200 http://127.0.0.1:8080/x DIRECT/127.0.0.1 300 100\n"
             "1700000000.124 1 TCP_HIT/200 http://127.0.0.1:8080/y NONE/- -1 -1\n")
-    got = trafficserver_time.read_lines(text, formats["timed"])
+    got = trafficserver.read_lines(text, formats["timed"])
     assert got["parts"]["origin_first_byte"] == {"n": 1, "sum_ms": 300, "p50": 300, "p99": 300}
     cfg = lines_of("CONFIG proxy.config.http.per_server.connection.max INT 4\n", "/etc/ts/records.config")
-    p = trafficserver_time.parts({"timing": {"available": True, "lines": got, "log": {"path": "/l", "format": "timed"},
-                                             "records": trafficserver_time.records(cfg)}})
+    p = trafficserver.clock_parts({"timing": {"available": True, "lines": got, "log": {"path": "/l", "format": "timed"},
+                                             "records": trafficserver.records(cfg)}})
     assert p["parts"]["origin_first_byte"]["ms"] == 300 and p["parts"]["origin_first_byte"]["requests"] == 1
     q = p["parts"]["proxy_queue"]
     assert q["ms"] == 100 and q["cause"]["where"] == "/etc/ts/records.config:1" and q["cause"]["limit"] == 4
@@ -263,12 +262,12 @@ def test_trafficserver_stats_need_a_sync_and_no_cap_means_no_queue():
           "milestone.sm_finish": 2000, "milestone.server_connect": 0, "milestone.server_first_connect": 0,
           "milestone.server_connect_end": 0}
     t = {"available": True, "stats_start": s0, "stats_end": dict(s0), "records": {}}
-    p = trafficserver_time.parts({"timing": t})
+    p = trafficserver.clock_parts({"timing": t})
     assert "no sync" in p["parts"]["origin_first_byte"]["why"]
     assert "no queue" in p["parts"]["proxy_queue"]["why"]
     t["stats_end"] = {**s0, "completed_requests": 20, "milestone.server_first_read": 4000,
                       "milestone.server_begin_write": 1000}
-    assert trafficserver_time.parts({"timing": t})["parts"]["origin_first_byte"]["ms"] == 250
+    assert trafficserver.clock_parts({"timing": t})["parts"]["origin_first_byte"]["ms"] == 250
 
 
 # ---------------------------------------------------------------- every kind: the interface
@@ -297,11 +296,11 @@ def test_trafficserver_reads_the_transactions_its_log_buffers_held_back():
     fmt = "%<cqtq> %<ttms> %<shi>"
     tail = ("7 300 127.0.0.1\n1000.000 300 127.0.0.1\n1002.000 2900 127.0.0.1\n1004.500 310 127.0.0.1\n"
             "1006.000 320 127.0.0.1\n")
-    assert trafficserver_time.recent(tail, fmt, 1004.0, 1006.0).splitlines() == ["1002.000 2900 127.0.0.1",
+    assert trafficserver.recent(tail, fmt, 1004.0, 1006.0).splitlines() == ["1002.000 2900 127.0.0.1",
                                                                                  "1004.500 310 127.0.0.1"]
-    assert trafficserver_time.recent(tail, "%<ttms> %<shi>", 0, 9e9) == ""       # no timestamp: nothing to pick
-    rec = trafficserver_time.records(lines_of("CONFIG proxy.config.log.max_secs_per_buffer INT 2\n"))
-    assert trafficserver_time.flush_lag(rec) == 3 and trafficserver_time.flush_lag({}) == 6
+    assert trafficserver.recent(tail, "%<ttms> %<shi>", 0, 9e9) == ""       # no timestamp: nothing to pick
+    rec = trafficserver.records(lines_of("CONFIG proxy.config.log.max_secs_per_buffer INT 2\n"))
+    assert trafficserver.flush_lag(rec) == 3 and trafficserver.flush_lag({}) == 6
 
 
 def test_squid_names_a_cache_peer_by_its_configured_port():
@@ -309,9 +308,9 @@ def test_squid_names_a_cache_peer_by_its_configured_port():
     cache_peer line's."""
     text = ("1700000000.123    201 127.0.0.1 TCP_MISS/200 312 GET http://127.0.0.1:3128/x - FIRSTUP_PARENT/127.0.0.1 "
             "text/plain 200 201\n")
-    lines = squid_time.read_lines(text, squid_time.BUILTIN["squid"] + " %<pt %<tt")
+    lines = squid.read_lines(text, squid.BUILTIN["squid"] + " %<pt %<tt")
     assert list(lines["origins"]) == ["127.0.0.1"]
     cfg = lines_of("cache_peer 127.0.0.1 parent 8080 0 originserver name=app\n")
-    t = {"available": True, "lines": lines, "log": {"path": "/l", "format": "x"}, "peers": squid_time.peers(cfg)}
-    fb = squid_time.parts({"timing": t})["parts"]["origin_first_byte"]
+    t = {"available": True, "lines": lines, "log": {"path": "/l", "format": "x"}, "peers": squid.peers(cfg)}
+    fb = squid.clock_parts({"timing": t})["parts"]["origin_first_byte"]
     assert list(fb["by_origin"]) == ["127.0.0.1:8080"] and fb["by_origin"]["127.0.0.1:8080"]["where"] == "/etc/x.conf:1"
