@@ -231,14 +231,14 @@ def statements(lines) -> list[tuple[list[str], str]]:
 def formats_and_logs(lines) -> tuple[dict, list[dict]]:
     formats = {"combined": {"text": COMBINED, "where": "built-in"}}
     logs = []
-    for words, where in statements(lines):
+    for words, at in statements(lines):
         if words[0] == "log_format" and len(words) > 2:
             body = [w for w in words[2:] if not w.startswith("escape=")]
-            formats[words[1]] = {"text": "".join(w[1:-1] if w[:1] in "'\"" else w for w in body), "where": where}
+            formats[words[1]] = {"text": "".join(w[1:-1] if w[:1] in "'\"" else w for w in body), "where": at}
         elif words[0] == "access_log" and len(words) > 1:
             logs.append({"path": words[1].strip("'\""), "format": words[2] if len(words) > 2 and "=" not in words[2]
                          else "combined", "buffered": any(w.startswith("buffer=") for w in words[2:]),
-                         "where": where})
+                         "where": at})
     return formats, logs
 
 
@@ -294,15 +294,15 @@ class Clock(Window):
 def upstream_lines(lines) -> dict:
     """ip:port -> (upstream block or proxy_pass, file:line) for every address the config sends to."""
     out, block = {}, None
-    for words, where in statements(lines):
+    for words, at in statements(lines):
         if words[0] == "upstream" and len(words) > 1:
             block = words[1]
         elif words[0] == "server" and block and len(words) > 1:
-            out.setdefault(words[1], (f"upstream {block}", where))
+            out.setdefault(words[1], (f"upstream {block}", at))
         elif words[0] == "proxy_pass" and len(words) > 1:
             m = re.match(r"https?://([0-9.]+:[0-9]{1,5})", words[1])
             if m:
-                out.setdefault(m.group(1), (f"proxy_pass {words[1][:100]}", where))
+                out.setdefault(m.group(1), (f"proxy_pass {words[1][:100]}", at))
     return dict(list(out.items())[:64])
 
 
