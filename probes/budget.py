@@ -318,6 +318,22 @@ def proxy_self(ev: dict, req: dict) -> dict:
                  **extra)
 
 
+def _less_overlap(own_self: dict, queue: dict) -> dict:
+    """proxy_self less the wait the proxy's queue also counts. A Varnish session waits in its pool's queue
+    before a worker reads its request (cache_wrk.c Pool_Task), so the kernel sees that same wait as client
+    data not yet read: the proxy's figure names it (`overlaps`), and it is added once, as the queue's."""
+    split = own_self.get("split") or {}
+    unread = split.get("client_data_unread_ms")
+    if not (queue.get("measurable") and own_self.get("measurable") and unread
+            and str(queue.get("overlaps") or "").startswith("proxy_self: client data")):
+        return own_self
+    same = min(unread, queue.get("overlap_ms", queue["ms"]) or 0.0)
+    return {**own_self, "ms": round(own_self["ms"] - same, 3),
+            "split": {**split, "client_data_unread_ms": round(unread - same, 3)},
+            "overlap_taken_out_ms": round(same, 3),
+            "overlap_note": "client data unread while the session waited in the proxy's queue: counted there"}
+
+
 def compute(ev: dict) -> dict:
     """The budget of the window's average request (pure over the evidence)."""
     own, names = _own(ev)
@@ -325,6 +341,7 @@ def compute(ev: dict) -> dict:
     kind = (ev.get("proxy") or {}).get("kind")
     parts = {"accept_queue": accept_queue(ev, req), "proxy_queue": proxy_queue(own, kind),
              "origin_connect": origin_connect(ev, req, own, names), "proxy_self": proxy_self(ev, req)}
+    parts["proxy_self"] = _less_overlap(parts["proxy_self"], parts["proxy_queue"])
     held = sum(parts[k]["ms"] for k in ("proxy_queue", "origin_connect", "proxy_self")
                if parts[k].get("measurable") and parts[k].get("ms") is not None)
     parts["origin_first_byte"] = origin_first_byte(ev, req, own, names, held)

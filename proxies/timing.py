@@ -60,7 +60,7 @@ def digest(values: list[float]) -> dict:
 def part(ms: float | None, mechanism: str, precision: str, *, samples: int | None = None,
          requests: int | None = None, population: str = "every request", p50: float | None = None,
          p99: float | None = None, by_origin: dict | None = None, cause: dict | None = None,
-         check: dict | None = None, overlaps: str | None = None) -> dict:
+         check: dict | None = None, overlaps: str | None = None, overlap_ms: float | None = None) -> dict:
     """One measured part (the budget's part dict): `ms` is the mean over its population, `requests` how
     many of the window's requests that population holds."""
     if ms is None:
@@ -76,6 +76,7 @@ def part(ms: float | None, mechanism: str, precision: str, *, samples: int | Non
         out["check"] = check
     if overlaps:
         out["overlaps"] = overlaps          # what else measures the same wait (the budget adds it once)
+        out["overlap_ms"] = _r(ms if overlap_ms is None else overlap_ms)     # how much of this part that is
     return out
 
 

@@ -362,7 +362,7 @@ def _queue(p: dict, t: dict, n: int) -> dict:
                 "varnishstat MAIN.thread_queue_len (Little's law: mean length x window / requests; cache_wrk.c "
                 "Pool_Task) + Waitinglist timestamps (busy objects)",
                 f"the pool herder sets the length once a second ({len(samples)} readings in the window)",
-                samples=len(samples), requests=n, cause=cause, overlaps=OVERLAPS,
+                samples=len(samples), requests=n, cause=cause, overlaps=OVERLAPS, overlap_ms=little,
                 check={"little_ms": round(little, 3), "queue_mean": round(mean_len, 2),
                                                "waitinglist_ms": round(wait["sum_ms"] / n, 3)})
 
