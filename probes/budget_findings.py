@@ -94,7 +94,10 @@ def slow_origin(ev: dict, b: dict, found: list) -> Finding | None:
 def proxy_queue(ev: dict, b: dict, found: list) -> Finding | None:
     part = b["parts"]["proxy_queue"]
     cause = part.get("cause") or {}
-    formed = any(isinstance(cause.get(k), int) and cause[k] > 0 for k in ("queue_now", "queue_max"))
+    # a queue formed in the window: its length seen above 0 (haproxy, varnish), or requests counted as having
+    # waited in it (Traffic Server shows no queue length: its log's SERVER_CONNECT - SERVER_FIRST_CONNECT)
+    formed = any(isinstance(cause.get(k), (int, float)) and cause[k] > 0
+                 for k in ("queue_now", "queue_max", "waited", "queue_mean"))
     if b.get("dominant") != "proxy_queue" or not _significant(part) or not formed:
         return None
     where = f"`{cause.get('directive')}` ({cause.get('where')})" if cause.get("directive") else "its queue"

@@ -394,3 +394,32 @@ def test_a_proxy_figure_without_origins_is_split_as_the_kernel_saw_them_await(fa
     assert by["127.0.0.1:9000"]["name"] == "backend app/server s1"
     f = budget_findings.evaluate(evidence(rate=300, awaiting=60, kind="fake", timing={}), b, [])[0]
     assert "127.0.0.1:9000 (backend app/server s1" in f.title
+
+
+def test_a_queue_before_the_request_is_read_is_added_once_not_also_as_unread_client_data(fake_kind):
+    """Varnish: a session waits in the pool's queue before a worker reads its request, so the kernel sees the
+    same wait as client data unread. 100 ms in the queue (its figure) and 120 ms of unread client data (the
+    kernel's) are 100 ms of queue and 20 ms of the proxy's own, not 220 ms."""
+    cause = {"directive": "thread_pool_max 10 x thread_pools 1", "where": "command line", "limit": 10,
+             "queue_now": 9, "queue_max": 10, "what": "the worker pools' queue"}
+    fake_kind.parts = {"proxy_queue": own(100.0, cause=cause, requests=900, overlap_ms=100.0,
+                                          overlaps="proxy_self: client data not yet read")}
+    b = budget.compute(evidence(rate=300, unread_client=36, kind="fake", timing={}))     # 36 / 300 = 120 ms
+    s = b["parts"]["proxy_self"]
+    assert s["overlap_taken_out_ms"] == pytest.approx(100.0)
+    assert s["split"]["client_data_unread_ms"] == pytest.approx(20.0, abs=0.01)
+    assert b["total_ms"] == pytest.approx(100.0 + s["ms"]) and s["ms"] < 21
+    fake_kind.parts = {"proxy_queue": own(100.0, cause=cause, requests=900)}          # a queue after the read
+    assert budget.compute(evidence(rate=300, unread_client=36, kind="fake", timing={}))["parts"]["proxy_self"][
+        "split"]["client_data_unread_ms"] == pytest.approx(120.0, abs=0.01)
+
+
+def test_a_queue_without_a_length_formed_when_requests_are_counted_waiting_in_it(fake_kind):
+    """Traffic Server shows no queue length; the transactions of the window that waited in its per-origin
+    queue say that it formed."""
+    cause = {"directive": "CONFIG proxy.config.http.per_server.connection.max INT 4", "where": "records.config:9",
+             "limit": 4, "queue_now": None, "queue_max": None, "waited": 0, "queue_mean": None}
+    fake_kind.parts = {"proxy_queue": own(900.0, cause=cause, requests=900)}
+    assert not doctor_answer(evidence(rate=300, awaiting=12, kind="fake", timing={}))[1]
+    fake_kind.parts = {"proxy_queue": own(900.0, cause={**cause, "waited": 40, "queue_mean": 2.7}, requests=900)}
+    assert ids(doctor_answer(evidence(rate=300, awaiting=12, kind="fake", timing={}))[1]) == ["proxy-queue"]
