@@ -100,6 +100,11 @@ def proxy_queue(ev: dict, b: dict, found: list) -> Finding | None:
                  for k in ("queue_now", "queue_max", "waited", "queue_mean"))
     if b.get("dominant") != "proxy_queue" or not _significant(part) or not formed:
         return None
+    cap = _own_cap_queueing(found, cause)
+    if cap:                   # the proxy's own cap makes them wait (Varnish's pool at thread_pool_max queues
+        cap.evidence.update({"queue_wait_ms_per_request": part["ms"],      # its sessions): one finding, the cap's
+                             "queue": {k: cause.get(k) for k in ("what", "directive", "queue_now", "queue_max")}})
+        return None
     where = f"`{cause.get('directive')}` ({cause.get('where')})" if cause.get("directive") else "its queue"
     evidence = {**_budget_evidence(b, "proxy_queue"), "directive": cause.get("directive"), "where": cause.get("where"),
                 "limit": cause.get("limit"), "queue_now": cause.get("queue_now"), "queue_max": cause.get("queue_max"),
@@ -110,6 +115,14 @@ def proxy_queue(ev: dict, b: dict, found: list) -> Finding | None:
         "longer backlog only lengthen it")
     return Finding("proxy-queue", "medium", f"requests wait {_ms(part['ms'])} in the proxy's queue behind {where}",
                    evidence, fix, impact=part["ms"])
+
+
+def _own_cap_queueing(found: list, cause: dict) -> Finding | None:
+    """An own cap's finding for the directive that makes requests wait (its first word: thread_pool_max), when
+    the cap's action is to queue: that finding already names the limit, ranks first and gets the wait."""
+    word = (str(cause.get("directive") or "").split() or [""])[0]
+    return next((f for f in found if f.id in OWN_CAP_IDS and word
+                 and str(f.evidence.get("cap") or "").split()[:1] == [word]), None)
 
 
 def _cause(found: list, ids) -> Finding | None:

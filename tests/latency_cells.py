@@ -45,6 +45,9 @@ TS_TIMED = ("%<cqtq> %<ttms> %<chi> %<crc>/%<pssc> %<psql> %<cqhm> %<cquc> %<phr
 SQUID_TIMED = "%ts.%03tu %6tr %>a %Ss/%03>Hs %<st %rm %ru %[un %Sh/%<a %mt %<pt %<tt"
 QUEUE_DIRECTIVE = {"haproxy": r"maxconn {cap}", "varnish": r"thread_pool_max {cap}",
                    "trafficserver": r"per_server\.connection\.max INT {cap}"}
+# Varnish's pool queues its sessions at thread_pool_max, its own cap: that cap's finding comes first (an own cap
+# stays first, as in the own-cap matrix) and carries the queue's wait (budget_findings._own_cap_queueing)
+QUEUE_FINDING = {"varnish": "varnish-thread-pool"}
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,8 @@ class Cell:
     @property
     def expect(self) -> str:
         return {"fast": "no budget finding, small total", "slow": "slow-origin first, origin named, wait ±25 %",
-                "queue": "proxy-queue first, directive and file:line"}[self.shape]
+                "queue": f"{QUEUE_FINDING.get(self.proxy, 'proxy-queue')} first, directive and file:line, "
+                         "the queue's wait"}[self.shape]
 
 
 def _cells() -> list[Cell]:
@@ -232,7 +236,7 @@ def verdict_problems(cell: Cell, doc: dict, m: dict) -> list[str]:
         if (budget.get("total_ms") or 0) >= FAST_TOTAL_MS:
             out.append(f"fast proxy, yet a budget total of {budget['total_ms']} ms")
         return out
-    want = "slow-origin" if cell.shape == "slow" else "proxy-queue"
+    want = "slow-origin" if cell.shape == "slow" else QUEUE_FINDING.get(cell.proxy, "proxy-queue")
     if not ids or ids[0] != want:
         return out + [f"first finding {ids[:1] or 'none'}, expected {want} (all: {ids})"]
     text = json.dumps(found[0], default=str)
@@ -248,6 +252,10 @@ def verdict_problems(cell: Cell, doc: dict, m: dict) -> list[str]:
             out.append(f"proxy-queue does not name the directive ({QUEUE_DIRECTIVE[cell.proxy].format(cap=cell.cap)})")
         if m["where"] not in text:
             out.append(f"proxy-queue does not say where it is set ({m['where']})")
+        wait = (found[0].get("evidence") or {}).get("queue_wait_ms_per_request" if want != "proxy-queue"
+                                                     else "wait_ms_per_request")
+        if not wait:
+            out.append(f"{want} does not carry the queue's wait per request")
     return out
 
 

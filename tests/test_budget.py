@@ -423,3 +423,23 @@ def test_a_queue_without_a_length_formed_when_requests_are_counted_waiting_in_it
     assert not doctor_answer(evidence(rate=300, awaiting=12, kind="fake", timing={}))[1]
     fake_kind.parts = {"proxy_queue": own(900.0, cause={**cause, "waited": 40, "queue_mean": 2.7}, requests=900)}
     assert ids(doctor_answer(evidence(rate=300, awaiting=12, kind="fake", timing={}))[1]) == ["proxy-queue"]
+
+
+def test_a_queue_behind_the_proxys_own_cap_is_that_caps_finding_with_the_wait(fake_kind):
+    """Varnish queues its sessions when its pool is at thread_pool_max, its own cap: the cap's finding (which
+    ranks first, as every own cap does) carries the queue's wait, and no second finding says the same."""
+    cause = {"directive": "thread_pool_max 10 x thread_pools 1, thread_queue_limit 20", "where": "command line",
+             "limit": 10, "queue_now": 9, "queue_max": 10, "what": "the worker pools' queue"}
+    fake_kind.parts = {"proxy_queue": own(300.0, cause=cause, requests=900)}
+    cap = Finding("varnish-thread-pool", "medium", "varnish is at its worker threads 10: sessions wait",
+                  {"cap": "thread_pool_max 10 (command line)", "limit": 10}, "raise thread_pool_max", impact=1e6)
+    b, found = doctor_answer(evidence(rate=300, awaiting=30, kind="fake", timing={}), [cap])
+    assert ids(found) == ["varnish-thread-pool"]
+    assert found[0].evidence["queue_wait_ms_per_request"] == pytest.approx(300.0)
+    assert found[0].evidence["queue"]["queue_max"] == 10
+    other = Finding("haproxy-maxconn", "high", "haproxy is at its global maxconn", {"cap": "`maxconn 200`"}, "x",
+                    impact=1e6)
+    fake_kind.parts = {"proxy_queue": own(300.0, cause={**cause, "directive": "server s1 127.0.0.1:9000 maxconn 4"},
+                                          requests=900)}
+    assert ids(doctor_answer(evidence(rate=300, awaiting=30, kind="fake", timing={}), [other])[1]) == [
+        "haproxy-maxconn", "proxy-queue"]                    # another cap: the queue is a finding of its own

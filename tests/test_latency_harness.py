@@ -24,8 +24,9 @@ def test_wrk_summary():
     assert lc.wrk_summary("")["mean_ms"] is None
 
 
-def doc(first: str | None, total: float, origin_ms: float = 300, text: str = "", dominant=None) -> dict:
-    found = [{"id": first, "severity": "medium", "title": text, "fix": text, "evidence": {}}] if first else []
+def doc(first: str | None, total: float, origin_ms: float = 300, text: str = "", dominant=None,
+        evidence: dict | None = None) -> dict:
+    found = [{"id": first, "severity": "medium", "title": text, "fix": text, "evidence": evidence or {}}] if first else []
     parts = {"origin_first_byte": {"ms": origin_ms, "by_origin": {"127.0.0.1:9000": {"ms": origin_ms}}}}
     return {"findings": found, "data": {"budget": {"total_ms": total, "parts": parts, "dominant": dominant}}}
 
@@ -47,10 +48,20 @@ def test_slow_cell_verdicts():
 def test_queue_cell_verdicts():
     cell = lc.BY_NAME["haproxy-queue-mc4"]
     good = "behind `server o 127.0.0.1:9000 maxconn 4` (/tmp/h/haproxy.cfg:12)"
-    assert not lc.verdict_problems(cell, doc("proxy-queue", 300, 50, good), FACTS)
+    waited = {"wait_ms_per_request": 250.0}
+    assert not lc.verdict_problems(cell, doc("proxy-queue", 300, 50, good, evidence=waited), FACTS)
+    assert "queue's wait" in " ".join(lc.verdict_problems(cell, doc("proxy-queue", 300, 50, good), FACTS))
     assert "directive" in " ".join(lc.verdict_problems(cell, doc("proxy-queue", 300, 50, "maxconn 40 at "
                                                                  "/tmp/h/haproxy.cfg:12"), FACTS))
     assert "where it is set" in " ".join(lc.verdict_problems(cell, doc("proxy-queue", 300, 50, "maxconn 4"), FACTS))
+    varnish = lc.BY_NAME["varnish-queue-max10x1"]                # the own cap that queues comes first, with the wait
+    m = {**FACTS, "where": "command line"}
+    cap = "varnish is at its worker threads (1 pools x thread_pool_max 10) 10 (command line)"
+    assert not lc.verdict_problems(varnish, doc("varnish-thread-pool", 300, 100, cap,
+                                                evidence={"queue_wait_ms_per_request": 190.0}), m)
+    assert "expected varnish-thread-pool" in " ".join(lc.verdict_problems(varnish, doc("proxy-queue", 300, 100, cap,
+                                                                                       evidence=waited), m))
+    assert "queue's wait" in " ".join(lc.verdict_problems(varnish, doc("varnish-thread-pool", 300, 100, cap), m))
 
 
 def test_fast_cell_verdicts():
