@@ -80,6 +80,7 @@ def slow_origin(ev: dict, b: dict, found: list) -> Finding | None:
                 "connect_ms_per_request": connect.get("ms"),
                 "loop_delay_taken_out_ms": part.get("loop_delay_taken_out_ms"),
                 "kernel_cross_check": part.get("kernel_cross_check"),
+                "wait_at_most_ms": part.get("ms_upper") if part.get("at_least") else None,
                 "note": "the wait is the origin's: from the request sent to its first byte, less the time its "
                         "answer sat unread in the proxy (that is the proxy's own, counted in proxy_self)"}
     fix = (f"tuning this host or the proxy's limits will not help: requests spend {part['ms']:.0f} ms "
@@ -87,7 +88,9 @@ def slow_origin(ev: dict, b: dict, found: list) -> Finding | None:
            "(its own latency, its capacity, what it waits on); in the proxy, its origin timeouts bound how long a "
            "client waits, and connection reuse to the origin saves a connect per request. "
            + (_kind_text(ev, "slow_origin_fix") or ""))
-    return Finding("slow-origin", "medium", f"requests wait {_ms(part['ms'])} for the origin's first byte ({who})",
+    wait = (f"at least {_ms(part['ms'])} (at most {_ms(part.get('ms_upper'))})" if part.get("at_least")
+            else _ms(part["ms"]))
+    return Finding("slow-origin", "medium", f"requests wait {wait} for the origin's first byte ({who})",
                    evidence, fix.strip(), impact=part["ms"])
 
 

@@ -431,7 +431,7 @@ def _per_server(metric: str, servers, conf: dict, what: str) -> dict:
     if not n:
         return unmeasurable(f"no request completed with a server in the window ({metric})", MECH)
     return part(total / n, f"{MECH}: {metric}, {what}", _precision(worst, n), samples=n, requests=n,
-                population="requests that went to a server", by_origin=by)
+                population="requests that went to a server", by_origin=by, uncertainty_ms=worst)
 
 
 def _queue(t: dict, backends, servers, conf: dict) -> dict:
@@ -452,7 +452,7 @@ def _queue(t: dict, backends, servers, conf: dict) -> dict:
                  "how": f"Little's law: qcur sampled every {SAMPLE_EVERY:g} s / the backends' requests per second"}
     return part(total / n, f"{MECH}: qtime, in the backend's and servers' queues (src/queue.c)",
                 _precision(worst, n), samples=n, requests=n, population="requests that reached a backend",
-                cause=_cause(samples, servers, conf), check=check)
+                cause=_cause(samples, servers, conf), check=check, uncertainty_ms=worst)
 
 
 def _cause(samples: list[dict], servers, conf: dict) -> dict | None:
@@ -480,7 +480,8 @@ def _total(out: dict) -> dict:
     return part(sum(g["ms"] for g in got), f"{MECH}: qtime + ctime + rtime (ttime holds keep-alive pauses: "
                 "src/mux_h1.c h1_detach restarts the stream clock when the previous request ends)",
                 "the three parts' precisions added; the request's receipt and the body's transfer are left out",
-                samples=got[0]["samples"], requests=got[0]["requests"], population="requests that reached a backend")
+                samples=got[0]["samples"], requests=got[0]["requests"], population="requests that reached a backend",
+                uncertainty_ms=sum(g.get("uncertainty_ms") or 0 for g in got))
 
 
 def clock_origins(lines) -> dict:

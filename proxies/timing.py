@@ -60,7 +60,8 @@ def digest(values: list[float]) -> dict:
 def part(ms: float | None, mechanism: str, precision: str, *, samples: int | None = None,
          requests: int | None = None, population: str = "every request", p50: float | None = None,
          p99: float | None = None, by_origin: dict | None = None, cause: dict | None = None,
-         check: dict | None = None, overlaps: str | None = None, overlap_ms: float | None = None) -> dict:
+         check: dict | None = None, overlaps: str | None = None, overlap_ms: float | None = None,
+         uncertainty_ms: float | None = None) -> dict:
     """One measured part (the budget's part dict): `ms` is the mean over its population, `requests` how
     many of the window's requests that population holds."""
     if ms is None:
@@ -68,6 +69,8 @@ def part(ms: float | None, mechanism: str, precision: str, *, samples: int | Non
     out = {"ms": _r(ms), "p50_ms": _r(p50), "p99_ms": _r(p99), "samples": samples, "requests": requests,
            "population": population, "mechanism": mechanism, "precision": precision, "measurable": True,
            "why": None}
+    if uncertainty_ms is not None:
+        out["uncertainty_ms"] = _r(uncertainty_ms)       # the half-width the precision states, as a number
     if by_origin:
         out["by_origin"] = dict(sorted(by_origin.items(), key=lambda kv: -(kv[1].get("ms") or 0))[:MAX_ORIGINS])
     if cause:

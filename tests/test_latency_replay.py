@@ -25,8 +25,9 @@ def replay(doc: dict) -> dict:
             "findings": again["findings"]}
 
 
-def test_every_cell_has_its_recorded_evidence():
-    assert {p.stem for p in RECORDED} == set(lc.BY_NAME), "re-record: see docs/DIAGNOSIS.md"
+def test_every_cell_ci_plays_has_its_recorded_evidence():
+    """At least the lean matrix's cells (a cell of the full matrix is kept when its live looks passed)."""
+    assert set(lc.LEAN) <= {p.stem for p in RECORDED} <= set(lc.BY_NAME), "re-record: see docs/DIAGNOSIS.md"
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.stem)

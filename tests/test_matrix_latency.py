@@ -49,7 +49,7 @@ def end_wrk(load: subprocess.Popen) -> dict:
     return lc.wrk_summary(out or "")
 
 
-@pytest.mark.parametrize("cell", lc.CELLS, ids=lambda c: c.name)
+@pytest.mark.parametrize("cell", lc.selected(), ids=lambda c: c.name)
 def test_latency_cell(cell, fast_origin, tmp_path):
     if not Path(matrix.BINARY[cell.proxy]).exists():
         pytest.skip(f"{matrix.BINARY[cell.proxy]} is not installed")
