@@ -99,3 +99,29 @@ def test_the_lean_matrix_keeps_every_mechanism():
     slow = [c for c in lean if c.shape == "slow"]
     assert any(c.stats for c in slow) and any(not c.stats for c in slow)
     assert {c.proxy for c in lean if c.shape == "queue"} == {c.proxy for c in lc.CELLS if c.shape == "queue"}
+
+
+def test_a_wait_the_kernel_could_only_bound_is_judged_by_its_bounds():
+    """Behind reused origin connections the kernel alone gives [lower, upper]: the real delay must lie within
+    them, the finding must say 'at least', and wrk's mean must lie between the total and its upper bound."""
+    cell = lc.BY_NAME["haproxy-slow400-nostats"]
+    m = {**FACTS, "client_ms": 403.0}
+
+    def bounded(low, high, title):
+        d = doc("slow-origin", low, low, f"requests wait {title} ({FACTS['origin']})")
+        part = d["data"]["budget"]["parts"]["origin_first_byte"]
+        part.update({"at_least": True, "ms_upper": high})
+        part["by_origin"][FACTS["origin"]]["ms_upper"] = high
+        return d
+    assert not lc.verdict_problems(cell, bounded(60, 403, "at least 60 ms (at most 403 ms)"), m)
+    assert "'at least'" in " ".join(lc.verdict_problems(cell, bounded(60, 403, "60 ms"), m))
+    assert "not within the bounds" in " ".join(lc.verdict_problems(cell, bounded(60, 200, "at least 60 ms"), m))
+    assert lc.agreement(bounded(60, 403, "x"), 403.0)["agrees"]
+    assert not lc.agreement(bounded(60, 200, "x"), 403.0)["agrees"]
+
+
+def test_the_total_agrees_within_what_the_clocks_state():
+    d = doc(None, 3.6, 3.5)
+    assert not lc.agreement(d, 0.67)["agrees"]
+    d["data"]["budget"]["parts"]["origin_first_byte"]["uncertainty_ms"] = 6.4      # haproxy's stated half-width
+    assert lc.agreement(d, 0.67)["agrees"]
