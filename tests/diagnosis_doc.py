@@ -166,11 +166,15 @@ def latency_md(lines: list[dict]) -> list[str]:
            f"Generated from `tests/test_matrix_latency.py`: each cell starts an origin whose delay the test sets, a "
            f"real proxy in front of it and wrk once, then runs the doctor {latency_cells.RUNS} times "
            f"({latency_cells.WINDOW} s windows, --no-perf). A slow origin must be `slow-origin` first, named by "
-           f"address, its measured wait within {int(latency_cells.ORIGIN_TOLERANCE * 100)} % of the real delay; a "
-           "queue inside the proxy `proxy-queue` first, with the directive and where it is set; a fast proxy no "
+           f"address, its measured wait within {int(latency_cells.ORIGIN_TOLERANCE * 100)} % of the real delay (where "
+           "the kernel alone could only bound it, behind reused origin connections, the finding says 'at least' "
+           "and the real delay must lie within the bounds, shown lower-upper); a queue inside the proxy "
+           "`proxy-queue` first (Varnish: its own cap `varnish-thread-pool`, carrying the queue's wait), with the "
+           "directive and where it is set; a fast proxy no "
            f"budget finding and a total under {latency_cells.FAST_TOTAL_MS:g} ms. Every look's budget total must "
            f"agree with wrk's mean latency within {int(latency_cells.CLIENT_TOLERANCE * 100)} % (or "
-           f"{latency_cells.CLOCK_MS:g} ms, the resolution of the proxies' own clocks); a look that does not says "
+           f"{latency_cells.CLOCK_MS:g} ms or the half-width the clocks state; for a bounded wait, between the total and "
+           "its upper bound); a look that does not says "
            "so. `stats` is the proxy's own timing interface (stats socket, a log format with its times, "
            "stats_over_http).", "",
            "| cell | proxy | set up | stats | expected | finding (look 1) | looks: origin wait / real delay, budget "
@@ -200,7 +204,8 @@ def fence_line(text: str) -> str:
 
 def _look(r: dict) -> str:
     a = r.get("agreement") or {}
-    wait = (f"{r['origin_wait_ms']:.0f}/{r['delay_ms']:.0f} ms, " if r.get("origin_wait_ms") is not None
+    most = f"-{r['origin_wait_upper_ms']:.0f}" if r.get("origin_wait_upper_ms") is not None else ""
+    wait = (f"{r['origin_wait_ms']:.0f}{most}/{r['delay_ms']:.0f} ms, " if r.get("origin_wait_ms") is not None
             and r.get("delay_ms") else "")
     total = (f"{a['total_ms']:.1f}/{a['client_ms']:.1f} ms" if a.get("total_ms") is not None and a.get("client_ms")
              else "no total")

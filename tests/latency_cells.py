@@ -328,6 +328,7 @@ def results_line(cell: Cell, run: int, doc: dict, m: dict, problems: list[str]) 
             "first": found[0] if found else None, "expect": cell.expect, "passed": not problems,
             "problems": problems, "delay_ms": m["delay_ms"], "origin": m["origin"],
             "origin_wait_ms": origin_wait(doc, m["origin"]) if cell.shape != "fast" else None,
+            "origin_wait_upper_ms": origin_bound(doc, m["origin"]) if cell.shape != "fast" else None,
             "agreement": agreement(doc, m.get("client_ms")), "budget_text": budget_text(doc),
             "budget": {k: budget.get(k) for k in ("total_ms", "dominant", "unmeasured")},
             "parts_ms": {k: (v or {}).get("ms") for k, v in (budget.get("parts") or {}).items()}}
