@@ -20,11 +20,12 @@ from conftest import IS_ROOT
 from test_doctor import stop
 from test_matrix_owncap import _fds, _netns  # noqa: F401  (module fixtures: a namespace of its own, fds)
 
-# The latency matrix's lean part plays each proxy's own clock and queue through the doctor in CI; these
-# read the clocks alone, for a change to a proxy's clock (PROXYTUNE_LATENCY_FULL=1, with the full matrix).
-pytestmark = [pytest.mark.skipif(not (IS_ROOT and shutil.which("wrk")), reason="needs root and wrk"),
-              pytest.mark.skipif(not os.environ.get("PROXYTUNE_LATENCY_FULL"),
-                                 reason="the lean latency matrix covers it in CI (PROXYTUNE_LATENCY_FULL=1 runs it)")]
+pytestmark = pytest.mark.skipif(not (IS_ROOT and shutil.which("wrk")), reason="needs root and wrk")
+# The latency matrix's lean part plays each proxy's own clock through the doctor in CI, and Varnish's and Traffic
+# Server's queues are read here (their matrix cells fail: docs/DIAGNOSIS.md); the rest runs with the full matrix.
+IN_CI = ("test_varnish_queue_for_a_worker", "test_trafficserver_queue_per_origin")
+full_only = pytest.mark.skipif(not os.environ.get("PROXYTUNE_LATENCY_FULL"),
+                               reason="the lean latency matrix covers it in CI (PROXYTUNE_LATENCY_FULL=1 runs it)")
 WINDOW = 2.0
 
 
@@ -80,6 +81,7 @@ def near(ms, want: float) -> bool:
     return ms is not None and abs(ms - want) <= 0.25 * want
 
 
+@full_only
 @pytest.mark.parametrize("proxy", ["haproxy", "varnish", "squid", "trafficserver", "nginx"])
 def test_own_clock_measures_the_origins_delay(proxy, tmp_path):
     if not Path(matrix.BINARY[proxy]).exists():
@@ -102,6 +104,7 @@ def type_of(proxy: str):
     return kinds.by_kind(proxy)
 
 
+@full_only
 def test_haproxy_queue_behind_server_maxconn(tmp_path):
     """server maxconn 4, 32 clients, 50 ms origin: 28 wait; about (32 - 4) / 80 per second = 350 ms."""
     p, got = run("haproxy", 0.05, 32, tmp_path, server_maxconn=4)
