@@ -231,17 +231,17 @@ def representative(runs: list[dict]) -> dict:
     return next((r for r in shown if r["passed"] == majority), shown[0])
 
 
-def keep_evidence(lines: list[dict], evidence: Path, dest: Path = matrix.EVIDENCE, all_passed: bool = False) -> None:
+def keep_evidence(lines: list[dict], evidence: Path, dest: Path = matrix.EVIDENCE, passed_only: bool = False) -> None:
     """One representative answer per cell of a results file, from the live run's evidence dir, into dest;
-    with all_passed only a cell whose every look passed (the latency replay asserts the cell's verdict)."""
+    with passed_only only a cell whose representative look passed (the latency replay asserts the verdict)."""
     by_cell: dict[str, list[dict]] = {}
     for r in lines:
         by_cell.setdefault(r["cell"], []).append(r)
     dest.mkdir(parents=True, exist_ok=True)
     for cell, runs in by_cell.items():
-        if all_passed and not all(r["passed"] for r in runs):
-            continue
         r = representative(runs)
+        if passed_only and not r["passed"]:
+            continue
         shutil.copyfile(evidence / f"{cell}.run{r['run']}.json", dest / f"{cell}.json")
 
 
@@ -260,7 +260,7 @@ def main(argv: list[str]) -> int:
         dest = Path(argv[0]) if argv else REPO / "docs" / "DIAGNOSIS.md"
         dest.write_text(splice(dest.read_text(), latency_md(lat)))
         if latency_evidence:
-            keep_evidence(lat, latency_evidence, latency_cells.EVIDENCE, all_passed=True)
+            keep_evidence(lat, latency_evidence, latency_cells.EVIDENCE, passed_only=True)
         print(f"wrote the latency matrix into {dest} ({len(lat)} looks)")
         return 0
     evidence = generic = None
@@ -286,7 +286,7 @@ def main(argv: list[str]) -> int:
     if evidence:
         keep_evidence(lines, evidence)
     if latency_evidence:
-        keep_evidence(lat, latency_evidence, latency_cells.EVIDENCE, all_passed=True)
+        keep_evidence(lat, latency_evidence, latency_cells.EVIDENCE, passed_only=True)
     print(f"wrote {dest} ({len(lines)} runs)")
     return 0
 
