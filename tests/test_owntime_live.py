@@ -60,13 +60,23 @@ def read_clocks(pid: int) -> tuple[dict, dict]:
     return p, watched.spec.time_parts(p)
 
 
+def settle(proxy: str) -> float:
+    """Load before the window: Traffic Server's clocks are the transactions that ended one flush interval
+    (max_secs_per_buffer + 1 s) before it (proxies/trafficserver.py flush_lag), so it needs that much traffic
+    behind it; the others, the connections and queues to settle."""
+    if proxy == "trafficserver":
+        from proxytune.proxies import trafficserver
+        return 1.5 + trafficserver.flush_lag({})
+    return 1.5
+
+
 def run(proxy: str, delay: float, conns: int, tmp: Path, pause_ms: int = 0, **kw) -> tuple[dict, dict]:
     origin, port = matrix.start_slow_origin(delay)
     try:
         with server(proxy, port, **kw) as srv:
             wrk = load(srv.port, conns, tmp, pause_ms)
             try:
-                time.sleep(1.5)
+                time.sleep(settle(proxy))
                 p, got = read_clocks(srv.pid)
             finally:
                 stop(wrk)
