@@ -71,12 +71,16 @@ naming it. The module fills in the three roles a proxy plays here (`proxies/base
   (`counters`, `failures`, named by `hit_ratio_from`);
 - its `Running` class, one process of it, read as that process would read: its config path from
   its command line (`config_arg`), its includes (`include_re`), its directives with `file:line`
-  (`parse`) and its statistics (`stats`);
+  (`parse`) and its statistics (`stats`); and, optionally, its own clocks for the time budget:
+  `timing()` reads them around the doctor's window (pieces in `proxies/timing.py`) and
+  `config_origins()` names its origins from the config, while the Spec's `time_parts(p)` and
+  `origins(p)` turn the record into the budget's parts (a proxy without them gets a kernel-only
+  budget), with `slow_origin_fix`/`queue_fix` for fixes in its own terms;
 - its server class (`proxies/launch.py`): the proxy from Debian's package with a generated config
   in a temp dir, on loopback, resolving nothing off the host.
 
 Then one profile TOML (`profiles/linux/KIND.toml`), and its tests: its config and caps over
-recorded evidence, its cells in `tests/matrix.py`. `tests/test_proxy_registry.py` adds a dummy
+recorded evidence, its cells in `tests/matrix.py` (and in `tests/latency_cells.py` for its clocks). `tests/test_proxy_registry.py` adds a dummy
 proxy as one module and shows the doctor, tune, `bench proxy`, the CLI and the launcher pick it up.
 """
 
