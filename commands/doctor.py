@@ -40,7 +40,11 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, fm
       target's network namespace),
       and the proxy's own caps: haproxy-maxconn, varnish-thread-pool,
       nginx-worker-connections, squid-fd-limit,
-      trafficserver-connections-throttle (read from its config and stats)
+      trafficserver-connections-throttle (read from its config and stats),
+      and from the time budget (where an average request's time goes:
+      accept queue, queue in the proxy, connect, origin's first byte, the
+      proxy itself): slow-origin, proxy-queue, accept-wait, proxy-cpu,
+      loop-lag
     ranked by severity and impact. Read-only; needs root.
     Exit 0 no findings, 1 findings, 2 error (with --format nagios: 0 OK,
     1 WARNING, 2 CRITICAL: a high-severity finding or one --critical names,

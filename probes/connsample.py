@@ -11,7 +11,9 @@ accepted clients (sockets on one of its listening ports), upstreams, fds;
 per listening port: the accept queue and its backlog; and the ephemeral
 ports in use toward the namespace's busiest destination (TIME-WAIT ones once, at the
 end: one dump of tens of thousands of them would let the sockets a process
-holds change under it). Peaks over the samples go into the evidence.
+holds change under it). Peaks over the samples go into the evidence. The same
+dump carries each socket's TCP_INFO, from which probes/inflight.py tallies
+where the proxy's requests are at each tick (the time budget's counts).
 
 The TcpExt counters (ListenOverflows, ListenDrops) are the whole network
 namespace's, so the listeners are also read with their own drop counter at
@@ -24,7 +26,7 @@ processes' listeners whose queue a tick saw full are kept as well.
 
 Between ticks a thread reads each process's open-fd count every FINE_S:
 a worker's count can peak for milliseconds only (nginx's drain sawtooth
-under bursts of reconnecting clients, see kinds/nginx.py), which 4 ticks a
+under bursts of reconnecting clients, see proxies/nginx.py), which 4 ticks a
 second miss. It uses st_size of /proc/PID/fd, the number of open fds since
 Linux 6.2 (fs/proc/fd.c proc_readfd_count): O(1) per read, no readlink. On
 an older kernel it reads 0 and the fine peaks are reported unavailable.
@@ -37,8 +39,9 @@ import threading
 
 from proxytune.core import procfs
 from proxytune.core.numbers import uint
-
 from proxytune.core.sockets import fd_inventory
+
+from .inflight import Tally
 
 TICK_S = 0.25
 FINE_S = 0.01           # a worker at the top of nginx's tooth ~16 % of the time (measured) is seen there in a
@@ -56,12 +59,14 @@ def netns_prefix(pid: int) -> list[str]:
     return []
 
 
-def tcp_rows(prefix: list[str], time_wait: bool = False) -> list[tuple[str, int, int, str, int | None, str]]:
+def tcp_rows(prefix: list[str], time_wait: bool = False,
+             info: dict | None = None) -> list[tuple[str, int, int, str, int | None, str]]:
     """(state, recv-q, send-q, local port, inode, flow) of every TCP socket in the namespace, flow being
     "LOCAL-ADDRESS>PEER:PORT" (the 4-tuple less the local port); TIME-WAIT ones only
     when asked: under churn there are tens of thousands, and a dump that long lets the sockets a process
-    holds change under it (no process holds a TIME-WAIT socket)."""
-    argv = [*prefix, "ss", "-tanHe"] + ([] if time_wait else ["exclude", "time-wait"])
+    holds change under it (no process holds a TIME-WAIT socket). With `info` (a dict), the same dump
+    carries TCP_INFO (`ss -iO`: on the socket's one line), and info[inode] gets that line's text."""
+    argv = [*prefix, "ss", "-tanHe" + ("iO" if info is not None else "")] + ([] if time_wait else ["exclude", "time-wait"])
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
     except (FileNotFoundError, subprocess.TimeoutExpired):
@@ -74,6 +79,8 @@ def tcp_rows(prefix: list[str], time_wait: bool = False) -> list[tuple[str, int,
         ino = next((uint(w[4:]) for w in f[5:] if w.startswith("ino:")), None)
         rows.append((f[0], uint(f[1]), uint(f[2]), f[3].rsplit(":", 1)[-1], ino or None,
                      f"{f[3].rsplit(':', 1)[0]}>{f[4]}"))
+        if info is not None and ino:
+            info[ino] = line
     return rows
 
 
@@ -207,6 +214,7 @@ class Sampler:
         self.own_listeners: dict[int, str] = {}  # inode -> port of the target's listening sockets
         self.others: dict[int, dict] = {}        # inode -> the other processes' listeners, as the ticks saw them
         self.drops0 = self.drops1 = None         # listener_drops() at the window's start and end
+        self.flight = Tally()                     # where its requests are at each tick (the time budget)
 
     def sample(self) -> None:
         if self.n == 0:
@@ -217,7 +225,8 @@ class Sampler:
         for pid, (_, socks) in inv.items():
             for ino in socks:
                 owner.setdefault(ino, []).append(pid)
-        rows = tcp_rows(self.prefix)
+        info: dict[int, str] = {}
+        rows = tcp_rows(self.prefix, info=info)
         listening = {port for state, _, _, port, ino, _ in rows if state == "LISTEN" and ino in owner}
         counts = {pid: {"clients": 0, "upstream": 0} for pid in inv}
         for state, recvq, sendq, port, ino, flow in rows:
@@ -241,6 +250,7 @@ class Sampler:
         self.clients_peak = max(self.clients_peak, sum(c["clients"] for c in counts.values()))
         self.upstream_peak = max(self.upstream_peak, sum(c["upstream"] for c in counts.values()))
         self._clients_by_port(rows, owner, listening)
+        self.flight.tick(rows, owner, listening, info)
         if self.range:
             eph, flow = busiest_destination(rows, listening, self.range)
             if eph > self.ephemeral_peak:
@@ -330,7 +340,7 @@ class Sampler:
         drops = self.listen_drops()
         return {"samples": self.n, "tick_s": TICK_S, "fine": fine, "pids": {str(p): v for p, v in self.per_pid.items()},
                 "ports": self.ports, "clients_peak": self.clients_peak, "upstream_peak": self.upstream_peak,
-                "ephemeral": self.ephemeral(size), "listen_drops": drops}
+                "ephemeral": self.ephemeral(size), "listen_drops": drops, "flight": self.flight.summary()}
 
     def ephemeral(self, size: int | None) -> dict:
         at_end, flow = self.ephemeral_now()

@@ -15,7 +15,7 @@ from proxytune.core import procfs, proxytree
 
 from .base import Running, Spec, argv_of
 
-INFRASTRUCTURE = frozenset({"base", "cap", "launch"})    # modules here that are no proxy
+INFRASTRUCTURE = frozenset({"base", "cap", "launch", "timing"})    # modules here that are no proxy
 
 
 def check(spec: type[Spec]) -> type[Spec]:

@@ -6,6 +6,12 @@ the doctor printed it, the test that proves it, and each run's result.
     PROXYTUNE_MATRIX_RESULTS=/tmp/r.jsonl .venv/bin/python -m pytest tests/test_matrix_owncap.py
     PROXYTUNE_MATRIX_RESULTS=/tmp/g.jsonl .venv/bin/python -m pytest tests/test_matrix_generic.py
     .venv/bin/python tests/diagnosis_doc.py /tmp/r.jsonl [docs/DIAGNOSIS.md] [--evidence DIR] [--generic /tmp/g.jsonl]
+        [--latency /tmp/l.jsonl [--latency-evidence DIR]]
+
+The latency matrix alone (tests/test_matrix_latency.py, PROXYTUNE_LATENCY_RESULTS), its section of an
+existing docs/DIAGNOSIS.md replaced in place, and its evidence kept for tests/test_latency_replay.py:
+
+    .venv/bin/python tests/diagnosis_doc.py --latency /tmp/l.jsonl --latency-evidence DIR [docs/DIAGNOSIS.md]
 
 With --evidence DIR (the live run's PROXYTUNE_EVIDENCE_DIR) it also keeps one representative run
 per cell as tests/evidence/owncap/CELL.json for the replay test: a run that shows its cell's
@@ -19,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generic_cells  # noqa: E402
+import latency_cells  # noqa: E402
 import matrix  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,12 +72,16 @@ naming it. The module fills in the three roles a proxy plays here (`proxies/base
   (`counters`, `failures`, named by `hit_ratio_from`);
 - its `Running` class, one process of it, read as that process would read: its config path from
   its command line (`config_arg`), its includes (`include_re`), its directives with `file:line`
-  (`parse`) and its statistics (`stats`);
+  (`parse`) and its statistics (`stats`); and, optionally, its own clocks for the time budget:
+  `timing()` reads them around the doctor's window (pieces in `proxies/timing.py`) and
+  `config_origins()` names its origins from the config, while the Spec's `time_parts(p)` and
+  `origins(p)` turn the record into the budget's parts (a proxy without them gets a kernel-only
+  budget), with `slow_origin_fix`/`queue_fix` for fixes in its own terms;
 - its server class (`proxies/launch.py`): the proxy from Debian's package with a generated config
   in a temp dir, on loopback, resolving nothing off the host.
 
 Then one profile TOML (`profiles/linux/KIND.toml`), and its tests: its config and caps over
-recorded evidence, its cells in `tests/matrix.py`. `tests/test_proxy_registry.py` adds a dummy
+recorded evidence, its cells in `tests/matrix.py` (and in `tests/latency_cells.py` for its clocks). `tests/test_proxy_registry.py` adds a dummy
 proxy as one module and shows the doctor, tune, `bench proxy`, the CLI and the launcher pick it up.
 """
 
@@ -147,6 +158,78 @@ def generic_md(lines: list[dict]) -> list[str]:
     return out + [""]
 
 
+LATENCY_HEAD = "## Latency matrix: where a request's time goes"
+
+
+def latency_md(lines: list[dict]) -> list[str]:
+    """The latency matrix (tests/test_matrix_latency.py): per cell what was set, the verdict expected, the
+    first finding and each look (for a slow origin the measured wait against the real delay; every look's
+    budget total against wrk's mean latency); then each cell's budget as the doctor printed it (look 1)."""
+    by_cell: dict[str, list[dict]] = {}
+    for r in lines:
+        by_cell.setdefault(r["cell"], []).append(r)
+    out = [LATENCY_HEAD, "",
+           f"Generated from `tests/test_matrix_latency.py`: each cell starts an origin whose delay the test sets, a "
+           f"real proxy in front of it and wrk once, then runs the doctor {latency_cells.RUNS} times "
+           f"({latency_cells.WINDOW} s windows, --no-perf). A slow origin must be `slow-origin` first, named by "
+           f"address, its measured wait within {int(latency_cells.ORIGIN_TOLERANCE * 100)} % of the real delay (where "
+           "the kernel alone could only bound it, behind reused origin connections, the finding says 'at least' "
+           "and the real delay must lie within the bounds, shown lower-upper); a queue inside the proxy "
+           "`proxy-queue` first (Varnish: its own cap `varnish-thread-pool`, carrying the queue's wait), with the "
+           "directive and where it is set; a fast proxy no "
+           f"budget finding and a total under {latency_cells.FAST_TOTAL_MS:g} ms. Every look's budget total must "
+           f"agree with wrk's mean latency within {int(latency_cells.CLIENT_TOLERANCE * 100)} % (or "
+           f"{latency_cells.CLOCK_MS:g} ms or the half-width the clocks state; for a bounded wait, between the total and "
+           "its upper bound); a look that does not says "
+           "so. `stats` is the proxy's own timing interface (stats socket, a log format with its times, "
+           "stats_over_http).", "",
+           "| cell | proxy | set up | stats | expected | finding (look 1) | looks: origin wait / real delay, budget "
+           "total / wrk mean | test |", "|---|---|---|---|---|---|---|---|"]
+    shown = []
+    for cell in latency_cells.CELLS:
+        runs = sorted(by_cell.get(cell.name, []), key=lambda r: r["run"])
+        if not runs:
+            continue
+        shown.append((cell, runs[0]))
+        looks = "; ".join(_look(r) for r in runs)
+        out.append("| " + " | ".join(cell_md(x) for x in (
+            cell.name, cell.proxy, cell.what, "on" if cell.stats else "off", cell.expect,
+            runs[0]["ids"][0] if runs[0]["ids"] else "none", looks))
+            + f" | `tests/test_matrix_latency.py::test_latency_cell[{cell.name}]` |")
+    out += ["", "### Budgets as printed (look 1 of each cell)", ""]
+    for cell, first in shown:
+        text = "\n".join(fence_line(x) for x in (first.get("budget_text") or "no budget").splitlines())
+        out += [f"`{cell.name}` ({cell_md(cell.what)}):", "", "```text", text, "```", ""]
+    return out
+
+
+def fence_line(text: str) -> str:
+    """A line from a result file inside a fenced block: printable characters only, no fence of its own."""
+    return "".join(c if c.isprintable() else "?" for c in text).replace("`", "'")
+
+
+def _look(r: dict) -> str:
+    a = r.get("agreement") or {}
+    most = f"-{r['origin_wait_upper_ms']:.0f}" if r.get("origin_wait_upper_ms") is not None else ""
+    wait = (f"{r['origin_wait_ms']:.0f}{most}/{r['delay_ms']:.0f} ms, " if r.get("origin_wait_ms") is not None
+            and r.get("delay_ms") else "")
+    total = (f"{a['total_ms']:.1f}/{a['client_ms']:.1f} ms" if a.get("total_ms") is not None and a.get("client_ms")
+             else "no total")
+    verdict = "pass" if r["passed"] else "FAIL (" + "; ".join(p.split(":")[0] for p in r["problems"])[:120] + ")"
+    return f"{verdict}: {wait}{total}{'' if a.get('agrees') else ' (disagree)'}"
+
+
+def splice(text: str, section: list[str]) -> str:
+    """The document with its latency section replaced (or put before "## How a rule is added")."""
+    body = "\n".join(section)
+    if LATENCY_HEAD in text:
+        head, _, rest = text.partition(LATENCY_HEAD)
+        nxt = rest.find("\n## ")
+        return head + body + (rest[nxt + 1:] if nxt >= 0 else "")
+    head, mark, how = text.partition("## How a rule is added")
+    return head + body + "\n" + mark + how
+
+
 def representative(runs: list[dict]) -> dict:
     """The run to keep: its load reached the condition, and it had the cell's majority outcome."""
     shown = [r for r in runs if not any(p.startswith("harness") for p in r["problems"])] or runs
@@ -154,17 +237,38 @@ def representative(runs: list[dict]) -> dict:
     return next((r for r in shown if r["passed"] == majority), shown[0])
 
 
-def keep_evidence(lines: list[dict], evidence: Path) -> None:
+def keep_evidence(lines: list[dict], evidence: Path, dest: Path = matrix.EVIDENCE, passed_only: bool = False) -> None:
+    """One representative answer per cell of a results file, from the live run's evidence dir, into dest;
+    with passed_only only a cell whose representative look passed (the latency replay asserts the verdict)."""
     by_cell: dict[str, list[dict]] = {}
     for r in lines:
         by_cell.setdefault(r["cell"], []).append(r)
-    matrix.EVIDENCE.mkdir(parents=True, exist_ok=True)
+    dest.mkdir(parents=True, exist_ok=True)
     for cell, runs in by_cell.items():
         r = representative(runs)
-        shutil.copyfile(evidence / f"{cell}.run{r['run']}.json", matrix.EVIDENCE / f"{cell}.json")
+        if passed_only and not r["passed"]:
+            continue
+        shutil.copyfile(evidence / f"{cell}.run{r['run']}.json", dest / f"{cell}.json")
+
+
+def option(argv: list[str], name: str) -> tuple[Path | None, list[str]]:
+    if name not in argv:
+        return None, argv
+    i = argv.index(name)
+    return Path(argv[i + 1]), argv[:i] + argv[i + 2:]
 
 
 def main(argv: list[str]) -> int:
+    latency, argv = option(argv, "--latency")
+    latency_evidence, argv = option(argv, "--latency-evidence")
+    lat = [json.loads(x) for x in latency.read_text().splitlines() if x.strip()] if latency else []
+    if latency and (not argv or argv[0].endswith(".md")):       # the latency section alone, into the document
+        dest = Path(argv[0]) if argv else REPO / "docs" / "DIAGNOSIS.md"
+        dest.write_text(splice(dest.read_text(), latency_md(lat)))
+        if latency_evidence:
+            keep_evidence(lat, latency_evidence, latency_cells.EVIDENCE, passed_only=True)
+        print(f"wrote the latency matrix into {dest} ({len(lat)} looks)")
+        return 0
     evidence = generic = None
     if "--evidence" in argv:
         i = argv.index("--evidence")
@@ -182,9 +286,13 @@ def main(argv: list[str]) -> int:
         rows = [json.loads(x) for x in generic.read_text().splitlines() if x.strip()]
         head, _, how = text.partition("## How a rule is added")
         text = head + "\n".join(generic_md(rows)) + "\n## How a rule is added" + how
+    if lat:
+        text = splice(text, latency_md(lat))
     dest.write_text(text)
     if evidence:
         keep_evidence(lines, evidence)
+    if latency_evidence:
+        keep_evidence(lat, latency_evidence, latency_cells.EVIDENCE, passed_only=True)
     print(f"wrote {dest} ({len(lines)} runs)")
     return 0
 

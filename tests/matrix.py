@@ -240,7 +240,7 @@ def pressure(doc: dict) -> dict:
                                                  "MAIN.client_req")},
                         "threads": b.get("MAIN.threads"), "thread_queue_len": b.get("MAIN.thread_queue_len")}
             if p.get("kind") == "varnish" else None,
-            # nginx: the busiest worker's peak sockets, as the rule counts them (kinds/nginx.py sockets_peak)
+            # nginx: the busiest worker's peak sockets, as the rule counts them (proxies/nginx.py sockets_peak)
             "worker_sockets_peak": max((max(v.get("sockets_peak", 0), v.get("sockets_peak_fine", 0))
                                         for v in ((ev.get("conns") or {}).get("pids") or {}).values()), default=0),
             "stats": b.get("available"),
