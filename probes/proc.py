@@ -5,6 +5,7 @@ import sys
 import time
 
 from proxytune.core import proxytree
+from proxytune.core.numbers import is_uint
 from proxytune.core.errors import ProxytuneError, one_line
 from proxytune.core.procfs import (CLK_TCK, all_pids, alive, comm_of, cpu_seconds, fd_count, nofile_limits, pids_of,
                                    read_stat, thread_ids)
@@ -87,7 +88,7 @@ def thread_times(pids: list[int]) -> tuple[float, dict[int, tuple[int, str, floa
                 continue
             head, _, rest = text.rpartition(")")
             f = rest.split()
-            if len(f) >= 13 and f[11].isdigit() and f[12].isdigit():
+            if len(f) >= 13 and is_uint(f[11]) and is_uint(f[12]):
                 out[tid] = (pid, head.partition("(")[2], (int(f[11]) + int(f[12])) / CLK_TCK)
     return at, out
 

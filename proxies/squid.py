@@ -25,6 +25,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from proxytune.core.errors import ProxytuneError
+from proxytune.core.numbers import is_uint
 
 from .base import Running, Spec, directives, nofile_now, option, peak, where
 from .timing import (MAX_VALUES, Unavailable, Window, address, answer, decimal, digest, nothing, origin_entry, part,
@@ -356,12 +357,12 @@ def _origin(peer: str, f: dict) -> str:
     cache_peer line's, found from the config."""
     port = (f.get("<p") or "").strip()
     ru = f.get("ru") or ""
-    if not port.isdigit() and (f.get("Sh") or "").startswith("HIER_DIRECT") and ru.startswith("http"):
+    if not is_uint(port) and (f.get("Sh") or "").startswith("HIER_DIRECT") and ru.startswith("http"):
         try:
             port = str(urlsplit(ru).port or 80)
         except ValueError:
             port = ""
-    return f"{peer}:{port}" if port.isdigit() else peer
+    return f"{peer}:{port}" if is_uint(port) else peer
 
 
 

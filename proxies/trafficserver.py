@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from proxytune.core import procfs, targetread
+from proxytune.core.numbers import is_uint
 
 from .base import LOG_TAIL, Running, Spec, as_int, delta, nofile_now, option, peak, read_config, where
 from .timing import (MAX_VALUES, Unavailable, Window, address, answer, decimal, digest, nothing, origin_entry,
@@ -354,7 +355,7 @@ def records(lines) -> dict:
 def flush_lag(rec: dict) -> int:
     """How old a transaction's line can be when ATS writes it: max_secs_per_buffer (default 5 s), + 1."""
     v = (rec.get("max_secs_per_buffer") or {}).get("value", "5")
-    return (int(v) if v.isascii() and v.isdigit() else 5) + 1
+    return (int(v) if is_uint(v) else 5) + 1
 
 
 def recent(text: str, fmt: str, since: float, until: float) -> str:
@@ -415,7 +416,7 @@ class Clock(Window):
             return None
         g = g if isinstance(g, dict) else {}
         return {k: int(v) for k in STATS if isinstance(v := g.get(f"proxy.process.http.{k}"), str)
-                and v.isascii() and v.isdigit()}
+                and is_uint(v)}
 
 
 def read_lines(text: str, fmt: str) -> dict:
@@ -444,7 +445,7 @@ def _origin(f: dict) -> str | None:
     host = next((f[k] for k in ("nhi", "shi", "shn") if f.get(k) not in (None, "", "-", "0")), None)
     if not host or len(host) > 64:
         return None
-    port = f.get("nhp") if (f.get("nhp") or "").isdigit() and f.get("nhp") != "0" else None
+    port = f.get("nhp") if is_uint(f.get("nhp") or "") and f.get("nhp") != "0" else None
     if not port:
         url = next((f[k] for k in ("pquc", "cquc", "cquuc") if (f.get(k) or "").startswith("http")), "")
         try:
@@ -535,7 +536,7 @@ def _from_stats(t: dict, a: str, b: str) -> dict:
 def _cause(t: dict) -> dict | None:
     rec = t.get("records") or {}
     mx = rec.get("max") or {}
-    if not (mx.get("value") or "0").isdigit() or int(mx.get("value") or 0) <= 0:
+    if not is_uint(mx.get("value") or "0") or int(mx.get("value") or 0) <= 0:
         return None
     qs = (rec.get("queue_size") or {}).get("value", "0 (default)")
     s0, s1 = t.get("stats_start") or {}, t.get("stats_end") or {}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from proxytune.core import targetread
 from proxytune.core.errors import ProxytuneError
-from proxytune.core.numbers import is_uint
+from proxytune.core.numbers import is_uint, uint
 
 from .base import STATS_SECONDS, Running, Spec, as_numbers, delta, nofile_now, option, peak
 from .timing import (MAX_VALUES, CoProcess, Sampler, Unavailable, Window, address, answer, digest, nothing,
@@ -368,7 +368,7 @@ def _queue(p: dict, t: dict, n: int) -> dict:
 
 
 def _int(v) -> int:
-    return int(v) if isinstance(v, str) and v.isascii() and v.isdigit() else 0
+    return uint(v) or 0
 
 
 def clock_origins(lines, argv_backend: list[str]) -> dict:

@@ -91,6 +91,7 @@ def prepared(tmp_path, monkeypatch, ref):
         f.__exit__(None, None, None)
 
 
+@pytest.mark.host  # the fleet bundle lists a checkout's files with git ls-files
 @pytest.mark.parametrize("ref", ["site/edge", "linux/proxy"])
 def test_a_name_that_resolves_to_a_user_profile_travels_flattened_with_its_waivers(tmp_path, monkeypatch,
                                                                                  user_catalog, ref):
@@ -106,6 +107,7 @@ def test_a_name_that_resolves_to_a_user_profile_travels_flattened_with_its_waive
     assert any(w for *_, w, _ in want)          # the waiver made the trip
 
 
+@pytest.mark.host  # the fleet bundle lists a checkout's files with git ls-files
 def test_a_profile_file_whose_include_is_relative_travels_whole(tmp_path, monkeypatch):
     """-p ./edge.toml including ./base.toml: only edge.toml was bundled, its include failed on the host."""
     from proxytune.tune import fleet_play, profile
@@ -178,6 +180,7 @@ critical = true
 """
 
 
+@pytest.mark.host  # the fleet bundle lists a checkout's files with git ls-files
 def test_an_override_extending_the_shipped_profile_with_text_toml_must_escape_travels_exactly(tmp_path, monkeypatch):
     """The site's linux/squid extends shipped:linux/proxy, sets [params] (a list), and carries text with
     quotes, backslashes, ''' and non-ASCII: the flat copy must parse back to the very same profile."""
@@ -194,6 +197,7 @@ def test_an_override_extending_the_shipped_profile_with_text_toml_must_escape_tr
     assert len(want.raw) > 10          # the shipped settings came along
 
 
+@pytest.mark.host  # the fleet bundle lists a checkout's files with git ls-files
 def test_a_shipped_name_still_travels_as_a_name(tmp_path, monkeypatch):
     """Nothing to flatten: the bundle carries the same shipped profiles."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "empty"))

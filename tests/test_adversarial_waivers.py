@@ -89,6 +89,7 @@ def body(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
 
 
+@pytest.mark.host  # the tuned export asks tuned-adm for its version
 @pytest.mark.parametrize("fmt", ["sysctl.d", "limits.d", "systemd", "tuned", "ansible"])
 def test_every_linux_export_leaves_a_waived_setting_out_and_says_why(sandbox, cli, prof, fmt):
     out = export(cli, prof, fmt)
