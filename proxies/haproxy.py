@@ -113,7 +113,8 @@ class RunningHAProxy(Running):
             d["stats socket"] = {**d.pop("stats"), "value": m.group(1)} if m else d.pop("stats")
         if fes := sections(self.lines):
             d["frontends"] = fes
-        d["fd_users"] = fd_users(self.lines, self.argv)
+        if self.lines:                      # nothing read (refused, missing): nothing counted from it
+            d["fd_users"] = fd_users(self.lines, self.argv)
         return d
 
     def stats(self):
@@ -295,6 +296,9 @@ def global_maxconn(ev: dict) -> dict:
     d, conf = p["directives"], p.get("config")
     if (v := as_int(d, "maxconn")) is not None:
         return {"limit": v, "named": f"`maxconn {v}`", "where": where(d, "maxconn", conf), "estimate": False,
+                "derived": False, "how": None}
+    if "maxconn" in d:                  # written but not a number (`maxconn ³`): unknown, not derived
+        return {"limit": None, "named": "maxconn", "where": where(d, "maxconn", conf), "estimate": True,
                 "derived": False, "how": None}
     computed = computed_maxconn(ev)
     out = {"where": f"{conf} (not set)", "derived": True, "estimate": False}
