@@ -331,16 +331,17 @@ def test_fleet_bundles_a_file_only_when_the_reference_is_a_path(nobody_dir, tmp_
     seen = {}
 
     def bundle(dest, profile_file=None):
-        seen["f"] = profile_file
+        seen["f"], seen["text"] = profile_file, profile_file and profile_file.read_text()
         return dest / "bundle.tar", "digest"
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(fleet_mod.inv, "hosts", lambda *a: ["h1"])       # no ansible-inventory needed
     monkeypatch.setattr(fleet_mod.fp, "bundle", bundle)
+    (tmp_path / "work").mkdir()                 # a given workdir exists, as a run's own rundir does
     fl = fleet_mod.Fleet(str(tmp_path / "inv.ini"), ref, workdir=tmp_path / "work")
     fl.prepare()
     assert (seen["f"] and seen["f"].name) == bundled and fl.shipped_profile == (bundled is not None)
     if bundled:                 # the file travels flattened as resolved here (issue 27, item 2), not by its name
-        assert f"as resolved from {tmp_path / 'mine.toml'}" in seen["f"].read_text()
+        assert f"as resolved from {tmp_path / 'mine.toml'}" in seen["text"]
 
 
 @needs_root
