@@ -161,8 +161,10 @@ def test_a_limit_that_is_an_option_is_refused(tmp_path, limit):
 # ---------------------------------------------------------------- the bundle: tracked, packaged, no symlink
 
 def make_tree(root: Path, git: bool) -> Path:
-    for rel, text in {"cli.py": "", "core/a.py": "", "tune/b.py": "", "profiles/linux/x.toml": "",
-                      "profiles/linux/NOTES.txt": "", "probes/p.bt": "", "microbench/evbench/main.c": ""}.items():
+    for rel, text in {"cli.py": "", "core/__init__.py": "", "core/a.py": "", "tune/__init__.py": "", "tune/b.py": "",
+                      "newlayer/__init__.py": "", "newlayer/c.py": "", "notes/n.py": "",
+                      "profiles/linux/x.toml": "", "profiles/linux/NOTES.txt": "", "probes/p.bt": "",
+                      "microbench/evbench/main.c": ""}.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     if git:
@@ -179,14 +181,15 @@ def make_tree(root: Path, git: bool) -> Path:
 def test_the_bundle_ships_only_packaged_files_and_follows_no_symlink(tmp_path, git):
     tree = make_tree(tmp_path / "tree", git)
     names = {str(rel) for _, rel in fp.shipped_files(tree, tree)}
-    expected = {"cli.py", "core/a.py", "tune/b.py", "profiles/linux/x.toml", "probes/p.bt",
-                "microbench/evbench/main.c"}
+    # newlayer/ is a package no list names (its __init__.py makes it one): shipped; notes/ is not one
+    expected = {"cli.py", "core/__init__.py", "core/a.py", "tune/__init__.py", "tune/b.py", "newlayer/__init__.py",
+                "newlayer/c.py", "profiles/linux/x.toml", "probes/p.bt", "microbench/evbench/main.c"}
     assert names == (expected if git else expected | {"tune/junk.py"}), names
 
 
 def test_the_bundle_from_a_debian_tree_takes_its_data_from_the_share_dir(tmp_path):
     code, data = tmp_path / "dist-packages/proxytune", tmp_path / "share/proxytune"
-    for rel in ("cli.py", "tune/b.py", "probes/p.py"):
+    for rel in ("cli.py", "tune/__init__.py", "tune/b.py", "probes/__init__.py", "probes/p.py"):
         (code / rel).parent.mkdir(parents=True, exist_ok=True)
         (code / rel).write_text("")
     for rel in ("profiles/linux/proxy.toml", "probes/p.bt", "microbench/lua/m.lua"):
@@ -194,8 +197,8 @@ def test_the_bundle_from_a_debian_tree_takes_its_data_from_the_share_dir(tmp_pat
         (data / rel).write_text("")
     tarball, sha = fp.bundle(tmp_path, None, code, data)
     names = set(tarfile.open(tarball).getnames())
-    assert names == {"cli.py", "tune/b.py", "probes/p.py", "profiles/linux/proxy.toml", "probes/p.bt",
-                     "microbench/lua/m.lua"}
+    assert names == {"cli.py", "tune/__init__.py", "tune/b.py", "probes/__init__.py", "probes/p.py",
+                     "profiles/linux/proxy.toml", "probes/p.bt", "microbench/lua/m.lua"}
 
 
 # ---------------------------------------------------------------- the unpacker on the host (run here, as root)

@@ -261,3 +261,8 @@ def test_the_bundle_carries_what_the_wheel_carries():
     wheel = {f"{pkg.removeprefix('proxytune.').replace('.', '/')}/{glob}" for pkg, globs in data.items()
              for glob in globs if not glob.endswith(".py")}          # the bundle ships every .py anyway
     assert wheel == set(fleet_play.DATA)
+    # and its Python packages, found by their __init__.py: a top-level package the bundle misses (proxies/
+    # was, when a list named them) breaks every remote run; one pyproject misses breaks the wheel
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    tops = {pkg.split(".")[1] for pkg in packages if pkg.count(".") >= 1}
+    assert tops == set(fleet_play.code_tops(REPO)) - {"cli.py"}

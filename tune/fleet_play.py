@@ -19,10 +19,20 @@ from pathlib import Path, PurePosixPath
 
 from .datafiles import PACKAGE_ROOT, data_root
 
-CODE = ("cli.py", "commands", "core", "proxies", "tune", "reports", "profiles", "probes", "microbench")
 # what the wheel and the .deb carry besides the Python code (pyproject package-data)
 DATA = ("profiles/*/*.toml", "probes/*.bt", "probes/*.c", "microbench/*/*.c", "microbench/*/*.h",
         "microbench/lua/*.lua", "reports/schemas/*.json")
+
+
+def code_tops(tree: Path = PACKAGE_ROOT) -> tuple[str, ...]:
+    """The entries of the tree a bundle ships: cli.py, every top-level package (a directory with
+    an __init__.py, so a new layer is shipped without anyone editing this file; a test holds the
+    set to pyproject's packages) and the directories of the shipped data."""
+    packages = {d.name for d in (tree.iterdir() if tree.is_dir() else ())
+                if not d.is_symlink() and d.is_dir() and (d / "__init__.py").is_file()}
+    return tuple(sorted({"cli.py", *packages, *(glob.split("/")[0] for glob in DATA)}))
+
+
 UNPACKER = Path(__file__).resolve().parent / "fleet_unpack.py"
 PROFILE_IN_BUNDLE = "fleet-profile.toml"
 RUN_TASK, ROLLBACK_TASK, MARK_TASK = "proxytune run", "proxytune rollback", "proxytune journal mark"
@@ -32,7 +42,7 @@ RESULT_TASKS = (RUN_TASK, ROLLBACK_TASK)
 
 def _packaged(rel: PurePosixPath) -> bool:
     """Python code and the data files the packages ship; nothing else (no notes, no build output)."""
-    if "__pycache__" in rel.parts or rel.parts[0] not in CODE:
+    if "__pycache__" in rel.parts:
         return False
     return rel.suffix == ".py" or any(rel.match(pattern) and len(rel.parts) == pattern.count("/") + 1
                                       for pattern in DATA)
@@ -52,8 +62,8 @@ def _tracked(tree: Path) -> set[str] | None:
 
 
 def _files_under(tree: Path):
-    """(path, relative path) of every regular file below tree's CODE entries, never through a symlink."""
-    for top in CODE:
+    """(path, relative path) of every regular file below tree's code_tops, never through a symlink."""
+    for top in code_tops(tree):
         base = tree / top
         if base.is_symlink():
             continue
