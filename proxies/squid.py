@@ -102,14 +102,19 @@ class Squid(Spec, process=RunningSquid):
     def caps(ev: dict) -> list[Cap]:
         p = ev["proxy"]
         d, conf = p["directives"], p.get("config")
-        used, most = peak(p, "fds_in_use"), peak(p, "max_fds")
-        counted = "Number of file desc currently in use (cache manager)"
+        # The cache manager answers only through an fd squid still accepts with, so the count it gives at
+        # the window's ends can sit below the peak between them; /proc (and the sampler's peak) sees that
+        # peak whether squid answers or not. The larger count decides, named with where it came from.
+        mgr_used, most = peak(p, "fds_in_use") or 0, peak(p, "max_fds")
         worst = max((ev.get("procs") or {}).values(), key=lambda pr: pr.get("fd_use", 0), default={})
         sampled = max((v.get("fds_peak", 0) for v in ((ev.get("conns") or {}).get("pids") or {}).values()),
                       default=0)
-        if not used:
-            used, most = max(worst.get("fds_open") or 0, sampled), worst.get("nofile_soft")
-            counted = "its open fds in /proc (the cache manager is deferred at the cap)"
+        proc_used = max(worst.get("fds_open") or 0, sampled)
+        used, counted = mgr_used, "Number of file desc currently in use (cache manager)"
+        if proc_used > mgr_used:
+            used, counted = proc_used, "its open fds in /proc (the cache manager counted fewer, or was deferred)"
+        if not isinstance(most, int) or not most:
+            most = worst.get("nofile_soft")
         if not isinstance(most, int) or not most:
             return []
         v = d.get("max_filedescriptors", {}).get("value", "not set")

@@ -276,3 +276,25 @@ def test_stub_status_in_either_location_form(location):
         ["http {", "  server {", "    listen 127.0.0.1:8081;", f"    location {location} {{ stub_status; }}",
          "  }", "}"], 1)]
     assert n.parse()["stub_status"]["value"] == "127.0.0.1:8081 /nginx_status"
+
+
+def squid_ev(mgr_used: int | None, proc_open: int) -> dict:
+    mgr = {"available": True, "max_fds": 256, "fds_in_use": mgr_used} if mgr_used is not None else \
+        {"available": False, "reason": "deferred"}
+    return {"proxy": {"kind": "squid", "directives": {}, "config": None, "stats_before": mgr, "stats_after": mgr},
+            "procs": {"7": {"fds_open": proc_open, "nofile_soft": 256, "fd_use": proc_open / 256}}}
+
+
+@pytest.mark.parametrize("mgr_used,proc_open,reached,counted", [
+    (30, 200, True, "/proc"),          # the manager answered at the ends, the peak came between them
+    (None, 200, True, "/proc"),        # deferred at the cap: only /proc counts
+    (200, 30, True, "cache manager"),  # the manager saw the peak; /proc read after it fell
+    (30, 40, False, "/proc"),          # far below: 256 - 2*64 - 5 = 123 is where squid starts refusing
+])
+def test_squid_fd_cap_counts_the_larger_of_its_manager_and_proc(mgr_used, proc_open, reached, counted):
+    """squid src/fd.cc RESERVED_FD, src/comm/TcpAcceptor.cc okToAccept: squid turns keep-alive off and defers accepting by its own count;
+    the cache manager can only answer while squid still accepts, so it alone misses a peak mid-window."""
+    from proxytune.proxies.squid import Squid
+    (cap,) = Squid.caps(squid_ev(mgr_used, proc_open))
+    assert cap.limit == 256 and cap.refuses_at == 123
+    assert cap.reached() is reached and counted in cap.counted
