@@ -110,7 +110,7 @@ def render(lines: list[dict]) -> str:
            f"({matrix.WINDOW} s windows, --no-perf but in the cells marked perf); every run must rank the "
            "proxy's own cap first, name its directive and `file:line`, and send nobody to somaxconn (a healthy "
            "cell: no finding of severity high or medium; with perf, no cpu-hotspot at all and its top functions "
-           "in headroom; a cpu cell: cpu-hotspot or cpu-bound first). A run fails as *harness* when the evidence "
+           "in headroom; a cpu cell: cpu-hotspot or cpu-bound first, or the budget's proxy-cpu citing one as its cause). A run fails as *harness* when the evidence "
            "shows the load did not bring the proxy to its cap (or, with perf, to the CPU its cell is about).", "",
            "| failure mode | proxy | cap | stats | expected | finding (run 1) | fix as printed (run 1) | test | runs |",
            "|---|---|---|---|---|---|---|---|---|"]

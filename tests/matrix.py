@@ -68,7 +68,9 @@ class Cell:
     def expect(self) -> str:
         if self.shape == "healthy":
             return "no high/medium finding" + ("; no cpu-hotspot, its top functions in headroom" if self.perf else "")
-        return " or ".join(CPU_IDS) + " first" if self.shape == "cpu" else f"{OWN[self.proxy]} first"
+        if self.shape == "cpu":
+            return " or ".join(CPU_IDS) + " first, or proxy-cpu citing one"
+        return f"{OWN[self.proxy]} first"
 
     @property
     def derived(self) -> bool:
@@ -168,8 +170,7 @@ def verdict_problems(cell: Cell, doc: dict, where: str) -> list[str]:
         return ([f"healthy proxy, yet: {', '.join(loud)}"] if loud else []) + (cpu_info_problems(doc, ids)
                                                                                if cell.perf else [])
     if cell.shape == "cpu":
-        return [] if ids and ids[0] in CPU_IDS else [f"first finding {ids[:1] or 'none'}, expected one of "
-                                                     f"{CPU_IDS} (all: {ids})"]
+        return cpu_first_problems(found, ids)
     out = []
     if not ids or ids[0] != OWN[cell.proxy]:
         out.append(f"first finding {ids[:1] or 'none'}, expected {OWN[cell.proxy]} (all: {ids})")
@@ -190,6 +191,20 @@ def verdict_problems(cell: Cell, doc: dict, where: str) -> list[str]:
             if "somaxconn" in (f.get("fix") or "") and (f is not found[0] or ids[0] != OWN[cell.proxy]
                                                          or ADVISES_SOMAXCONN.search(f["fix"]))]
     return out
+
+
+def cpu_first_problems(found: list[dict], ids: list[str]) -> list[str]:
+    """A loop at a full core on its own work: the first finding names it, either as the CPU finding itself or
+    as the budget's proxy-cpu (where the request's time goes: the proxy itself) citing that finding as its
+    cause and carrying its fix (probes/budget_findings.py proxy_cpu); the cause is then among the findings."""
+    if ids and ids[0] in CPU_IDS:
+        return []
+    if ids and ids[0] == "proxy-cpu":
+        cause = (found[0]["evidence"].get("cause") or {}).get("finding")
+        if cause in CPU_IDS and cause in ids:
+            return []
+        return [f"proxy-cpu first without a CPU finding as its cause (cause {cause}, all: {ids})"]
+    return [f"first finding {ids[:1] or 'none'}, expected one of {CPU_IDS} or proxy-cpu citing one (all: {ids})"]
 
 
 def cpu_info_problems(doc: dict, ids: list[str]) -> list[str]:
