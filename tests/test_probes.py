@@ -52,13 +52,25 @@ def _attaches_standalone(path, timeout: float = 60) -> tuple[bool, str]:
         attached = any('"attached_probes"' in line for line in iter(p.stdout.readline, ""))
     finally:
         watchdog.cancel()
+        _interrupt(p)
+        _, err = p.communicate()
+    return attached, err
+
+
+def _interrupt(p: subprocess.Popen, within: float = 20) -> None:
+    """SIGINT until it exits, then SIGKILL at the deadline: bpftrace 0.17 can lose a SIGINT that comes
+    right after attached_probes (it prints that line before it attaches; the product waits for the
+    kernel to hold its programs and nudges with SIGTERM), and one lost signal cost the
+    whole 20 s wait per script here."""
+    end = time.monotonic() + within
+    while p.poll() is None and time.monotonic() < end:
         p.send_signal(signal.SIGINT)
         try:
-            _, err = p.communicate(timeout=20)
+            p.wait(0.5)
         except subprocess.TimeoutExpired:
-            p.kill()
-            _, err = p.communicate()
-    return attached, err
+            pass
+    if p.poll() is None:
+        p.kill()
 
 
 @needs_bpftrace
