@@ -3,17 +3,24 @@
 #   - Debian packages the tests drive, when run as root (else: a message naming them)
 SHELL := /bin/bash
 # The proxies' packages come from their modules (proxies/), read when `deps` runs (after `venv`).
-PROXY_PACKAGES = $(shell python3 packaging/proxy-packages.py)
+PROXY_PACKAGES = $(shell python3 -I packaging/proxy-packages.py)
 DEBIAN_TEST_PACKAGES = ansible openssh-server tuned dbus-daemon e2fsprogs iproute2 procps systemd util-linux \
 	gcc libc6-dev valgrind linux-perf bpftrace fio wrk $(PROXY_PACKAGES) chromium \
 	python3-venv python3-click python3-rich python3-jsonschema python3-matplotlib python3-apt lintian \
 	debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools liburing-dev tcpdump
 PYTEST_ARGS ?=
 
-.PHONY: test deps venv clean dist deb-src
+.PHONY: test test-fast deps venv clean dist deb-src
 
+# Everything (as root: the sandboxes, the proxies, the fleet), with the 25 slowest tests at the end.
 test: deps
-	.venv/bin/python -m pytest $(PYTEST_ARGS)
+	.venv/bin/python -m pytest --durations=25 $(PYTEST_ARGS)
+
+# Before each commit: what needs no root and starts nothing (pure Python, one process, no Debian
+# packages, any user). PROXYTUNE_TEST_FAST=1 fails a test here that starts a program anyway.
+# Tiers: tests/tiers.py.
+test-fast: venv
+	PROXYTUNE_TEST_FAST=1 .venv/bin/python -m pytest -m "not host and not proxy and not slow" $(PYTEST_ARGS)
 
 venv:
 	@tests/debian-deps.sh python3-venv

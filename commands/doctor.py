@@ -32,14 +32,19 @@ def doctor(host, pid, comm, duration, profile_ref, cache_dirs, deep, no_perf, fm
     tracepoints (filtered by pid, aggregated in the kernel) and perf
     cpu-clock sampling, plus TcpExt counters and /proc. Findings:
       fd-exhaustion, low-nofile-limit, accept-queue-overflow,
-      syn-backlog-overflow, ephemeral-port-exhaustion, poll-scan,
+      other-listener-overflow (low: another listener of its namespace
+      dropped), syn-backlog-overflow, ephemeral-port-exhaustion, poll-scan,
       blocking-disk-io, file-per-object-churn, cache-dir-atime, cpu-hotspot,
       time-wait-overflow, conntrack-full, tcp-memory-pressure,
       orphan-sockets, listen-drops (the kernel's tables and counters in the
       target's network namespace),
       and the proxy's own caps: haproxy-maxconn, varnish-thread-pool,
       nginx-worker-connections, squid-fd-limit,
-      trafficserver-connections-throttle (read from its config and stats)
+      trafficserver-connections-throttle (read from its config and stats),
+      and from the time budget (where an average request's time goes:
+      accept queue, queue in the proxy, connect, origin's first byte, the
+      proxy itself): slow-origin, proxy-queue, accept-wait, proxy-cpu,
+      loop-lag
     ranked by severity and impact. Read-only; needs root.
     Exit 0 no findings, 1 findings, 2 error (with --format nagios: 0 OK,
     1 WARNING, 2 CRITICAL: a high-severity finding or one --critical names,

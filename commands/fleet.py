@@ -17,12 +17,13 @@ def fleet_options(f):
     options = [
         click.option("--inventory", "-i", required=True, metavar="FILE", help="Ansible inventory (INI, YAML, ...)."),
         click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True,
-                     metavar="NAME|PATH", help="A catalog name, or a file (a path starting with / ./ ../ or ending in .toml; sent to every host)."),
+                     metavar="NAME|PATH", help="A catalog name, or a file (a path starting with / ./ ../ or ending in .toml). A file, or a site or user profile, is sent to every host as resolved here (includes merged, waivers kept)."),
         click.option("--only", multiple=True, metavar="GLOB", help="Only settings matching (repeatable)."),
         click.option("--skip", multiple=True, metavar="GLOB", help="Leave out settings matching (repeatable)."),
         click.option("--limit", metavar="PATTERN", help="Ansible host pattern, e.g. 'proxies:!canary'."),
         click.option("--forks", type=click.IntRange(1, 500), default=5, show_default=True,
-                     help="Hosts Ansible works on at once."),
+                     help="Hosts Ansible works on at once, one worker process each on this machine "
+                          "(sizing for large fleets: docs/BENCHMARKS.md)."),
         click.option("--timeout", type=click.IntRange(10, 86400), default=900, show_default=True, metavar="SECONDS",
                      help="Per host and task: a host that takes longer is stopped there and counts as failed."),
         click.option("--no-install", is_flag=True,

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from proxytune.core.errors import one_line
+
 from .output import emit_json
 
 
@@ -61,10 +63,9 @@ def man_command(page, install):
         return
     from proxytune.tune import files
     top = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local/share").absolute() / "man"
-    for name, section in MAN_PAGES.items():
-        path = top / f"man{section}" / f"{name}.{section}"
-        files.atomic_write(path, man_page(name, _root()))
-        click.echo(f"wrote {path}")
+    pages = {top / f"man{section}" / f"{name}.{section}": man_page(name, _root()) for name, section in MAN_PAGES.items()}
+    for path in files.write_outputs(pages, own_tree=True, keep=True):     # all checked first; never another's HOME
+        click.echo(f"wrote {one_line(str(path))}")
 
 
 @click.command("completion")

@@ -34,13 +34,14 @@ def emit_result(kind: str, data: dict, paths: list[str] | None = None) -> None:
 
 
 def emit_metrics(text: str, output: Path | None) -> None:
-    """The textfile to stdout, or to FILE through the safe file layer (temp file + rename: node_exporter
-    never reads half a file); a file that is there keeps its mode and owner."""
+    """The textfile to stdout, or to FILE by the output rule (tune/files.write_output: temp file + rename,
+    node_exporter never reads half a file; a directory of root's or ours only, no link followed, nothing of
+    the file it replaces read); a file that is there keeps its mode and owner."""
     if output is None:
         click.echo(text, nl=False)
         return
     from proxytune.tune import files
-    files.atomic_write(output.absolute(), text)
+    files.write_output(output, text, keep=True)
 
 
 def finish_bench(data: dict, name: str, output: Path | None, as_json: bool, show=None) -> None:

@@ -26,7 +26,8 @@ ENVIRONMENT = [
     ("PROXYTUNE_FORMAT", "Default for \\-\\-format (table or tsv)."),
     ("PROXYTUNE_LOCK_DIR", "Where apply and rollback take the host\\-wide lock [/run/proxytune]."),
     ("PROXYTUNE_JOURNAL_SOCKET, PROXYTUNE_SYSLOG_SOCKET",
-     "Where apply and rollback send their log line [/run/systemd/journal/socket, else /dev/log]."),
+     "Where apply and rollback send their log line [/run/systemd/journal/socket, else /dev/log]; "
+     "used only in a directory private to the user running proxytune, never through a link."),
     ("PROXYTUNE_CACHE_DIR", "Where the C harnesses are built [/var/cache/proxytune as root, "
                             "else $XDG_CACHE_HOME/proxytune]."),
     ("XDG_CONFIG_HOME", "The user's profiles are in $XDG_CONFIG_HOME/proxytune/profiles [~/.config]."),

@@ -143,6 +143,43 @@ def uid_of(pid: int) -> int | None:
     return _number(pid, "status", r"^Uid:\s+(\d+)")
 
 
+def uids_of(pid: int, which: str = "Uid") -> tuple[int, ...] | None:
+    """(real, effective, saved, filesystem) uids (or, which="Gid", gids) of the process
+    (/proc/PID/status); None when gone."""
+    try:
+        text = Path(f"/proc/{int(pid)}/status").read_text()
+    except (OSError, ValueError):
+        return None
+    m = re.search(rf"^{which}:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", text, re.M)
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+LIMIT_ROWS = {"nofile": "Max open files", "nproc": "Max processes", "memlock": "Max locked memory",
+              "core": "Max core file size"}
+
+
+def limits_of(pid: int, name: str) -> tuple[int, int] | None:
+    """(soft, hard) of one of RLIMITS from /proc/PID/limits (unlimited: RLIM_INFINITY), as prlimit(2)
+    gives them; readable for any process, where prlimit needs the same uid or CAP_SYS_RESOURCE."""
+    try:
+        text = Path(f"/proc/{int(pid)}/limits").read_text()
+    except (OSError, ValueError):
+        return None
+    m = re.search(rf"^{LIMIT_ROWS[name]}\s+([0-9]+|unlimited)\s+([0-9]+|unlimited)", text, re.M)
+    conv = lambda v: resource.RLIM_INFINITY if v == "unlimited" else int(v)
+    return (conv(m.group(1)), conv(m.group(2))) if m else None
+
+
+def cgroups_of(pid: int) -> list[tuple[str, str]]:
+    """(controllers, path) of each hierarchy the process is in (/proc/PID/cgroup): ("", path) is the
+    unified (v2) one, ("name=systemd", path) systemd's legacy one; empty when gone."""
+    try:
+        text = Path(f"/proc/{int(pid)}/cgroup").read_text()
+    except (OSError, ValueError):
+        return []
+    return [(parts[1], parts[2]) for line in text.splitlines() if len(parts := line.split(":", 2)) == 3]
+
+
 def write_bytes(pid: int) -> int | None:
     """Bytes the process caused to be sent to storage (/proc/PID/io write_bytes; needs task I/O accounting)."""
     return _number(pid, "io", r"^write_bytes:\s*(\d+)")

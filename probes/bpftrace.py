@@ -40,6 +40,9 @@ ATTACH_WAIT_S = 10.0
 NUDGE_S = 1.0
 # `X == $1`, where X is pid, tid or a tracepoint field (args->next_pid): compose() matches any of the pids.
 PID_ARG = re.compile(r"(?<![\w>])((?:args->)?[a-z_]+) == \$1\b")
+# `X == $2` in a script that takes the proxy's listening ports (budget.bt): any of them; `$3` its netns inode.
+PORT_ARG = re.compile(r"(?<![\w>])((?:args->)?[a-z_]+) == \$2\b")
+NETNS_ARG = re.compile(r"\$3\b")
 
 
 @dataclass
@@ -89,24 +92,38 @@ def tracepoint_exists(tp: str) -> bool:
                              f"tracefs is readable by root only; see {command('probe caps')}") from None
 
 
+BTF = Path("/sys/kernel/btf/vmlinux")
+STRUCT_CAST = re.compile(r"\(struct \w+ \*\)")
+
+
 def missing_tracepoints(s: Script) -> list[str]:
-    return [tp for tp in s.tracepoints if not tracepoint_exists(tp)]
+    """The tracepoints s needs that this kernel lacks, and its BTF when s reads a kernel struct (a cast
+    such as `(struct sock *)args->skaddr` is resolved through BTF: without it the program does not load)."""
+    missing = [tp for tp in s.tracepoints if not tracepoint_exists(tp)]
+    if STRUCT_CAST.search(s.text.split("*/", 1)[-1]) and not BTF.exists():
+        missing.append(f"kernel BTF ({BTF})")
+    return missing
 
 
 def _any_of(var: str, ids: list[int]) -> str:
     return "(" + " || ".join(f"{var} == {i}" for i in ids) + ")" if len(ids) > 1 else f"{var} == {ids[0]}"
 
 
-def compose(scripts: list[Script], pids: list[int]) -> str:
-    """One program from several scripts, for these pids (each pid's main thread is its loop thread)."""
+def compose(scripts: list[Script], pids: list[int], args: dict[str, dict] | None = None) -> str:
+    """One program from several scripts, for these pids (each pid's main thread is its loop thread).
+    `args` gives a script, by name, its own positional values: "pids" (e.g. every process of a proxy,
+    not only the watched ones), "ports" for `== $2` (none: a port no socket has) and "netns" for `$3`."""
     if not pids:
         raise ProxytuneError("no process to probe")
     body, ends = [], []
     for s in scripts:
+        own = (args or {}).get(s.name, {})
         text = s.text
         ends += [m.strip() for m in END_RE.findall(text)]
         text = END_RE.sub("", text)
-        text = PID_ARG.sub(lambda m: _any_of(m.group(1), pids), text)
+        text = PID_ARG.sub(lambda m: _any_of(m.group(1), own.get("pids") or pids), text)
+        text = PORT_ARG.sub(lambda m: _any_of(m.group(1), [int(p) for p in own.get("ports") or [0]]), text)
+        text = NETNS_ARG.sub(str(int(own.get("netns") or 0)), text)
         text = "\n".join(l for l in text.splitlines() if not l.startswith("#!"))
         body.append(f"/* ---- {s.name} ---- */\n{text}")
     if ends:

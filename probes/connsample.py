@@ -11,11 +11,22 @@ accepted clients (sockets on one of its listening ports), upstreams, fds;
 per listening port: the accept queue and its backlog; and the ephemeral
 ports in use toward the namespace's busiest destination (TIME-WAIT ones once, at the
 end: one dump of tens of thousands of them would let the sockets a process
-holds change under it). Peaks over the samples go into the evidence.
+holds change under it). Peaks over the samples go into the evidence. The same
+dump carries each socket's TCP_INFO, from which probes/inflight.py tallies
+where the proxy's requests are at each tick (the time budget's counts).
+
+The TcpExt counters (ListenOverflows, ListenDrops) are the whole network
+namespace's, so the listeners are also read with their own drop counter at
+the window's start and end: tcp_listendrop() (include/net/tcp.h) adds one to
+the listener's sk_drops for every SYN or handshake ACK it drops, accept
+queue overflows included, and `ss -m` prints it as skmem's `d` field
+(sk_get_meminfo, SK_MEMINFO_DROPS). Which listener dropped is then known
+even when its queue filled and emptied between two ticks; the other
+processes' listeners whose queue a tick saw full are kept as well.
 
 Between ticks a thread reads each process's open-fd count every FINE_S:
 a worker's count can peak for milliseconds only (nginx's drain sawtooth
-under bursts of reconnecting clients, see kinds/nginx.py), which 4 ticks a
+under bursts of reconnecting clients, see proxies/nginx.py), which 4 ticks a
 second miss. It uses st_size of /proc/PID/fd, the number of open fds since
 Linux 6.2 (fs/proc/fd.c proc_readfd_count): O(1) per read, no readlink. On
 an older kernel it reads 0 and the fine peaks are reported unavailable.
@@ -28,8 +39,9 @@ import threading
 
 from proxytune.core import procfs
 from proxytune.core.numbers import uint
-
 from proxytune.core.sockets import fd_inventory
+
+from .inflight import Tally
 
 TICK_S = 0.25
 FINE_S = 0.01           # a worker at the top of nginx's tooth ~16 % of the time (measured) is seen there in a
@@ -47,12 +59,14 @@ def netns_prefix(pid: int) -> list[str]:
     return []
 
 
-def tcp_rows(prefix: list[str], time_wait: bool = False) -> list[tuple[str, int, int, str, int | None, str]]:
+def tcp_rows(prefix: list[str], time_wait: bool = False,
+             info: dict | None = None) -> list[tuple[str, int, int, str, int | None, str]]:
     """(state, recv-q, send-q, local port, inode, flow) of every TCP socket in the namespace, flow being
     "LOCAL-ADDRESS>PEER:PORT" (the 4-tuple less the local port); TIME-WAIT ones only
     when asked: under churn there are tens of thousands, and a dump that long lets the sockets a process
-    holds change under it (no process holds a TIME-WAIT socket)."""
-    argv = [*prefix, "ss", "-tanHe"] + ([] if time_wait else ["exclude", "time-wait"])
+    holds change under it (no process holds a TIME-WAIT socket). With `info` (a dict), the same dump
+    carries TCP_INFO (`ss -iO`: on the socket's one line), and info[inode] gets that line's text."""
+    argv = [*prefix, "ss", "-tanHe" + ("iO" if info is not None else "")] + ([] if time_wait else ["exclude", "time-wait"])
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
     except (FileNotFoundError, subprocess.TimeoutExpired):
@@ -65,6 +79,8 @@ def tcp_rows(prefix: list[str], time_wait: bool = False) -> list[tuple[str, int,
         ino = next((uint(w[4:]) for w in f[5:] if w.startswith("ino:")), None)
         rows.append((f[0], uint(f[1]), uint(f[2]), f[3].rsplit(":", 1)[-1], ino or None,
                      f"{f[3].rsplit(':', 1)[0]}>{f[4]}"))
+        if info is not None and ino:
+            info[ino] = line
     return rows
 
 
@@ -79,6 +95,53 @@ def busiest_destination(rows, listening: set[str], span: tuple[int, int]) -> tup
             per[flow] = per.get(flow, 0) + 1
     flow = max(per, key=per.get, default=None)
     return (per[flow], flow) if flow else (0, None)
+
+
+SKMEM_DROPS = re.compile(r"skmem:\([^)]*?\bd([0-9]+)\)", re.A)
+
+
+def listener_drops(prefix: list[str]) -> dict[int, dict] | None:
+    """Every TCP listener of the namespace by inode: its local address, accept queue, backlog and the drops the
+    kernel counted on it (sk_drops); None when ss cannot say (no skmem `d` field: an old ss or kernel)."""
+    try:
+        p = subprocess.run([*prefix, "ss", "-tlnHem"], capture_output=True, text=True, timeout=10)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return None
+    return parse_listeners(p.stdout) if p.returncode == 0 else None
+
+
+def parse_listeners(text: str) -> dict[int, dict] | None:
+    """`ss -tlnHem` output -> {inode: {"local", "queued", "backlog", "drops"}}; None when a listener has no
+    drop count (skmem's `d`)."""
+    rows: list[str] = []
+    for line in text.splitlines():             # skmem may come on a line of its own, indented
+        if line[:1].isspace() and rows:
+            rows[-1] += " " + line.strip()
+        elif line.strip():
+            rows.append(line)
+    out = {}
+    for row in rows:
+        f = row.split()
+        ino = next((uint(w[4:]) for w in f[5:] if w.startswith("ino:")), None)
+        if len(f) < 5 or not ino or uint(f[1]) is None or uint(f[2]) is None:
+            continue
+        if not (m := SKMEM_DROPS.search(row)):
+            return None
+        out[ino] = {"local": f[3], "queued": uint(f[1]), "backlog": uint(f[2]), "drops": int(m.group(1))}
+    return out
+
+
+def inode_owners(inodes: set[int]) -> dict[int, dict]:
+    """inode -> {"pid", "comm"} of a process holding that socket, from every process's /proc/PID/fd (once, at
+    the end, for the few listeners that are not the target's)."""
+    out: dict[int, dict] = {}
+    for pid in procfs.all_pids():
+        if len(out) == len(inodes):
+            break
+        got = fd_inventory(pid)
+        for ino in (got[1] & inodes) if got else ():
+            out.setdefault(ino, {"pid": pid, "comm": procfs.comm_of(pid)})
+    return out
 
 
 def named_threads(pid: int, name: str) -> int:
@@ -148,22 +211,31 @@ class Sampler:
         self.ephemeral_flow: str | None = None
         self.fine = FdPeaks(self.pids)
         self.other_fds: dict[int, int] = {}      # per pid: fewest fds that are not sockets over the ticks
+        self.own_listeners: dict[int, str] = {}  # inode -> port of the target's listening sockets
+        self.others: dict[int, dict] = {}        # inode -> the other processes' listeners, as the ticks saw them
+        self.drops0 = self.drops1 = None         # listener_drops() at the window's start and end
+        self.flight = Tally()                     # where its requests are at each tick (the time budget)
 
     def sample(self) -> None:
         if self.n == 0:
             self.fine.start()
+            self.drops0 = listener_drops(self.prefix)
         inv = {p: got for p in self.pids if (got := fd_inventory(p)) is not None}
         owner: dict[int, list[int]] = {}
         for pid, (_, socks) in inv.items():
             for ino in socks:
                 owner.setdefault(ino, []).append(pid)
-        rows = tcp_rows(self.prefix)
+        info: dict[int, str] = {}
+        rows = tcp_rows(self.prefix, info=info)
         listening = {port for state, _, _, port, ino, _ in rows if state == "LISTEN" and ino in owner}
         counts = {pid: {"clients": 0, "upstream": 0} for pid in inv}
-        for state, recvq, sendq, port, ino, _ in rows:
+        for state, recvq, sendq, port, ino, flow in rows:
             if state == "LISTEN":
                 if ino in owner:
                     self._listener(port, recvq, sendq)
+                    self.own_listeners[ino] = port
+                elif ino:
+                    self._other(ino, f"{flow.split('>', 1)[0]}:{port}", recvq, sendq)
                 continue
             for pid in owner.get(ino, ()):
                 counts[pid]["clients" if port in listening else "upstream"] += 1
@@ -178,6 +250,7 @@ class Sampler:
         self.clients_peak = max(self.clients_peak, sum(c["clients"] for c in counts.values()))
         self.upstream_peak = max(self.upstream_peak, sum(c["upstream"] for c in counts.values()))
         self._clients_by_port(rows, owner, listening)
+        self.flight.tick(rows, owner, listening, info)
         if self.range:
             eph, flow = busiest_destination(rows, listening, self.range)
             if eph > self.ephemeral_peak:
@@ -194,6 +267,42 @@ class Sampler:
         r["queued_peak"] = max(r["queued_peak"], queued)
         r["queued_samples"] += queued > 0
         r["backlog"] = backlog
+
+    def _other(self, ino: int, local: str, queued: int, backlog: int) -> None:
+        """Another process's listener in the namespace: its queue's peak and the ticks that saw it full."""
+        r = self.others.setdefault(ino, {"local": local, "queued_peak": 0, "full_samples": 0, "backlog": backlog})
+        r["queued_peak"] = max(r["queued_peak"], queued)
+        r["full_samples"] += queued >= backlog > 0
+        r["backlog"] = backlog
+
+    def window_end(self) -> None:
+        """The listeners' drop counters at the window's end (with the TcpExt counters they are set against)."""
+        self.drops1 = listener_drops(self.prefix)
+
+    def listen_drops(self) -> dict:
+        """Each listener's drops in the window: the target's per port (into self.ports), and the other
+        listeners of the namespace that dropped or were seen full, with the process that holds them."""
+        if self.drops0 is None or self.drops1 is None:
+            return {"available": False, "reason": "ss -m gave no per-listener drop count (skmem d) here",
+                    "others": self._others({})}
+        delta = {ino: r["drops"] - self.drops0.get(ino, {}).get("drops", 0) for ino, r in self.drops1.items()}
+        for ino, port in self.own_listeners.items():
+            if port in self.ports:
+                self.ports[port]["drops"] = self.ports[port].get("drops", 0) + max(0, delta.get(ino, 0))
+        for ino, r in self.drops1.items():
+            if ino not in self.own_listeners and delta[ino] > 0:
+                self.others.setdefault(ino, {"local": r["local"], "queued_peak": r["queued"], "full_samples": 0,
+                                             "backlog": r["backlog"]})
+        return {"available": True, "counted": "each listener's sk_drops (ss -m, skmem d) from the window's start "
+                                              "to its end", "others": self._others(delta)}
+
+    def _others(self, delta: dict[int, int]) -> list[dict]:
+        """The other listeners that dropped (by their own count) or that a tick saw full, busiest first."""
+        seen = {ino: {**r, "drops": delta.get(ino)} for ino, r in self.others.items()
+                if r["full_samples"] or (delta.get(ino) or 0) > 0}
+        owners = inode_owners(set(seen)) if seen else {}
+        out = [{**r, "process": owners.get(ino)} for ino, r in seen.items()]
+        return sorted(out, key=lambda r: (-(r["drops"] or 0), -r["full_samples"]))[:8]
 
     def _clients_by_port(self, rows, owner, listening) -> None:
         per: dict[str, int] = {}
@@ -226,9 +335,12 @@ class Sampler:
     def summary(self) -> dict:
         size = self.range[1] - self.range[0] + 1 if self.range else None
         fine = self.fine_peaks()
+        if self.drops1 is None and self.n:
+            self.window_end()
+        drops = self.listen_drops()
         return {"samples": self.n, "tick_s": TICK_S, "fine": fine, "pids": {str(p): v for p, v in self.per_pid.items()},
                 "ports": self.ports, "clients_peak": self.clients_peak, "upstream_peak": self.upstream_peak,
-                "ephemeral": self.ephemeral(size)}
+                "ephemeral": self.ephemeral(size), "listen_drops": drops, "flight": self.flight.summary()}
 
     def ephemeral(self, size: int | None) -> dict:
         at_end, flow = self.ephemeral_now()

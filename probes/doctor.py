@@ -9,6 +9,8 @@ Nothing here writes to the target: tracepoints and sampling only, no
 uprobes on its hot paths; every tracer is reaped on exit and on Ctrl-C.
 """
 
+import contextlib
+import os
 import subprocess
 from pathlib import Path
 
@@ -17,14 +19,15 @@ from proxytune.core import procfs, procgroup, sockets
 from proxytune.core.capability import no
 from proxytune.tune import audit as audit_mod, observe
 
-from . import bpftrace, caps, connsample, findings, netstat, nsstate, owncap, perf, proc, proxies, proxies_findings, \
-    target, triage
+from . import budget, budget_findings, bpftrace, caps, connsample, findings, netstat, nsstate, owncap, perf, proc, \
+    proxies, proxies_findings, sched, target, triage
 
-# Always: no syscall tracepoint among them (see triage.py for why that matters).
-DEFAULT_SCRIPTS = ["loop_blocking", "connect_fail", "fs_churn"]
+# Always: no syscall tracepoint among them (see triage.py for why that matters). budget.bt also counts what
+# connect_fail.bt does: one program at each TCP state change of the host instead of two.
+DEFAULT_SCRIPTS = ["loop_blocking", "fs_churn", "budget"]
 # Syscall scripts, each attached when the triage sees what it measures (or with --deep).
 TRIAGED_SCRIPTS = ["pollscan", "fd_errors", "sync_calls"]
-DEEP_SCRIPTS = ["connect_errors", "file_lifecycle", "epoll_events", "biolatency", "runqlat"]
+DEEP_SCRIPTS = ["connect_errors", "file_lifecycle", "epoll_events", "biolatency", "runqlat", "budget_reads"]
 
 
 def port_range(pid: int) -> str | None:
@@ -88,47 +91,45 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
     dirs = list(cache_dirs or []) or proxy_cache_dirs(watched)
     ev: dict = {"pids": pids, "comm": comm, "skipped_scripts": skipped, "triage": triaged,
                 "scripts": [s.name for s in scripts], "port_range": port_range(pids[0])}
-    sampler = connsample.Sampler(pids + (watched.processes() if watched else []), ev["port_range"],
-                                 watched.worker_thread if watched else None)
+    every = list(dict.fromkeys(pids + (watched.processes() if watched else [])))
+    sampler = connsample.Sampler(every, ev["port_range"], watched.worker_thread if watched else None)
     ev["audit"] = audit(host, profile_ref, service, dirs) if host is not None else {"available": False,
                                                                                     "reason": "not asked"}
     nspath = f"/proc/{pids[0]}/net/netstat"
     sampling = caps.perf_sampling() if use_perf else no("not asked (--no-perf)")
-    with procgroup.Children() as kids:
-        run = bpftrace.Run(kids, bpftrace.compose(scripts, pids))
+    with procgroup.Children() as kids, own_clocks(watched) as clocks:
+        args = budget_args(every)
+        run = bpftrace.Run(kids, bpftrace.compose(scripts, pids, {"budget": args, "budget_reads": args}))
         run.wait_attached()
         rec = perf.Record(kids) if sampling.ok else None
         stats0 = watched.stats() if watched else None
         watch = target.Watch(pids)
         before, ns0 = proc.snapshot(pids, watch.ids), netstat.snapshot(nspath)
-        ct0 = nsstate.conntrack_stats(pids[0])
+        threads0 = proc.thread_times(sampler.pids)
+        ct0, sched0 = nsstate.conntrack_stats(pids[0]), sched.snapshot(every)
+        clocks.start()
         sampler.sample()
         window = watch.wait(duration, lambda t: (sampler.sample(), tick and tick(t)))
+        sched1 = sched.snapshot(every)
+        clocks.stop()
         after, ns1 = proc.snapshot(pids, watch.ids), (netstat.snapshot(nspath) if Path(nspath).exists() else ns0)
+        sampler.window_end()                              # each listener's drops, against the same TcpExt window
+        threads1 = proc.thread_times(sampler.pids)
         ev["kernel"] = nsstate.read(pids[0], ct0)         # sysctls, sockstat, conntrack of its namespace
-        ev["proxy"] = ({**watched.describe(), "stats_before": stats0, "stats_after": watched.stats()}
-                       if watched else None)
+        ev["proxy"] = ({**watched.describe(), "stats_before": stats0, "stats_after": watched.stats(),
+                        "timing": clocks.result()} if watched else None)
         maps = run.stop()
         prof = rec.stop(pids) if rec else sampling.to_result()
     ev["window_s"] = window
+    ev["sched"] = sched.delta(sched0, sched1, window)
     ev["bpf"] = {k: v for k, v in maps.items() if not k.startswith("_")}
     ev["bpftrace_stderr"] = maps.get("_stderr", "")
     ev["bpf_window_s"] = maps.get("_window_s") or window
     ev["netstat"] = netstat.delta(ns0, ns1)
     ev["exited"] = {str(p): s for p, s in watch.exited.items()}
     ev["all_exited"] = watch.all_gone
-    procs, cpu = {}, 0.0
-    for pid in (p for p in pids if p in before):
-        a, b = before[pid], after.get(pid, before[pid])
-        soft = b["nofile_soft"]
-        fds = b["fds_open"] if b["fds_open"] is not None else a["fds_open"]
-        procs[pid] = {"pid": pid, "comm": a["comm"], "fds_open": fds, "nofile_soft": soft,
-                      "nofile_hard": b["nofile_hard"],
-                      "fd_use": fds / soft if isinstance(soft, int) and soft and fds is not None else 0.0}
-        if a["cpu_s"] is not None and b["cpu_s"] is not None:
-            cpu += b["cpu_s"] - a["cpu_s"]
-    ev["procs"] = {str(k): v for k, v in procs.items()}
-    ev["cpu_cores"] = cpu / window if window > 0 else 0.0
+    ev["procs"], ev["cpu_cores"] = proc_figures(pids, before, after, window)
+    ev["threads"] = proc.busiest_threads(threads0, threads1, pids[0])
     ev["listeners"] = sockets.listeners(pids)
     ev["connections"] = sockets.connections({l["local"].rsplit(":", 1)[-1] for l in ev["listeners"]}, pids)
     ev["conns"] = sampler.summary()
@@ -136,6 +137,58 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
     ev["perf"] = prof
     ev["loop"] = loop_summary(ev)
     return ev
+
+
+def proc_figures(pids: list[int], before: dict, after: dict, window: float) -> tuple[dict, float]:
+    """Per pid its fds against its limit at the end, and the CPUs the pids used over the window."""
+    procs, cpu = {}, 0.0
+    for pid in (p for p in pids if p in before):
+        a, b = before[pid], after.get(pid, before[pid])
+        soft = b["nofile_soft"]
+        fds = b["fds_open"] if b["fds_open"] is not None else a["fds_open"]
+        procs[str(pid)] = {"pid": pid, "comm": a["comm"], "fds_open": fds, "nofile_soft": soft,
+                           "nofile_hard": b["nofile_hard"],
+                           "fd_use": fds / soft if isinstance(soft, int) and soft and fds is not None else 0.0}
+        if a["cpu_s"] is not None and b["cpu_s"] is not None:
+            cpu += b["cpu_s"] - a["cpu_s"]
+    return procs, (cpu / window if window > 0 else 0.0)
+
+
+def budget_args(every: list[int]) -> dict:
+    """budget.bt's values: every process of the proxy (a connect may come from any), its listening
+    ports and its network namespace (the inode of /proc/PID/ns/net)."""
+    ports = sorted({l["local"].rsplit(":", 1)[-1] for l in sockets.listeners(every)}, key=int)
+    try:
+        netns = os.stat(f"/proc/{int(every[0])}/ns/net").st_ino
+    except OSError:
+        netns = 0
+    return {"pids": every, "ports": ports[:64], "netns": netns}
+
+
+class own_clocks(contextlib.AbstractContextManager):
+    """The watched proxy's own clocks over the window (its module's timing(), when it has one): started
+    with the window, stopped at its end, its result stored as evidence; a module without one gives None."""
+
+    def __init__(self, watched):
+        make = getattr(watched, "timing", None)
+        self.ctx = make() if make else None
+        self.entered = None
+
+    def start(self) -> None:
+        if self.ctx is not None:
+            self.entered = self.ctx.__enter__()
+
+    def stop(self) -> None:
+        if self.entered is not None:
+            self.ctx.__exit__(None, None, None)
+
+    def result(self):
+        return self.entered.result() if self.entered is not None else None
+
+    def __exit__(self, *exc):
+        if self.entered is not None and exc[0] is not None:
+            self.ctx.__exit__(*exc)
+        return False
 
 
 def loop_summary(ev: dict) -> dict:
@@ -157,11 +210,19 @@ def diagnose(pids: list[int], duration: float, **kw) -> dict:
     ev = gather(pids, duration, **kw)
     if ev["all_exited"]:
         raise target.gone_error(pids, ev["exited"], duration)
+    return answer(ev, pids)
+
+
+def answer(ev: dict, pids: list[int]) -> dict:
+    """The doctor's result from the evidence (pure: a recorded window gives the same answer)."""
+    b = budget.compute(ev)
     found = proxies_findings.cpu_bound(proxies_findings.refine(findings.evaluate(ev), ev), ev)
+    found = budget_findings.rank(found, budget_findings.evaluate(ev, b, found))
     limited = any(f["severity"] in ("high", "medium") for f in (x.to_json() for x in found))
     return {"target": {"pids": pids, "comm": ev["comm"], "exited": ev["exited"]},
             "window_s": round(ev["window_s"], 2),
             "findings": [f.to_json() for f in found],
             "verdict": "limited" if limited else "no limit found",
             "headroom": owncap.headroom(proxies_findings.caps(ev) if ev.get("proxy") else [], ev),
+            "budget": b,
             "evidence": ev}

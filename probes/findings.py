@@ -27,8 +27,14 @@ BLOCKING_MIN_SHARE = 0.05
 CHURN_MIN_PER_S = 20
 # cpu-hotspot: the target uses at least this much of one CPU ...
 HOTSPOT_MIN_CPU = 0.20
-# ... and one function holds at least this share of its samples.
+# ... and one function holds at least this share of its samples ...
 HOTSPOT_MIN_SHARE = 0.10
+# ... and its CPU is what its requests wait on: a thread that serves them is busy at least this share of the
+# window. An event loop (an nginx worker, a haproxy thread, a squid kid, an ATS ET_NET thread) runs its ready
+# events one after the other, so at utilisation u an event that becomes ready waits on average u / (1 - u)
+# event times before the loop reaches it (M/M/1 queue): 4 at 0.8, 9 at 0.9, under half an event's own time
+# at 0.3. Below this the loop is idle most of the window and any busy proxy has some function at 10 %.
+HOTSPOT_LOOP_BUSY = 0.8
 # cpu-hotspot needs this many samples of the target to say anything.
 HOTSPOT_MIN_SAMPLES = 50
 # time-wait-overflow: a TIME_WAIT bucket lives TCP_TIMEWAIT_LEN (60 s, include/net/tcp.h), so the buckets a
@@ -125,16 +131,65 @@ def low_nofile_limit(ev: dict) -> Finding | None:
                    impact=1 - min(p["nofile_soft"] for p in low) / LOW_NOFILE)
 
 
+def own_listen_drops(ev: dict) -> int | None:
+    """Drops the kernel counted on the proxy's own listeners in the window (each listener's sk_drops, which
+    tcp_listendrop() raises for every SYN or handshake ACK it drops: connsample), or None when not read."""
+    conns = ev.get("conns") or {}
+    if not (conns.get("listen_drops") or {}).get("available"):
+        return None
+    return sum(r.get("drops", 0) for r in (conns.get("ports") or {}).values())
+
+
+def _other_listeners(ev: dict) -> list[dict]:
+    """The namespace's other listeners that dropped (by their own count) or that a tick saw full (connsample)."""
+    return ((ev.get("conns") or {}).get("listen_drops") or {}).get("others") or []
+
+
+def overflowed_here(ev: dict) -> tuple[bool | None, str]:
+    """Whether the namespace's listen overflows are this proxy's: (True/False, why), or (None, why) when the
+    evidence cannot tell. TcpExt counts every listener of the network namespace (another process's, the
+    proxy's own origin's); the proxy's listeners show an overflow of theirs as their own drops, or, where
+    those were not read, as a queue the sampler saw."""
+    drops = own_listen_drops(ev)
+    if drops is not None:
+        return (drops > 0, f"its own listeners counted {drops} drops (sk_drops) in the window")
+    ports = (ev.get("conns") or {}).get("ports") or {}
+    if any(r.get("queued_peak", 0) > 0 for r in ports.values()):
+        return True, "its own accept queue was seen non-empty (per-listener drops not read)"
+    if _other_listeners(ev) and ports:
+        return False, "its own accept queue was never seen non-empty while another listener's was seen full"
+    return None, "not attributed: per-listener drops were not read and no queue was seen"
+
+
+def _full_now(ev: dict) -> list[dict]:
+    return [l for l in ev["listeners"] if l["queued"] >= l["backlog"] > 0]
+
+
+def elsewhere(ev: dict) -> dict[str, int]:
+    """The namespace-wide listen counters of the window that are not this proxy's: ListenOverflows when its
+    own listeners show no overflow (overflowed_here is False) and no full queue now; the SYN-queue ones as
+    well when they are drops (counted per listener too: tcp_listendrop), or, for cookies (which drop
+    nothing), when another listener is seen overflowing."""
+    d = ev["netstat"]
+    if overflowed_here(ev)[0] is not False or _full_now(ev):
+        return {}
+    out = {k: d[k] for k in ("ListenOverflows", "ListenDrops", "TCPReqQFullDrop") if d.get(k, 0) > 0}
+    if d.get("TCPReqQFullDoCookies", 0) > 0 and _other_listeners(ev):
+        out["TCPReqQFullDoCookies"] = d["TCPReqQFullDoCookies"]
+    return out
+
+
 def accept_queue_overflow(ev: dict) -> Finding | None:
     d = ev["netstat"]
-    full = [l for l in ev["listeners"] if l["queued"] >= l["backlog"] > 0]
-    if d.get("ListenOverflows", 0) <= 0 and not full:
+    full = _full_now(ev)
+    if d.get("ListenOverflows", 0) <= 0 and not full or "ListenOverflows" in elsewhere(ev):
         return None
     return Finding("accept-queue-overflow", "high", "connections dropped: the accept queue overflowed",
                    {"ListenOverflows": d.get("ListenOverflows", 0), "ListenDrops": d.get("ListenDrops", 0),
                     "per_s": round(_per_s(d.get("ListenOverflows", 0), ev), 1),
                     "listeners": [{"local": l["local"], "queued": l["queued"], "backlog": l["backlog"]}
                                   for l in ev["listeners"]],
+                    "own_listener_drops": own_listen_drops(ev), "attributed": overflowed_here(ev)[1],
                     "note": "TcpExt counters are for the whole network namespace, not only this process"},
                    "raise net.core.somaxconn (profile linux/proxy: sysctl:net.core.somaxconn >= 8192) and the "
                    "listen backlog (nginx `listen ... backlog=8192`); a loop that accepts too slowly needs more "
@@ -142,9 +197,37 @@ def accept_queue_overflow(ev: dict) -> Finding | None:
                    impact=_per_s(d.get("ListenOverflows", 0), ev))
 
 
+def other_listener_overflow(ev: dict) -> Finding | None:
+    """Listen overflows another listener of the namespace counted: a low note naming it, not this proxy's
+    finding (its fix is not in this proxy's config)."""
+    counted = elsewhere(ev)
+    if not counted:
+        return None
+    others = _other_listeners(ev)
+    named = [f"{o['local']} ({(o.get('process') or {}).get('comm', '?')} pid {(o.get('process') or {}).get('pid', '?')})"
+             for o in others]
+    where = ", ".join(named) if named else "a listener that no longer exists at the window's end"
+    ports = (ev.get("conns") or {}).get("ports") or {}
+    own = [{"local": l["local"], **{k: r.get(k) for k in ("queued_peak", "backlog", "drops")}}
+           for l in ev["listeners"] for r in [ports.get(l["local"].rsplit(":", 1)[-1], {})]]
+    n = max(counted.values())
+    return Finding("other-listener-overflow", "low",
+                   f"another listener in this network namespace overflowed, not this proxy's: {where}",
+                   {**counted, "per_s": round(_per_s(n, ev), 1), "overflowed": others, "own_listeners": own,
+                    "attributed": overflowed_here(ev)[1],
+                    "note": "TcpExt ListenOverflows, ListenDrops and TCPReqQFull* count every listener of the "
+                            "network namespace; each listener's own drops (sk_drops, `ss -tlm` skmem d) say "
+                            "which one dropped"},
+                   f"nothing to change in this proxy for it: the listener that overflowed is {where}; raise its "
+                   "backlog or make it accept sooner if it matters (when it is this proxy's origin, the proxy's "
+                   "connects to it wait for SYN retransmits)", impact=_per_s(n, ev) / 1e6)
+
+
 def syn_backlog_overflow(ev: dict) -> Finding | None:
     d = ev["netstat"]
     drops, cookies = d.get("TCPReqQFullDrop", 0), d.get("TCPReqQFullDoCookies", 0)
+    gone = elsewhere(ev)
+    drops, cookies = (0 if "TCPReqQFullDrop" in gone else drops), (0 if "TCPReqQFullDoCookies" in gone else cookies)
     if drops + cookies <= 0:
         return None
     return Finding("syn-backlog-overflow", "high" if drops else "medium", "the SYN queue overflowed",
@@ -390,25 +473,57 @@ def listen_drops(ev: dict) -> Finding | None:
 IRQ_RESTORE = ("_raw_spin_unlock_irqrestore", "_raw_spin_unlock_irq", "pv_native_safe_halt")
 
 
-def cpu_hotspot(ev: dict) -> Finding | None:
+def cpu_waited_on(ev: dict) -> tuple[bool, dict]:
+    """Whether the proxy's own CPU is what its requests wait on, and the reading that says so: its busiest
+    thread near a full core (an event loop serialises its events), or every CPU it may run on busy (a pool
+    that gives each request a thread, as varnish does). Per-thread CPU comes from /proc/PID/task/TID/stat
+    over the window (doctor.gather: ev["threads"]); without it nothing says the loop is busy."""
+    t = ev.get("threads") or {}
+    if not t.get("available") or not t.get("busiest"):
+        return False, {"reason": t.get("reason") or "per-thread CPU was not recorded"}
+    top = t["busiest"][0]
+    cpus = t.get("cpus_allowed") or 1
+    loop = top["cores"] >= HOTSPOT_LOOP_BUSY
+    pool = (ev.get("cpu_cores") or 0) >= HOTSPOT_LOOP_BUSY * cpus
+    # Hook for the time budget (ev["budget"], built by probes/budget.py): its proxy_self part (CPU and run
+    # queue) dominating a request's time answers the same question directly; it joins here as a third reason
+    # (`or budget proxy_self share dominates`), reported alongside these two.
+    return loop or pool, {"busiest_thread": top, "cpus_allowed": cpus, "cpu_cores": round(ev.get("cpu_cores") or 0, 3),
+                          "criterion": f"a thread at >= {HOTSPOT_LOOP_BUSY} of a core, or the process at >= "
+                                       f"{HOTSPOT_LOOP_BUSY} of each of its {cpus} CPUs",
+                          "met": "busiest thread" if loop else "all its CPUs" if pool else "no"}
+
+
+def _hot(ev: dict) -> tuple[list, list] | None:
+    """(hot leaf functions, hot functions of the proxy's own code) when perf saw the target busy enough."""
     p = ev.get("perf") or {}
-    if not p.get("available") or p.get("samples", 0) < HOTSPOT_MIN_SAMPLES:
+    if not p.get("available") or p.get("samples", 0) < HOTSPOT_MIN_SAMPLES or ev.get("cpu_cores", 0) < HOTSPOT_MIN_CPU:
         return None
-    cpu = ev.get("cpu_cores", 0)
     hot = [t for t in p["top"] if t["share"] >= HOTSPOT_MIN_SHARE]
     hot_own = [t for t in p.get("own_top", []) if t["share"] >= HOTSPOT_MIN_SHARE]
-    if cpu < HOTSPOT_MIN_CPU or not (hot or hot_own):
-        return None
+    return (hot, hot_own) if hot or hot_own else None
+
+
+def _rounded(t: dict) -> dict:
+    return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in t.items()}
+
+
+def cpu_hotspot(ev: dict) -> Finding | None:
+    found = _hot(ev)
+    waited, loop = cpu_waited_on(ev)
+    if not found or not waited:
+        return None                       # the top functions are information then: see cpu_headroom
+    hot, hot_own = found
+    p, cpu = ev["perf"], ev.get("cpu_cores", 0)
     # Name the proxy's own function when one is hot, counting the kernel and library work it calls
     # directly (from the call chains): it is the code the operator can change. Else the hottest leaf.
     own = hot_own
     named = own[0] if own else hot[0]
-    rnd = lambda t: {k: (round(v, 3) if isinstance(v, float) else v) for k, v in t.items()}
     evidence = {"cpu_cores": round(cpu, 2), "samples": p["samples"], "function": named["function"],
                 "dso": named["dso"], "share": round(named["share"], 3),
                 "attribution": "own code with its direct kernel/library calls" if own else "self time",
-                "hot_self": [rnd(t) for t in hot[:5]], "hot_own_code": [rnd(t) for t in hot_own[:5]],
-                "split": {k: round(v, 3) for k, v in p["split"].items()}}
+                "hot_self": [_rounded(t) for t in hot[:5]], "hot_own_code": [_rounded(t) for t in hot_own[:5]],
+                "split": {k: round(v, 3) for k, v in p["split"].items()}, "cpu_waited_on": loop}
     if any(t["function"] in IRQ_RESTORE for t in hot):
         evidence["note"] = ("cpu-clock samples in a VM land where interrupts are re-enabled, so kernel time "
                             "piles up on *_irqrestore: read it as time inside the kernel's syscalls")
@@ -421,7 +536,30 @@ def cpu_hotspot(ev: dict) -> Finding | None:
                    impact=named["share"] * cpu)
 
 
-RULES = [fd_exhaustion, low_nofile_limit, accept_queue_overflow, syn_backlog_overflow, ephemeral_port_exhaustion,
+def cpu_headroom(ev: dict) -> dict | None:
+    """The busiest thread's CPU against one core, with the top functions as information when they are no
+    finding (no thread near a full core: the proxy's requests do not wait on its CPU)."""
+    t = ev.get("threads") or {}
+    if not t.get("available") or not t.get("busiest"):
+        return None
+    top = t["busiest"][0]
+    row = {"what": f"CPU of its busiest thread ({top['comm']}, pid {top['pid']} tid {top['tid']}), in cores",
+           "used": top["cores"], "limit": 1,
+           "where": f"/proc/{top['pid']}/task/{top['tid']}/stat; from {HOTSPOT_LOOP_BUSY} of a core its requests "
+                    "wait on its CPU (cpu-hotspot)"}
+    p = ev.get("perf") or {}
+    if p.get("available") and p.get("top") and not cpu_waited_on(ev)[0]:
+        row["top_functions"] = [_rounded(x) for x in p["top"][:3]]
+        row["top_own_code"] = [_rounded(x) for x in (p.get("own_top") or [])[:2]]
+        named = lambda rows: ", ".join(f"{x['function']} {x['share']:.0%}" for x in rows)
+        row["where"] += f"; top functions (information, no finding): {named(p['top'][:3])}"
+        if row["top_own_code"]:
+            row["where"] += f"; of its own code, with the calls it makes: {named(row['top_own_code'])}"
+    return row
+
+
+RULES = [fd_exhaustion, low_nofile_limit, accept_queue_overflow, other_listener_overflow, syn_backlog_overflow,
+         ephemeral_port_exhaustion,
          poll_scan, blocking_disk_io, file_per_object_churn, cache_dir_atime, cpu_hotspot,
          time_wait_overflow, conntrack_full, tcp_memory_pressure, orphan_sockets, listen_drops]
 

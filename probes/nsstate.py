@@ -18,7 +18,8 @@ from pathlib import Path
 from proxytune.core.numbers import uint
 
 PER_NS = ("net.ipv4.tcp_max_tw_buckets", "net.ipv4.tcp_fin_timeout", "net.netfilter.nf_conntrack_count",
-          "net.netfilter.nf_conntrack_max", "net.netfilter.nf_conntrack_buckets")
+          "net.netfilter.nf_conntrack_max", "net.netfilter.nf_conntrack_buckets",
+          "net.core.somaxconn")          # what a listener's backlog is capped at (proxies/haproxy.backlog_maxconn)
 GLOBAL = ("net.ipv4.tcp_mem", "net.ipv4.tcp_max_orphans")
 CT_STATS = ("drop", "insert_failed", "early_drop")
 

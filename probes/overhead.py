@@ -198,7 +198,13 @@ def _mechanisms(load: Load, reps: int, progress, component: str, directory: Path
     return {"mechanisms": {"blocks": blocks, "pairs_dropped": len(blocks) // 2 - units["syscall"]["pairs"],
                            "units": units, "nginx_per_request": per_request,
                            "nginx_alone": base,
-                           "model": syscost.model(units, per_request, base["cpu_us_per_request"])}}
+                           "model": syscost.model(units, per_request, base["cpu_us_per_request"],
+                                                  attached_tracepoints(component, load.pids))}}
+
+
+def attached_tracepoints(component: str, pids: list[int]) -> list[str]:
+    """The tracepoints `component` attaches (perf attaches none: it samples)."""
+    return sorted({tp for s in bpf_scripts(component, pids) for tp in s.tracepoints})
 
 
 def bpf_scripts(component: str, pids: list[int]) -> list[bpftrace.Script]:
@@ -237,20 +243,39 @@ def _switches(pids: list[int]) -> int:
     return sum(procfs.context_switches(p) for p in pids)
 
 
+def passive_opens() -> int | None:
+    """Tcp PassiveOpens of our network namespace (/proc/net/snmp): connections accepted on it."""
+    try:
+        lines = Path("/proc/net/snmp").read_text().splitlines()
+    except OSError:
+        return None
+    for head, vals in zip(lines[::2], lines[1::2]):
+        if head.startswith("Tcp:") and "PassiveOpens" in head.split():
+            v = vals.split()[head.split().index("PassiveOpens")]
+            return int(v) if is_uint(v) else None
+    return None
+
+
 def _per_request(load: Load) -> dict:
-    """nginx's syscalls (perf stat on raw_syscalls:sys_enter) and context switches per request."""
+    """nginx's syscalls (perf stat on raw_syscalls:sys_enter), context switches, TCP segments it read
+    (tcp:tcp_rcv_space_adjust in its tasks: one per request/response round trip of its clients) and
+    accepted connections (the namespace's PassiveOpens: nginx runs in ours, and other loads run in
+    namespaces of their own) per request."""
+    events = ("raw_syscalls:sys_enter", "tcp:tcp_rcv_space_adjust")
     with procgroup.Children() as kids:
-        stat = kids.start(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", ",".join(map(str, load.pids))])
+        stat = kids.start(["perf", "stat", "-x,", "-e", ",".join(events), "-p", ",".join(map(str, load.pids))])
         time.sleep(1)
-        s0 = _switches(load.pids)
+        s0, o0 = _switches(load.pids), passive_opens()
         w = wrk(load.url, load.seconds, load.connections, script=load.script)
-        s1 = _switches(load.pids)
+        s1, o1 = _switches(load.pids), passive_opens()
         _, err = procgroup.stop(stat)
-    calls = next((int(l.split(",")[0]) for l in err.splitlines() if "raw_syscalls:sys_enter" in l
-                  and is_uint(l.split(",")[0])), None)
+    counts = {e: next((int(l.split(",")[0]) for l in err.splitlines() if e in l and is_uint(l.split(",")[0])), None)
+              for e in events}
     n = w["requests"] or None
-    return {"requests": w["requests"], "syscall": calls / n if calls and n else None,
-            "context_switch": (s1 - s0) / n if n else None}
+    per = lambda v: v / n if v and n else None
+    return {"requests": w["requests"], "syscall": per(counts["raw_syscalls:sys_enter"]),
+            "context_switch": (s1 - s0) / n if n else None, "tcp_exchange": per(counts["tcp:tcp_rcv_space_adjust"]),
+            "connection": (o1 - o0) / n if n and o0 is not None and o1 is not None else None}
 
 
 def _result(rows: list[dict]) -> dict:

@@ -19,25 +19,34 @@ from dataclasses import asdict
 
 from proxytune.proxies.cap import Cap
 
-from .findings import Finding
+from .findings import Finding, cpu_headroom
 
 
 def accept_queue(ev: dict, ports: tuple = ()) -> dict:
     """The proxy's listeners in the window: the accept queue's peak over the samples (and at the end),
-    the backlog, and the namespace's ListenOverflows."""
-    sampled = (ev.get("conns") or {}).get("ports") or {}
+    the backlog, the drops the kernel counted on them (None when not read), and the namespace's
+    ListenOverflows (every listener's, not only these: see findings.overflowed_here)."""
+    conns = ev.get("conns") or {}
+    sampled = conns.get("ports") or {}
     rows = {}
     for port, s in sampled.items():
         if not ports or port in ports:
             rows[port] = {"queued_peak": s.get("queued_peak", 0), "backlog": s.get("backlog"),
-                          "samples_with_queue": s.get("queued_samples", 0)}
+                          "samples_with_queue": s.get("queued_samples", 0), "drops": s.get("drops")}
     for l in ev.get("listeners") or []:
         port = l["local"].rsplit(":", 1)[-1]
         if not ports or port in ports:
             r = rows.setdefault(port, {"queued_peak": 0, "backlog": l["backlog"], "samples_with_queue": 0})
             r["queued_peak"] = max(r["queued_peak"], l["queued"])
+    read = (conns.get("listen_drops") or {}).get("available")
     return {"listeners": rows, "queued_peak": max((r["queued_peak"] for r in rows.values()), default=0),
+            "own_drops": sum(r.get("drops") or 0 for r in rows.values()) if read else None,
             "ListenOverflows": (ev.get("netstat") or {}).get("ListenOverflows", 0)}
+
+
+def overflows_here(q: dict) -> int:
+    """The overflows that were this cap's listeners': their own drops when read, else the namespace's count."""
+    return q["own_drops"] if q.get("own_drops") is not None else q["ListenOverflows"]
 
 
 # the kernel's symptoms of a proxy that stopped accepting: its accept queue fills, then the SYN queue
@@ -61,7 +70,7 @@ def finding(cap: Cap, ev: dict, generic: dict) -> Finding | None:
     if not (cap.reached() or refused):
         return None
     q = accept_queue(ev, cap.ports)
-    waiting = q["queued_peak"] > 0 or q["ListenOverflows"] > 0
+    waiting = q["queued_peak"] > 0 or overflows_here(q) > 0
     limit = f"{cap.limit}{' (estimated)' if cap.estimate else ''}"
     return Finding(cap.id, "high" if refused or waiting else "medium",
                    f"{cap.proxy} is at its {cap.what} {limit}: {cap.at_cap}",
@@ -69,7 +78,7 @@ def finding(cap: Cap, ev: dict, generic: dict) -> Finding | None:
                     "counted": cap.counted, "refuses_at": cap.refuses_at, "at_cap": cap.at_cap,
                     "source": cap.source, "refused_in_window": cap.refused, "accept_queue": q,
                     "limit_estimated": cap.estimate, **cap.extra, "kernel_symptom": kernel_symptom(generic)},
-                   cap.fix, impact=1e6 + refused + q["ListenOverflows"])
+                   cap.fix, impact=1e6 + refused + overflows_here(q))
 
 
 def headroom(caps: list[Cap], ev: dict) -> list[dict]:
@@ -93,8 +102,11 @@ def headroom(caps: list[Cap], ev: dict) -> list[dict]:
                              + (f" ({toward})" if toward else "") + " (TIME-WAIT counted at the end)",
                      "used": used, "limit": eph["range_size"],
                      "where": f"net.ipv4.ip_local_port_range {ev.get('port_range')}"})
+    if cpu := cpu_headroom(ev):
+        rows.append(cpu)
     for r in rows:
-        r["share"] = round(r["used"] / r["limit"], 3) if isinstance(r["used"], int) and r["limit"] else None
+        r["share"] = (round(r["used"] / r["limit"], 3) if isinstance(r["used"], (int, float)) and r["limit"]
+                      else None)
     return rows
 
 

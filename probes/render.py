@@ -85,6 +85,7 @@ def doctor_report(r: dict) -> None:
         out.print("[green]no limit found[/]: no cap of the proxy and no kernel limit held it back in this window"
                   + ("" if not r["findings"] else " (only low findings below)"))
         headroom(out, r.get("headroom") or [])
+        time_budget(out, r.get("budget"))
     elif not r["findings"]:
         out.print("[green]no findings[/]: nothing in this window crossed a rule's threshold")
     for i, f in enumerate(r["findings"], 1):
@@ -94,6 +95,8 @@ def doctor_report(r: dict) -> None:
             if v not in (None, {}, []):
                 out.print(f"     {term_text(k)}: {_short(v)}")
         out.print(f"   [green]fix[/]: {term_text(f['fix'])}")
+    if r.get("verdict") != "no limit found":
+        time_budget(out, r.get("budget"))
     if ev.get("kernel"):
         out.print("\n[bold]kernel[/]: " + term_text(kernel_headroom(ev["kernel"])))
     loop = ev["loop"]
@@ -124,6 +127,18 @@ def headroom(out, rows: list[dict]) -> None:
         share = f" ({h['share']:.0%})" if h.get("share") is not None else ""
         stops = f", stops at {h['stops_at']}" if h.get("stops_at") not in (None, h.get("limit")) else ""
         out.print("  " + term_text(f"{h['what']}: {h['used']} of {h['limit']}{share}{stops}; {h['where']}"))
+
+
+def time_budget(out, b: dict | None) -> None:
+    """Where an average request's time went in the window, part by part (budget.rows)."""
+    if not b:
+        return
+    from . import budget
+    out.print("\n[bold]time budget[/]: " + term_text(budget.headline(b)))
+    width = max(len(budget.LABELS[n]) for n in budget.PARTS)
+    for part, ms, share, how in budget.rows(b):
+        figure = f"{ms:>9} ms {share:>4}" if share else f"{ms}"
+        out.print("  " + term_text(f"{part:<{width}}  {figure}  {how}"))
 
 
 def kernel_headroom(k: dict) -> str:
@@ -202,6 +217,11 @@ def doctor_prometheus(r: dict, profile: str) -> str:
     for (fid, sev), n in counts.items():
         m.add("proxytune_doctor_findings", "", {"id": fid, "severity": sev}, n)
     m.add("proxytune_doctor_window_seconds", "Length of the doctor's observation window.", {}, r["window_s"])
+    m.declare("proxytune_doctor_request_seconds", "Time an average request spent in each part of its budget in the "
+                                                  "window (parts not measurable here are left out).")
+    for part, p in ((r.get("budget") or {}).get("parts") or {}).items():
+        if p.get("measurable") and p.get("ms") is not None:
+            m.add("proxytune_doctor_request_seconds", "", {"part": part}, round(p["ms"] / 1000, 6))
     monitoring.last_run(m, "doctor", profile)
     return m.text()
 
@@ -232,13 +252,17 @@ def overhead_lines(d: dict, component: str) -> list[str]:
                 f"{u['context_switch']['added_ns']:+.0f} ns per context switch; with nginx's "
                 f"{per['syscall']:.2f} syscalls and {per['context_switch']:.3f} switches per request: "
                 f"{m['overhead']:+.2%} per request (CI {m['overhead_ci'][0]:+.2%} to {m['overhead_ci'][1]:+.2%})")
+        head = [head] + [f"  and {u[unit]['added_ns']:+.0f} ns per {what}, with {per.get(unit) or 0:.4f} {count} per request"
+                         for unit, what, count in (("tcp_exchange", "TCP round trip", "segments read"),
+                                                   ("connection", "TCP connection opened and closed",
+                                                    "connections accepted")) if unit in u]
     else:
         head = (f"nginx CPU per request: {d['off_us_per_request']['median']:.2f} us without {component}, "
                 f"{d['on_us_per_request']['median']:.2f} us with it: overhead {d['overhead']:+.1%} "
                 f"({d['overhead_ci_confidence']:.1%} CI: {d['verdict']}) "
                 f"(pairs: {', '.join(f'{x:+.1%}' for x in d['overhead_per_pair'])}); "
                 f"throughput {d['rps_off']:,.0f} -> {d['rps_on']:,.0f} req/s")
-    return [head] + program_cost_lines(d.get("programs") or {})
+    return ([head] if isinstance(head, str) else head) + program_cost_lines(d.get("programs") or {})
 
 
 def program_cost_lines(p: dict) -> list[str]:

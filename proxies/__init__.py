@@ -11,11 +11,11 @@ import importlib
 import pkgutil
 from pathlib import Path
 
-from proxytune.core import procfs
+from proxytune.core import procfs, proxytree
 
 from .base import Running, Spec, argv_of
 
-INFRASTRUCTURE = frozenset({"base", "cap", "launch"})    # modules here that are no proxy
+INFRASTRUCTURE = frozenset({"base", "cap", "launch", "timing"})    # modules here that are no proxy
 
 
 def check(spec: type[Spec]) -> type[Spec]:
@@ -89,3 +89,22 @@ def identify(pid: int) -> Running | None:
         if name in spec.exe_names:
             return spec.process(pid, exe, argv_of(pid))
     return None
+
+
+def identity(cls: type[Spec]) -> proxytree.Identity:
+    """How core.proxytree tells this proxy's processes from a namesake: its executables and unit."""
+    return proxytree.Identity(cls.kind, cls.exe_names, cls.unit, cls.managers)
+
+
+def identity_for(name: str) -> proxytree.Identity:
+    """The proxy a service, unit or executable name means; a name the registry lacks is a service
+    of that name whose executable is called so too (a --service of the operator's own)."""
+    spec = for_service(name)
+    return identity(spec) if spec else proxytree.Identity(name, (name,), name)
+
+
+def identities_for(comm: str) -> list[proxytree.Identity]:
+    """Every proxy whose service may hold a process named `comm` (varnish's cache-main, Traffic
+    Server's [TS_MAIN]): the registry's, and a service called `comm` when it is none of theirs."""
+    known = [identity(cls) for cls in KINDS]
+    return known + ([] if any(comm in i.exe_names for i in known) else [proxytree.Identity(comm, (comm,), comm)])

@@ -9,8 +9,9 @@
   The registry (proxies/__init__.py) lists Specs.
 - `Running`, one running process of it (`Spec.process`, found by
   `identify`): its command line, its config read as the target would (with
-  its includes, each directive kept with its `file:line`), its statistics
-  and its own HTTP status page. Everything read there comes from a process
+  its includes, each directive kept with its `file:line`), its statistics,
+  its own HTTP status page and its own clocks over the doctor's window
+  (`timing()`, pieces in proxies/timing.py; `Spec.time_parts` reads them). Everything read there comes from a process
   we do not trust (see core/targetread and core/sockets).
 - its bench server (proxies/launch.py `Server`): the proxy started here
   from Debian's package with a generated config, for benchmarks and tests.
@@ -184,6 +185,7 @@ class Spec:
     exe_names: tuple[str, ...] = ()
     unit = user = package = ""                  # Debian's unit, the user its limits are for, its package
     service_user = ""                             # the user its service starts as, when not `user`
+    managers: tuple[str, ...] = ()                # executables that start it as root (core.proxytree)
     worker_thread: str | None = None              # the name of its worker threads, counted in /proc
     host_configs: tuple[str, ...] = ()            # its config files on a host (globs), where tune looks
     epoll: str | None = None                      # how to run its event loop on epoll; None: it does already
@@ -225,6 +227,20 @@ class Spec:
     def failures(server) -> dict | None:
         """Failures the proxy counted itself so far (counter -> value), or None when we read none."""
         return None
+
+    # ---- its own clocks over recorded evidence (issue 28; the live side is Running.timing)
+
+    @staticmethod
+    def time_parts(p: dict) -> dict:
+        """The parts of a request's time this proxy's clocks show (timing.answer), pure over ev["proxy"]."""
+        from .timing import nothing
+        return nothing("this proxy's own clocks are not read")
+
+    @staticmethod
+    def origins(p: dict) -> dict:
+        """The config's origins as recorded with the window (pure over ev["proxy"])."""
+        got = (p.get("timing") or {}).get("origins")
+        return got if isinstance(got, dict) else {}
 
     # ---- rules over recorded evidence (no live process): see probes/owncap.py
 
@@ -345,3 +361,15 @@ class Running:
     def cache_dirs(self) -> list[str]:
         """The cache directories its config names (read as the proxy read it)."""
         return self.spec.cache_dirs_in(self.lines)
+
+    # ---- its own clocks (issue 28): read live around the doctor's window (see timing.py)
+
+    def timing(self):
+        """A context manager around the doctor's window reading this proxy's own clocks; its
+        `.result()` goes into the evidence as ev["proxy"]["timing"] (Spec.time_parts reads it)."""
+        from .timing import Unavailable
+        return Unavailable(self, f"{self.kind}: no clock of its own is read")
+
+    def config_origins(self) -> dict:
+        """{"IP:PORT": {"name", "where"}} for every origin the config names by address (never resolved)."""
+        return {}

@@ -70,9 +70,11 @@ class Server:
     port: int
     grace: float = 10
 
-    def _launch(self, argv: list[str], timeout: float = 20) -> None:
-        # stderr is not read while the server runs: a chatty server must not block on a full pipe
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    def _launch(self, argv: list[str], timeout: float = 20, stderr: Path | None = None) -> None:
+        # stderr is not read while the server runs: a chatty server must not block on a full pipe (a file when
+        # asked, for what the server says at start)
+        with open(stderr, "wb") if stderr else open(os.devnull, "wb") as err:
+            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
         try:
             wait_port(self.port, timeout)
         except BaseException:

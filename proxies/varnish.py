@@ -11,14 +11,17 @@ pool wanted a thread it could not make.
 """
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
 from proxytune.core import targetread
 from proxytune.core.errors import ProxytuneError
-from proxytune.core.numbers import is_uint
+from proxytune.core.numbers import is_uint, uint
 
 from .base import STATS_SECONDS, Running, Spec, as_numbers, delta, nofile_now, option, peak
+from .timing import (MAX_VALUES, CoProcess, Sampler, Unavailable, Window, address, answer, digest, nothing,
+                     origin_entry, part, split_address, unmeasurable)
 from .cap import Cap
 from .launch import Server, free_port, limited, need, tempdir
 
@@ -70,6 +73,12 @@ class RunningVarnish(Running):
                 **as_numbers({k: (counters.get(k) or {}).get("value") if isinstance(counters.get(k), dict) else None
                               for k in keep}, keep)}
 
+    def timing(self):
+        return own_clock(self)
+
+    def config_origins(self) -> dict:
+        return clock_origins(self.lines, option(self.argv, "-b"))
+
 
 # Varnish's own counts of what it failed to serve (varnish-counters(7)): a fetch that failed (a streamed
 # body is then cut short, which the client sees as a read error), a fetch that could not get storage
@@ -102,6 +111,11 @@ class Varnish(Spec, process=RunningVarnish):
     def failures(server) -> dict:
         st = server.stats()
         return {k: st.get(k, 0) for k in FAILURES}
+
+    @staticmethod
+    def time_parts(p: dict) -> dict:
+        """What its own clocks show of the window (clock_parts below)."""
+        return clock_parts(p)
 
     @staticmethod
     def caps(ev: dict) -> list[Cap]:
@@ -142,6 +156,239 @@ class Varnish(Spec, process=RunningVarnish):
         return ("let varnish reuse backend connections (it keeps them by default: check `Connection: close` from "
                 "the backend and the backend's keep-alive); `.max_connections` in the backend caps how many it "
                 "opens")
+
+
+# ---------------------------------------------------------------- its own clocks (issue 28)
+#
+# Varnish's own clocks: the Timestamp records of its shared-memory log
+# over the window (varnishlog as a co-process, with the target's
+# credentials), and its pool's queue read with varnishstat.
+#
+# Timestamps (varnish 7.1 doc/sphinx/reference/vsl.rst TIMESTAMPS; each
+# record is `Label: absolute since-start since-last`): a client request has
+# Start (first byte received), Req, Waitinglist (came off a busy object's
+# waiting list), Fetch, Process, Resp (delivered); a backend fetch has
+# Start, Fetch, Connected (a new or a pooled connection:
+# bin/varnishd/cache/cache_backend.c vbe_dir_getfd), Bereq (request sent),
+# Beresp (response headers received), BerespBody. So Beresp's since-last is
+# the origin's first byte, Connected's the connection, Resp's since-start
+# the request's time inside varnish. BackendOpen names the backend and its
+# address for each fetch (`fd name ip port local-ip local-port connect|reuse`).
+#
+# The pool's queue (bin/varnishd/cache/cache_wrk.c Pool_Task): a task (a
+# new session, one back from the waiter, a fetch) that finds no idle worker
+# waits in the pool's queue; client tasks beyond thread_pool_max +
+# thread_queue_limit - running threads are dropped (sess_dropped). No record
+# says how long one waited: MAIN.thread_queue_len, the queues' total length,
+# is set once a second by the pool herder (cache_pool.c pool_poolherder),
+# so the wait per request is Little's law on it: the mean length over the
+# window x the window / the requests in it. sess_queued is added to the
+# shared counters by the herder only while a pool has more threads than
+# thread_pool_min (cache_wrk.c pool_herder): evidence, not the measure.
+
+VARNISHLOG = "/usr/bin/varnishlog"
+LOG_CAP = 24 << 20              # bytes of varnishlog output read per window (about 20,000 requests)
+SAMPLE_EVERY = 0.5
+QUEUE_FIELDS = ("MAIN.thread_queue_len", "MAIN.sess_queued", "MAIN.sess_dropped", "MAIN.req_dropped",
+                "MAIN.busy_sleep", "MAIN.threads", "MAIN.threads_limited", "MAIN.client_req")
+RECORD = re.compile(r"^ *([0-9]{1,12}) (Timestamp|BackendOpen) +([cb-]) (.{1,400})$", re.A)
+STAMP = re.compile(r"([A-Za-z]{1,20}): [0-9]{1,12}\.[0-9]{1,9} (-?[0-9]{1,9}\.[0-9]{1,9}) (-?[0-9]{1,9}\.[0-9]{1,9})$",
+                   re.A)
+OPEN = re.compile(r"[0-9]{1,9} (\S{1,128}) ([0-9A-Fa-f.:]{2,45}) ([0-9]{1,5}) \S{1,45} [0-9]{1,5} (connect|reuse)$",
+                  re.A)
+# a session waits in the pool's queue before a worker reads its request: the kernel sees that wait as
+# client data not yet read (the budget's proxy_self), so it must not be added twice
+OVERLAPS = "proxy_self: client data not yet read (the session is queued before its request is read)"
+MECH = "varnish shared-memory log, Timestamp records (doc/sphinx/reference/vsl.rst TIMESTAMPS)"
+
+
+def varnishstat(proxy) -> dict:
+    """The pool's queue fields of varnishstat, with the target's credentials; {} when unreadable."""
+    creds = targetread.run_as(proxy.pid, proxy.proc)
+    if creds is None or not Path(proxy.VARNISHSTAT).exists():
+        return {}
+    import subprocess
+    argv = [proxy.VARNISHSTAT, "-1", "-j", *(a for f in QUEUE_FIELDS for a in ("-I", f))]
+    argv += ["-n", proxy.workdir()] if proxy.workdir() else []
+    p = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=STATS_SECONDS * 3, cwd="/",
+                       **creds)
+    doc = json.loads(p.stdout) if p.returncode == 0 else {}
+    counters = doc.get("counters", doc) if isinstance(doc, dict) else {}
+    return {k: v["value"] for k in QUEUE_FIELDS if isinstance(v := counters.get(k), dict)
+            and isinstance(v.get("value"), int) and not isinstance(v.get("value"), bool)}
+
+
+
+def read_log(text: str) -> dict:
+    """The window's requests and fetches from varnishlog -g raw lines: per client request its time
+    inside varnish and its wait on a waiting list; per backend fetch its connection and first byte,
+    by backend."""
+    fetches: dict[int, dict] = {}
+    total, waiting = [], []
+    for line in text.splitlines():
+        m = RECORD.match(line)
+        if not m:
+            continue
+        vxid, tag, side, data = int(m.group(1)), m.group(2), m.group(3), m.group(4)
+        if tag == "BackendOpen" and side == "b" and (o := OPEN.match(data)):
+            fetches.setdefault(vxid, {})["origin"] = (o.group(1), f"{o.group(2)}:{o.group(3)}")
+            continue
+        s = STAMP.match(data) if tag == "Timestamp" else None
+        if not s:
+            continue
+        label, since_start, since_last = s.group(1), float(s.group(2)) * 1000, float(s.group(3)) * 1000
+        if side == "c" and label == "Resp" and len(total) < MAX_VALUES:
+            total.append(since_start)
+        elif side == "c" and label == "Waitinglist" and len(waiting) < MAX_VALUES:
+            waiting.append(since_last)
+        elif side == "b" and label in ("Connected", "Beresp") and len(fetches) < MAX_VALUES:
+            fetches.setdefault(vxid, {})[label] = since_last
+    by: dict[str, dict] = {}
+    every = {"connect": [], "first_byte": []}
+    for f in fetches.values():
+        name, addr = f.get("origin") or ("unknown", "unknown")
+        o = by.setdefault(addr, {"name": name, "connect": [], "first_byte": []})
+        for key, label in (("connect", "Connected"), ("first_byte", "Beresp")):
+            if label in f:
+                o[key].append(f[label])
+                every[key].append(f[label])
+    return {"requests": len(total), "total": digest(total), "waitinglist": digest(waiting),
+            "connect": digest(every["connect"]), "first_byte": digest(every["first_byte"]),
+            "origins": {a: {"name": o["name"][:128], "connect": digest(o["connect"]),
+                            "first_byte": digest(o["first_byte"])} for a, o in list(by.items())[:64]}}
+
+
+class Clock(Window):
+    def __init__(self, proxy, creds: dict):
+        super().__init__(proxy)
+        self.creds, self.log, self.sampler = creds, None, None
+        self.source = "varnishlog -g raw (Timestamp, BackendOpen) and varnishstat (the pool's queue)"
+
+    def begin(self):
+        self.data["backends"] = backend_lines(self.proxy.lines)
+        self.data["queue_start"] = varnishstat(self.proxy)
+        argv = [VARNISHLOG, "-g", "raw", "-i", "Timestamp,BackendOpen"]
+        argv += ["-n", self.proxy.workdir()] if self.proxy.workdir() else []
+        self.log = CoProcess(argv, self.creds, LOG_CAP)
+        self.sampler = Sampler(lambda: varnishstat(self.proxy).get("MAIN.thread_queue_len"), SAMPLE_EVERY).start()
+
+    def end(self):
+        if self.sampler:
+            self.data["queue_samples"] = [v for v in self.sampler.stop() if isinstance(v, int)]
+        self.data["queue_end"] = varnishstat(self.proxy)
+        if self.log:
+            self.data["log"] = read_log(self.log.stop())
+            self.data["log_truncated"] = self.log.truncated
+            self.data["reader_cpu_s"] = self.log.used_cpu_s          # varnishlog's own CPU in the window
+
+
+def own_clock(proxy) -> Window:
+    creds = targetread.run_as(proxy.pid, proxy.proc)
+    if creds is None:
+        return Unavailable(proxy, "the varnishd process is gone")
+    if not Path(VARNISHLOG).exists():
+        return Unavailable(proxy, f"{VARNISHLOG} is not installed: varnish's shared-memory log is not readable")
+    return Clock(proxy, creds)
+
+
+# ---------------------------------------------------------------- pure
+
+def clock_parts(p: dict) -> dict:
+    t = p.get("timing") or {}
+    log = t.get("log") or {}
+    if not t.get("available") or not log:
+        return nothing(t.get("reason") or "varnish's shared-memory log was not read in this window", MECH)
+    n = log.get("requests") or 0
+    source = "varnishlog: client requests delivered in the window (Timestamp Resp)"
+    if not n:
+        return {**nothing("varnishlog saw no client request finish in the window", MECH), "requests": {
+            "n": 0, "source": source}}
+    cut = " (varnishlog's output was capped: the window's first requests only)" if t.get("log_truncated") else ""
+    where = t.get("backends") or {}
+    out = {}
+    for name, key, what in (("origin_connect", "connect", "Connected since Fetch: a new connection or one from "
+                             "the pool"), ("origin_first_byte", "first_byte", "Beresp since Bereq: the backend's "
+                                           "response headers after the request was sent")):
+        every = log.get(key) or {}
+        fetched = every.get("n") or 0
+        by = {(split_address(addr) or addr): origin_entry(f"backend {o['name']}",
+                                                         where.get(o["name"].rsplit(".", 1)[-1]),
+                                                         o[key]["sum_ms"] / o[key]["n"], o[key]["n"])
+              for addr, o in (log.get("origins") or {}).items() if o[key]["n"]}
+        out[name] = (part(every["sum_ms"] / fetched, f"{MECH}: {what}",
+                          "µs timestamps, each backend fetch of the window" + cut, samples=fetched,
+                          requests=min(fetched, n), population="requests that went to a backend (fetches)",
+                          by_origin=by, p50=every["p50"], p99=every["p99"])
+                     if fetched else unmeasurable("no backend fetch in the window: every request was a hit", MECH))
+    tot = log["total"]
+    total = part(tot["sum_ms"] / n, f"{MECH}: Resp since Start (first byte received to delivered)",
+                 "µs timestamps, each client request of the window" + cut, samples=n, requests=n,
+                 p50=tot["p50"], p99=tot["p99"])
+    out["proxy_queue"] = _queue(p, t, n)
+    return answer(out, total, n, source)
+
+
+def backend_lines(lines) -> dict:
+    """backend name -> file:line of `backend NAME {` in the VCL read (VCL includes are not followed)."""
+    return {m.group(1): f"{ln.file}:{ln.number}" for ln in lines[:5000]
+            if (m := re.match(r"\s*backend\s+([A-Za-z0-9_]{1,64})\s*\{", ln.text, re.A))}
+
+
+def _queue(p: dict, t: dict, n: int) -> dict:
+    """Little's law on the sampled thread_queue_len, plus the waiting list (busy objects)."""
+    samples = [*(v for v in [(t.get("queue_start") or {}).get("MAIN.thread_queue_len")] if isinstance(v, int)),
+               *t.get("queue_samples", []),
+               *(v for v in [(t.get("queue_end") or {}).get("MAIN.thread_queue_len")] if isinstance(v, int))]
+    window = t.get("window_s") or 0
+    wait = t["log"]["waitinglist"]
+    if not samples or not window:
+        return unmeasurable("MAIN.thread_queue_len was not read (varnishstat)", "varnishstat")
+    mean_len = sum(samples) / len(samples)
+    little = mean_len * window * 1000 / n
+    a, b = t.get("queue_start") or {}, t.get("queue_end") or {}
+    grew = {k.split(".")[1]: b[k] - a[k] for k in ("MAIN.sess_queued", "MAIN.sess_dropped", "MAIN.req_dropped",
+                                                   "MAIN.busy_sleep", "MAIN.threads_limited")
+            if isinstance(a.get(k), int) and isinstance(b.get(k), int)}
+    d = p.get("directives") or {}
+    val = lambda k: (d.get(k) or {}).get("value")
+    src = (d.get("thread_pool_max") or {}).get("where") or "varnishd default"
+    cause = {"what": "the worker pools' queue",
+             "directive": f"thread_pool_max {val('thread_pool_max')} x thread_pools {val('thread_pools')}, "
+                          f"thread_queue_limit {val('thread_queue_limit')}", "where": src,
+             "limit": _int(val("thread_pool_max")) * _int(val("thread_pools")) if val("thread_pools") else None,
+             "queue_now": samples[-1], "queue_max": max(samples), "threads": b.get("MAIN.threads"),
+             "counted_in_window": grew}
+    return part(little + wait["sum_ms"] / n,
+                "varnishstat MAIN.thread_queue_len (Little's law: mean length x window / requests; cache_wrk.c "
+                "Pool_Task) + Waitinglist timestamps (busy objects)",
+                f"the pool herder sets the length once a second ({len(samples)} readings in the window)",
+                samples=len(samples), requests=n, cause=cause, overlaps=OVERLAPS, overlap_ms=little,
+                check={"little_ms": round(little, 3), "queue_mean": round(mean_len, 2),
+                                               "waitinglist_ms": round(wait["sum_ms"] / n, 3)})
+
+
+def _int(v) -> int:
+    return uint(v) or 0
+
+
+def clock_origins(lines, argv_backend: list[str]) -> dict:
+    """VCL `backend NAME { .host = "IP"; .port = "N"; }` (and varnishd -b IP:PORT): IP:PORT -> name."""
+    out, cur = {}, None
+    for ln in lines[:5000]:
+        m = re.match(r"\s*backend\s+([A-Za-z0-9_]{1,64})\s*\{", ln.text, re.A)
+        if m:
+            cur = {"name": f"backend {m.group(1)}", "where": f"{ln.file}:{ln.number}"}
+        if cur is not None:
+            for k, v in re.findall(r"\.(host|port)\s*=\s*\"([^\"]{1,64})\"", ln.text):
+                cur[k] = v
+            if "host" in cur and "port" in cur:
+                if addr := address(cur["host"], cur["port"]):
+                    out.setdefault(addr, {"name": cur["name"], "where": cur["where"]})
+                cur = None
+    for b in argv_backend[:8]:
+        if addr := split_address(b):
+            out.setdefault(addr, {"name": "varnishd -b", "where": "varnishd command line (-b)"})
+    return out
 
 
 class VarnishServer(Server):

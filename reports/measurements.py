@@ -18,6 +18,7 @@ from proxytune.microbench.build import Harness
 from proxytune.tune import audit as audit_mod
 
 from . import compare, seeds, summary, tables
+from .doctor import section as doctor_section
 
 PARTS = ("always", "benches", "with_proxy", "given")   # when the report runs it: "given" only from --from
 
@@ -124,7 +125,7 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 None, tables.proxy_section, ("Proxies under load", compare.proxy_rows), None, None, (), True),
     Measurement("cpu_split", "the doctor on an nginx it starts", (10, 10), "with_proxy", _cpu_split, "the doctor",
                 None, None, None, None, None, ((7, seeds.cpu_split, _cpu_split_part),), False),
-    Measurement("doctor", "a doctor result", (1, 1), "given", None, None, None, None,
+    Measurement("doctor", "a doctor result", (1, 1), "given", None, None, None, doctor_section,
                 ("doctor findings", compare.doctor_rows), "probe_doctor", summary.from_doctor, (), False),
 )
 

@@ -35,6 +35,17 @@ for _var, _name in (("PROXYTUNE_LOCK_DIR", "lock"), ("PROXYTUNE_JOURNAL_SOCKET",
     os.environ.setdefault(_var, os.path.join(_SESSION_RUN, _name))
 
 from proxytune.tune.host import Host  # noqa: E402
+from proxytune.tune.fleet_play import code_tops  # noqa: E402
+
+import tiers  # noqa: E402
+from tiers import pytest_runtest_protocol  # noqa: E402,F401  (a hook: make test-fast's no-program guard)
+
+tiers.guard_fast_tier()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test gets its tiers (host, proxy, slow) from the gates and fixtures it uses: tests/tiers.py."""
+    tiers.mark(items)
 
 IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (network namespaces, loop devices, prlimit)")
@@ -151,7 +162,7 @@ def as_nobody():
     try:
         copy = top / "copy"
         copy.mkdir()
-        for part in ("cli.py", "commands", "core", "proxies", "tune", "probes", "reports", "microbench", "profiles"):
+        for part in code_tops(REPO):          # what a fleet bundle ships: every package, found by its __init__.py
             src = REPO / part
             (shutil.copytree(src, copy / part, ignore=shutil.ignore_patterns("build", "__pycache__"))
              if src.is_dir() else shutil.copy(src, copy / part))

@@ -27,10 +27,32 @@ StrictModes no
 PidFile none
 Subsystem sftp /usr/lib/openssh/sftp-server
 """
+# A profile whose settings all live in a network namespace: apply and rollback on these hosts
+# change nothing outside them.
+NET_ONLY_PROFILE = """
+[profile]
+description = "fleet hosts: per-namespace net.* settings only"
+os = "linux"
+
+[sysctl."net.core.somaxconn"]
+at_least = 8192
+reason = "listen backlog"
+source = "test"
+
+[sysctl."net.ipv4.tcp_fin_timeout"]
+at_most = 30
+reason = "FIN-WAIT-2"
+source = "test"
+
+[sysctl."net.ipv4.ip_local_port_range"]
+covers = [1024, 65535]
+reason = "ephemeral ports"
+source = "test"
+"""
 # sshd wants its privilege-separation dir /run/sshd: a private tmpfs /run in
 # a private mount namespace gives it one without touching the host's /run.
 PROXY = """#!/bin/sh
-exec ip netns exec {ns} unshare -m sh -c 'mount -t tmpfs -o mode=0755 pt-run /run && mkdir -m 0755 /run/sshd && \
+{enter}exec ip netns exec {ns} unshare -m sh -c 'mount -t tmpfs -o mode=0755 pt-run /run && mkdir -m 0755 /run/sshd && \
 exec /usr/sbin/sshd -i -f {d}/sshd_config -E {d}/sshd-{name}.log'
 """
 
@@ -48,12 +70,14 @@ def _keys(d: Path, names) -> None:
     (d / "known_hosts").write_text("".join(f"{h} {key}\n" for h in names))
 
 
-def _host_line(d: Path, name: str, ns: str, sysctls: dict) -> str:
+def _host_line(d: Path, name: str, ns: str, sysctls: dict, cgroup: Path | None = None) -> str:
     _sh("ip", "netns", "add", ns)
     for k, v in sysctls.items():
         _sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"{k}={v}")
     proxy = d / f"proxy-{name}.sh"
-    proxy.write_text(PROXY.format(ns=ns, d=d, name=name))
+    # the benchmark counts a host's CPU (its sshd and all it starts) in that host's own cgroup
+    enter = f"echo $$ > {cgroup / 'cgroup.procs'}\n" if cgroup else ""
+    proxy.write_text(PROXY.format(ns=ns, d=d, name=name, enter=enter))
     proxy.chmod(0o755)
     for sub in ("root/etc", "state"):
         (d / name / sub).mkdir(parents=True)
@@ -62,14 +86,15 @@ def _host_line(d: Path, name: str, ns: str, sysctls: dict) -> str:
 
 
 @contextlib.contextmanager
-def namespace_hosts(d: Path, hosts: dict[str, dict], unreachable: tuple[str, ...] = ()):
-    """Yield {"dir", "inventory", "ns"}; namespaces and ssh masters removed after."""
+def namespace_hosts(d: Path, hosts: dict[str, dict], unreachable: tuple[str, ...] = (), cgroups=None):
+    """Yield {"dir", "inventory", "ns"}; namespaces and ssh masters removed after.
+    `cgroups(name)`, when given, is the cgroup directory each host's sshd enters."""
     d = Path(d)
     _keys(d, hosts)
     namespaces = {h: f"pt-fleet-{os.getpid()}-{h}" for h in hosts}
     lines = ["[proxies]"]
     try:
-        lines += [_host_line(d, h, ns, hosts[h]) for h, ns in namespaces.items()]
+        lines += [_host_line(d, h, ns, hosts[h], cgroups(h) if cgroups else None) for h, ns in namespaces.items()]
         lines += [f"{h} ansible_ssh_common_args='-o ProxyCommand=/bin/false'" for h in unreachable]
         lines += ["[proxies:vars]", "ansible_user=root", f"ansible_ssh_private_key_file={d / 'client_key'}",
                   f"ansible_ssh_extra_args='-o UserKnownHostsFile={d / 'known_hosts'} -o StrictHostKeyChecking=yes'",

@@ -9,13 +9,21 @@ Shapes: idle (keep-alive clients that sent one request and hold their
 connection, more of them than the cap, plus light wrk), busy (wrk with
 connections well above the cap; for squid on top of held keep-alive clients), slow (reverse proxy in front of an origin
 that answers after SLOW_S, nothing cached), healthy (paced load far below
-every cap: no finding of severity high or medium).
+every cap: no finding of severity high or medium), cpu (the proxy's loop at
+a full core on work of its own: its hotspot is the finding).
+
+A cell with `perf` runs the doctor with CPU sampling (the others pass
+--no-perf): the hotspot rule is judged there, on a busy healthy proxy whose
+loop is far from a full core (no finding) and on one whose loop is at it.
+A HAProxy cell without maxconn starts haproxy with -V, which prints the
+maxconn it derived from its fd limit: the figure the doctor must find.
 """
 
 import json
 import os
 import re
 import selectors
+import shutil
 import socket
 import subprocess
 import threading
@@ -35,6 +43,9 @@ WINDOW = "3"                              # seconds per doctor look
 RUNS = 3
 ADVISES_SOMAXCONN = re.compile(r"\b(raise|set|increase|tune)\b(?:(?!\.\s|;).)*somaxconn")   # within one clause
 EVIDENCE = Path(__file__).resolve().parent / "evidence" / "owncap"
+CPU_IDS = ("cpu-hotspot", "cpu-bound")      # a loop at a full core on its own work: either names it
+DERIVED_FIX = "set maxconn and the fd limit together"
+HOT_RULE_MIN_CPU, HOT_RULE_MIN_SHARE = 0.2, 0.10   # where the old cpu-hotspot rule fired (issue 28)
 
 
 @dataclass(frozen=True)
@@ -49,10 +60,22 @@ class Cell:
     idle: int = 0                 # held keep-alive clients
     wrk: int = 0                  # wrk connections
     issue: str = ""               # the reported misdiagnosis this cell reproduces
+    perf: bool = False            # the doctor samples CPU (perf); else --no-perf
+    delay_ms: int = 100           # a healthy cell's pause per request and wrk connection (paced load)
+    fix_says: str = ""            # words the own cap's fix must hold
 
     @property
     def expect(self) -> str:
-        return "no high/medium finding" if self.shape == "healthy" else f"{OWN[self.proxy]} first"
+        if self.shape == "healthy":
+            return "no high/medium finding" + ("; no cpu-hotspot, its top functions in headroom" if self.perf else "")
+        if self.shape == "cpu":
+            return " or ".join(CPU_IDS) + " first, or proxy-cpu citing one"
+        return f"{OWN[self.proxy]} first"
+
+    @property
+    def derived(self) -> bool:
+        """HAProxy without maxconn: it derives its cap from its fd limit."""
+        return self.proxy == "haproxy" and self.opts.get("maxconn", 1) is None
 
 
 def _cells() -> list[Cell]:
@@ -68,6 +91,17 @@ def _cells() -> list[Cell]:
         c("haproxy-slow-frontend100-stats", "haproxy", "slow", "frontend maxconn 100 (global 4096)", 100, True,
           {"maxconn": 4096, "frontend_maxconn": 100}, wrk=300),
         c("haproxy-healthy", "haproxy", "healthy", "global maxconn 4096", 4096, True, {"maxconn": 4096}, wrk=4),
+        # HAProxy without maxconn: derived from the fd limit (read back from its listener's backlog, or computed
+        # as HAProxy 2.6 does when a `backlog` hides it), the limit haproxy -V printed is the cap_value
+        c("haproxy-idle-derived-fd256-nostats", "haproxy", "idle", "maxconn not set, fd limit 256 (derived)", 0,
+          False, {"maxconn": None, "stats_socket": False, "nofile": (256, 256), "verbose": True}, idle=400, wrk=10,
+          fix_says=DERIVED_FIX,
+          issue="haproxy 2.6 without maxconn under a 256-fd limit, idle keep-alive clients (fds near half the "
+                "limit, accepting stopped): ranked accept-queue-overflow first with `backlog 8192`"),
+        c("haproxy-busy-derived-fd128of512-backlog64-nostats", "haproxy", "busy",
+          "maxconn not set, fd limit soft 128 / hard 512, bind backlog 64 (derived)", 0, False,
+          {"maxconn": None, "stats_socket": False, "nofile": (128, 512), "bind": "backlog 64", "verbose": True},
+          wrk=400, fix_says=DERIVED_FIX),
         # nginx (as a reverse proxy: a proxied request holds two connections): 64/128, 1/2 workers, an include
         c("nginx-idle-wc64x1-status", "nginx", "idle", "worker_connections 64, 1 worker", 64, True,
           {"connections": 64, "workers": 1, "stub_status": True}, idle=300, wrk=10),
@@ -80,6 +114,14 @@ def _cells() -> list[Cell]:
           {"connections": 128, "workers": 2, "stub_status": True}, wrk=600),
         c("nginx-healthy", "nginx", "healthy", "worker_connections 4096", 4096, True,
           {"connections": 4096, "workers": 1, "stub_status": True}, wrk=4),
+        # cpu-hotspot: a paced reverse proxy at a few thousand requests/s (no loop near a full core: no
+        # finding), and a loop at a full core compressing with gzip level 9 (the hotspot is the finding)
+        c("nginx-healthy-paced2w-perf", "nginx", "healthy", "worker_connections 4096, 2 workers", 8192, True,
+          {"connections": 4096, "workers": 2, "stub_status": True}, wrk=40, delay_ms=10, perf=True,
+          issue="healthy nginx reverse proxy, 2 workers, a few thousand requests/s: cpu-hotspot at medium (the "
+                "rule fired at 0.2 cores with any function at 10 % of samples)"),
+        c("nginx-cpu-gzip9x1-perf", "nginx", "cpu", "worker_connections 4096, 1 worker, gzip_comp_level 9", 4096,
+          True, {"connections": 4096, "workers": 1, "stub_status": True, "gzip": True}, wrk=8, perf=True),
         # Varnish (varnishstat always there): thread_pool_max and the number of pools
         c("varnish-idle-max10x1", "varnish", "idle", "thread_pool_max 10, 1 pool", 10, True,
           {"params": {"thread_pool_min": 5, "thread_pool_max": 10, "thread_pools": 1}}, idle=1000, wrk=20),
@@ -125,7 +167,10 @@ def verdict_problems(cell: Cell, doc: dict, where: str) -> list[str]:
     ids = [f["id"] for f in found]
     if cell.shape == "healthy":
         loud = [f"{f['id']} ({f['severity']})" for f in found if f["severity"] in ("high", "medium")]
-        return [f"healthy proxy, yet: {', '.join(loud)}"] if loud else []
+        return ([f"healthy proxy, yet: {', '.join(loud)}"] if loud else []) + (cpu_info_problems(doc, ids)
+                                                                               if cell.perf else [])
+    if cell.shape == "cpu":
+        return cpu_first_problems(found, ids)
     out = []
     if not ids or ids[0] != OWN[cell.proxy]:
         out.append(f"first finding {ids[:1] or 'none'}, expected {OWN[cell.proxy]} (all: {ids})")
@@ -136,6 +181,11 @@ def verdict_problems(cell: Cell, doc: dict, where: str) -> list[str]:
             out.append(f"fix does not name {DIRECTIVE[cell.proxy]}: {own['fix'][:200]}")
         if where not in text:
             out.append(f"neither fix nor evidence names {where}")
+        if cell.fix_says and cell.fix_says not in own["fix"]:
+            out.append(f"fix does not say {cell.fix_says!r}: {own['fix'][:200]}")
+        said = (doc.get("matrix") or {}).get("haproxy_maxconn")
+        if cell.derived and said is not None and own["evidence"].get("limit") != said:
+            out.append(f"maxconn read as {own['evidence'].get('limit')}, haproxy -V says it derived {said}")
     # the own cap's fix may say why somaxconn does not help; no fix may tell to raise it
     out += [f"{f['id']} tells to tune somaxconn" for f in found
             if "somaxconn" in (f.get("fix") or "") and (f is not found[0] or ids[0] != OWN[cell.proxy]
@@ -143,11 +193,35 @@ def verdict_problems(cell: Cell, doc: dict, where: str) -> list[str]:
     return out
 
 
+def cpu_first_problems(found: list[dict], ids: list[str]) -> list[str]:
+    """A loop at a full core on its own work: the first finding names it, either as the CPU finding itself or
+    as the budget's proxy-cpu (where the request's time goes: the proxy itself) citing that finding as its
+    cause and carrying its fix (probes/budget_findings.py proxy_cpu); the cause is then among the findings."""
+    if ids and ids[0] in CPU_IDS:
+        return []
+    if ids and ids[0] == "proxy-cpu":
+        cause = (found[0]["evidence"].get("cause") or {}).get("finding")
+        if cause in CPU_IDS and cause in ids:
+            return []
+        return [f"proxy-cpu first without a CPU finding as its cause (cause {cause}, all: {ids})"]
+    return [f"first finding {ids[:1] or 'none'}, expected one of {CPU_IDS} or proxy-cpu citing one (all: {ids})"]
+
+
+def cpu_info_problems(doc: dict, ids: list[str]) -> list[str]:
+    """A busy proxy whose loop is far from a full core: no cpu-hotspot at any severity, and its top
+    functions shown in headroom as information."""
+    out = ["cpu-hotspot raised"] if "cpu-hotspot" in ids else []
+    rows = [r for r in doc["data"].get("headroom") or [] if r.get("top_functions")]
+    return out + ([] if rows else ["no top functions in headroom"])
+
+
 def expected_where(cell: Cell, conf: Path | None) -> str:
     """Where the cap is set: `file:line` of the directive in the generated config (the events block's
-    own file for an include), or varnishd's command line (-p)."""
+    own file for an include), varnishd's command line (-p), or the config without it (derived)."""
     if cell.proxy == "varnish":
         return "command line"
+    if cell.derived:
+        return f"{conf} (not set)"
     text = conf.read_text().splitlines()
     value = {"trafficserver": r"INT\s+%d"}.get(cell.proxy, r"%d") % cell.opts.get(
         {"haproxy": "frontend_maxconn" if "frontend_maxconn" in cell.opts else "maxconn", "nginx": "connections",
@@ -181,18 +255,25 @@ def pressure(doc: dict) -> dict:
                                                  "MAIN.client_req")},
                         "threads": b.get("MAIN.threads"), "thread_queue_len": b.get("MAIN.thread_queue_len")}
             if p.get("kind") == "varnish" else None,
-            # nginx: the busiest worker's peak sockets, as the rule counts them (kinds/nginx.py sockets_peak)
+            # nginx: the busiest worker's peak sockets, as the rule counts them (proxies/nginx.py sockets_peak)
             "worker_sockets_peak": max((max(v.get("sockets_peak", 0), v.get("sockets_peak_fine", 0))
                                         for v in ((ev.get("conns") or {}).get("pids") or {}).values()), default=0),
             "stats": b.get("available"),
-            "idle_closed_in_window": (doc.get("matrix") or {}).get("idle_closed_in_window", 0)}
+            "idle_closed_in_window": (doc.get("matrix") or {}).get("idle_closed_in_window", 0),
+            "cpu_cores": round(ev.get("cpu_cores") or 0, 3),
+            # the old cpu-hotspot rule's reading: a leaf or an own function (with its direct calls) at its share
+            "top_share": max((t.get("share", 0) for key in ("top", "own_top")
+                              for t in (ev.get("perf") or {}).get(key) or []), default=None),
+            "requests_per_s": (doc.get("matrix") or {}).get("requests_per_s"),
+            "haproxy_maxconn": (doc.get("matrix") or {}).get("haproxy_maxconn")}
 
 
 def holds_cap(cell: Cell, p: dict) -> bool:
     """The proxy is at its cap by its own count or the kernel's, each as the proxy counts it (not the
     accept queue alone: that fills for any slow acceptor)."""
     if cell.proxy == "haproxy":                # connections it accepted and holds (stopped accepting there)
-        return (p["clients"] or 0) >= 0.95 * cell.cap_value
+        cap = cell.cap_value or p.get("haproxy_maxconn")     # derived: what haproxy -V said it derived
+        return bool(cap) and (p["clients"] or 0) >= 0.95 * cap
     if cell.proxy == "varnish":                # every thread running, or sessions waiting for one
         v = p["varnish"]
         return (v["threads"] or 0) >= cell.cap_value or (v["thread_queue_len"] or 0) > 0 or any(
@@ -211,6 +292,13 @@ def holds_cap(cell: Cell, p: dict) -> bool:
 
 def condition_problems(cell: Cell, doc: dict) -> list[str]:
     p = pressure(doc)
+    if cell.shape == "cpu":                    # one worker: the process's CPU is its loop's
+        return [] if p["cpu_cores"] >= 0.8 else [f"harness: the worker did not reach a full core: {p}"]
+    if cell.shape == "healthy" and cell.perf and not (
+            p["cpu_cores"] >= HOT_RULE_MIN_CPU and (p["top_share"] or 0) >= HOT_RULE_MIN_SHARE
+            and (p["requests_per_s"] or 0) >= 1000):
+        return [f"harness: not the busy healthy proxy the old rule misread (>= {HOT_RULE_MIN_CPU} cores, a "
+                f"function at >= {HOT_RULE_MIN_SHARE:.0%}, >= 1000 requests/s): {p}"]
     if cell.shape == "healthy":
         bad = []
         if p["accept_queue"] > 0:
@@ -221,6 +309,18 @@ def condition_problems(cell: Cell, doc: dict) -> list[str]:
             bad.append("no client seen: the paced load did not run")
         return bad
     return [] if holds_cap(cell, p) else [f"harness: the load did not bring {cell.proxy} to its cap: {p}"]
+
+
+def nginx_requests(port: int) -> tuple[int, float] | None:
+    """(requests nginx served so far, monotonic time) from its stub_status page (the cells' nginx have it at
+    /nginx_status): the harness's own count of the load, apart from the doctor's."""
+    from proxytune.core import sockets
+    try:
+        status, text = sockets.http_get("127.0.0.1", port, "/nginx_status", sockets.Deadline(5))
+    except OSError:
+        return None
+    m = re.search(r"accepts handled requests\s+[0-9]+\s+[0-9]+\s+([0-9]+)", text)
+    return (int(m.group(1)), time.monotonic()) if m else None
 
 
 # ---------------------------------------------------------------- load
@@ -239,7 +339,9 @@ def lua(cell: Cell, origin_port: int) -> str:
     out = f'request = function()\n  return wrk.format("GET", "{prefix}" .. {path})\nend\n'
     if cell.proxy in FORWARD and cell.shape != "slow":
         out = f'wrk.headers["Host"] = "127.0.0.1:{origin_port}"\n' + out
-    return out + ("delay = function()\n  return 100\nend\n" if cell.shape == "healthy" else "")
+    if cell.opts.get("gzip"):
+        out = 'wrk.headers["Accept-Encoding"] = "gzip"\n' + out
+    return out + (f"delay = function()\n  return {cell.delay_ms}\nend\n" if cell.shape == "healthy" else "")
 
 
 class IdleClients:
@@ -356,6 +458,8 @@ def server(cell: Cell, origin: int):
         s = proxyservers.HAProxy(origin, cache_mb=0, **o)
         return s, s.conf
     if cell.proxy == "nginx":
+        if o.pop("gzip", False):
+            return gzip_nginx(o)
         s = servers.Nginx(body=f"proxy_pass http://127.0.0.1:{origin};", **o)
         return s, s.dir / ("events.conf" if o.get("events_include") else "nginx.conf")
     if cell.proxy == "varnish":
@@ -367,6 +471,45 @@ def server(cell: Cell, origin: int):
         return s, s.conf
     s = proxyservers.TrafficServer(origin, cache_mb=64, remap_to=origin if cell.shape == "slow" else None, **o)
     return s, s.conf
+
+
+GZIP_BYTES = 256 << 10
+
+
+class WithDir:
+    """A server that also owns a directory of files it serves, removed after it stops."""
+
+    def __init__(self, srv, path: Path):
+        self.srv, self.path = srv, path
+
+    def __getattr__(self, name):
+        return getattr(self.srv, name)
+
+    def __enter__(self):
+        self.srv.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            return self.srv.__exit__(*exc)
+        finally:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+def gzip_nginx(o: dict):
+    """nginx serving a 256 KiB text of words, compressed per request at gzip level 9 (its worker's CPU)."""
+    import random
+    import tempfile
+    from proxytune.microbench import servers
+    www = Path(tempfile.mkdtemp(prefix="pt-matrix-gzip-"))
+    www.chmod(0o755)                              # nginx's workers (nobody) read it
+    rnd, words = random.Random(28), ["proxy", "origin", "cache", "accept", "queue", "worker", "loop", "epoll"]
+    text = " ".join(f"{rnd.choice(words)}{rnd.randrange(100000)}" for _ in range(GZIP_BYTES // 10))
+    (www / "index.txt").write_text(text[:GZIP_BYTES])
+    (www / "index.txt").chmod(0o644)
+    s = servers.Nginx(body=f"root {www}; index index.txt; default_type text/plain; gzip on; gzip_comp_level 9; "
+                           "gzip_types text/plain; gzip_min_length 0;", **o)
+    return WithDir(s, www), s.dir / "nginx.conf"
 
 
 # ---------------------------------------------------------------- the record of each run

@@ -544,3 +544,22 @@ set +e; {' '.join(apply_argv(prof))} 2>$OUT/err; echo $? > $OUT/rc"""
     if fault == "erofs":
         assert "hint: its filesystem is read-only or full; nothing was changed" in res.stderr
     assert diff(before, snap(sandbox), tmp_path) == []
+
+
+# ------------------------------------------- the syslog record: never to a socket another user owns
+
+@needs_root
+@pytest.mark.parametrize("owner", ["nobody", "root"])
+def test_a_log_socket_another_user_owns_never_gets_roots_record(sandbox, prof, tmp_path, monkeypatch, owner):
+    """PROXYTUNE_SYSLOG_SOCKET kept by `sudo -E` naming a user's socket: root's apply record (who,
+    profile, journal id) is not sent to that user; root's own socket still gets it."""
+    import pwd
+    path = tmp_path / "log.sock"
+    sock = LogSocket(path)
+    if owner == "nobody":
+        os.chown(path, pwd.getpwnam("nobody").pw_uid, -1)
+    monkeypatch.setenv("PROXYTUNE_SYSLOG_SOCKET", str(path))
+    monkeypatch.setenv("PROXYTUNE_JOURNAL_SOCKET", str(tmp_path / "no-journald"))
+    assert run(apply_argv(prof)).returncode == 0
+    assert rollback().returncode == 0
+    assert len(sock.messages()) == (0 if owner == "nobody" else 2)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IS_ROOT, REPO
+from conftest import IS_ROOT, REPO, needs_root
 
 pytestmark = pytest.mark.skipif(not IS_ROOT or not shutil.which("setpriv"), reason="needs root and setpriv")
 FAKE = REPO / "tests" / "servers" / "fakeproxy.py"
@@ -481,3 +481,45 @@ def test_a_stats_socket_is_never_asked_once_its_proxy_is_gone_even_if_the_pid_co
         p.wait()
     assert sockets.fd_inventory(p.pid, proc) is None and sockets.held([p.pid], proc) == set()
     os.close(proc)
+
+
+# ------------------------------------------- doctor reads: a pid recycled between discovery and read
+
+RECYCLE = r"""
+import os, subprocess, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+import conftest  # noqa: F401  (registers the checkout as the `proxytune` package)
+from proxytune.core import targetread
+from proxytune.probes.proxies import Running
+mine, roots = tempfile.mkdtemp(dir=sys.argv[2]), tempfile.mkdtemp(dir=sys.argv[2])
+os.chmod(mine, 0o755)
+open(os.path.join(mine, "cache.log"), "w").write("x" * 4096)         # big: a later, smaller file reads from 0
+os.chmod(os.path.join(mine, "cache.log"), 0o644)
+open(os.path.join(roots, "cache.log"), "w").write("ROOT-SECRET\n")   # root's, 0600, in root's cwd
+os.chmod(os.path.join(roots, "cache.log"), 0o600)
+proxy = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "sleep", "60"], cwd=mine)
+target = Running(proxy.pid, "/usr/sbin/squid", ["squid"])
+target.appended("cache.log")                   # the window starts: the log's size noted
+proxy.kill(); proxy.wait()
+with open("/proc/sys/kernel/ns_last_pid", "w") as fh:
+    fh.write(str(proxy.pid - 1))
+other = subprocess.Popen(["sleep", "60"], cwd=roots)                 # root, with the same pid
+assert other.pid == proxy.pid, (other.pid, proxy.pid)
+print("READ:" + repr(target.appended("cache.log")))
+held = {"proc": target.proc} if hasattr(target, "proc") else {}     # the /proc/PID fd taken at discovery
+print("WHY:" + str(targetread.read(proxy.pid, "cache.log", **held).why))
+other.kill()
+"""
+
+
+@needs_root
+def test_a_pid_recycled_by_a_root_process_is_never_read_as(tmp_path):
+    """The proxy (nobody, cwd with a 4 KiB cache.log) is watched; it exits mid-window and a root
+    process takes its pid (ns_last_pid in a fresh pid namespace: deterministic) with a root-only
+    cache.log in its cwd. The end-of-window read used to run as root in root's cwd, from byte 0
+    (the file looked rotated), and showed ROOT-SECRET. It must find the process gone."""
+    r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", str(REPO / ".venv/bin/python"), "-c",
+                        RECYCLE, str(REPO / "tests"), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert "ROOT-SECRET" not in r.stdout
+    assert r.returncode == 0, r.stderr
+    assert "READ:''" in r.stdout and "WHY:pid" in r.stdout and "has exited" in r.stdout

@@ -20,6 +20,7 @@ import pytest
 
 from conftest import CLI, IS_ROOT, in_netns, needs_root, proxytune, wait_exec
 from snapshot import SandboxState
+from test_adversarial_profiles import AS_NOBODY, nobody_dir  # noqa: F401
 from proxytune.core.procfs import identity
 
 FILES_PROFILE = ('[profile]\nos = "linux"\n'
@@ -403,13 +404,14 @@ def test_rlimit_rollback_skips_a_recycled_pid(sandbox, tmp_path, sleeper):
     import resource
     p = tmp_path / "nofile.toml"
     p.write_text('[profile]\nos = "linux"\n[rlimit."ptsleeper:nofile"]\nat_least = 4000\nreason = "t"\nsource = "t"\n')
-    r = proxytune("tune", "apply", "-p", str(p), "--yes")
+    live = {"PROXYTUNE_ROOT": "/"}          # running processes are read on the live host, never under --root
+    r = proxytune("tune", "apply", "-p", str(p), "--yes", env=live)
     assert r.returncode == 0, r.stderr
     raised = resource.prlimit(sleeper.pid, resource.RLIMIT_NOFILE)
     assert raised[0] >= 4000
     f = entry_files(sandbox)[-1]
     edit_entry(f, lambda d: d["steps"][0]["old"][str(sleeper.pid)].update(start=1))
-    r = proxytune("tune", "rollback", "--yes")
+    r = proxytune("tune", "rollback", "--yes", env=live)
     assert r.returncode == 0, r.stderr
     assert f"skipped: pid {sleeper.pid} (ptsleeper) is gone or is another process now" in r.stdout
     assert resource.prlimit(sleeper.pid, resource.RLIMIT_NOFILE) == raised
@@ -604,3 +606,24 @@ def test_plan_with_root_says_live_settings_are_this_namespaces(sandbox, prof):
     assert r.returncode == 0
     r = proxytune("--help")
     assert "namespace" in r.stdout and "--files-only" in r.stdout and "--debug" in r.stdout
+
+
+# ------------------------------------------- host lock / state dir inside a directory another user owns
+
+@needs_root
+@pytest.mark.parametrize("var", ["PROXYTUNE_LOCK_DIR", "PROXYTUNE_STATE_DIR"])
+def test_a_lock_or_state_dir_whose_parent_another_user_owns_is_refused(sandbox, prof, cli, nobody_dir, monkeypatch,
+                                                                      var):
+    """`sudo -E` with PROXYTUNE_LOCK_DIR (or STATE_DIR) under a directory nobody owns: root made the
+    directory itself (0700, its own), but nobody can rename it away at any time and let a second
+    apply take a fresh lock (two writers at once) or make rollback find no journal. Refused."""
+    target = nobody_dir / "pt"
+    monkeypatch.setenv(var, str(target))
+    r = cli("tune", "apply", "-p", str(prof), "--service", "squid", "--yes")
+    assert r.exit_code == 2, r.output
+    assert "uid 65534" in r.output and "Traceback" not in r.output
+    assert not target.exists()
+    assert not (sandbox.root / "etc/security/limits.d").exists()
+    # nobody can indeed move what root would have made there: the threat is real
+    subprocess.run(AS_NOBODY + ["mkdir", str(target)], check=True)
+    subprocess.run(AS_NOBODY + ["mv", str(target), str(nobody_dir / "moved")], check=True)

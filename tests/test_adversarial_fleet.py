@@ -6,6 +6,7 @@ reached over real ssh (tests/fleet_hosts.py); a hostile host is one whose
 `proxytune_python` is a wrapper script that lies or hangs.
 """
 
+import base64
 import json
 import os
 import pwd
@@ -13,6 +14,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -161,8 +163,10 @@ def test_a_limit_that_is_an_option_is_refused(tmp_path, limit):
 # ---------------------------------------------------------------- the bundle: tracked, packaged, no symlink
 
 def make_tree(root: Path, git: bool) -> Path:
-    for rel, text in {"cli.py": "", "core/a.py": "", "tune/b.py": "", "profiles/linux/x.toml": "",
-                      "profiles/linux/NOTES.txt": "", "probes/p.bt": "", "microbench/evbench/main.c": ""}.items():
+    for rel, text in {"cli.py": "", "core/__init__.py": "", "core/a.py": "", "tune/__init__.py": "", "tune/b.py": "",
+                      "newlayer/__init__.py": "", "newlayer/c.py": "", "notes/n.py": "",
+                      "profiles/linux/x.toml": "", "profiles/linux/NOTES.txt": "", "probes/p.bt": "",
+                      "microbench/evbench/main.c": ""}.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     if git:
@@ -179,14 +183,15 @@ def make_tree(root: Path, git: bool) -> Path:
 def test_the_bundle_ships_only_packaged_files_and_follows_no_symlink(tmp_path, git):
     tree = make_tree(tmp_path / "tree", git)
     names = {str(rel) for _, rel in fp.shipped_files(tree, tree)}
-    expected = {"cli.py", "core/a.py", "tune/b.py", "profiles/linux/x.toml", "probes/p.bt",
-                "microbench/evbench/main.c"}
+    # newlayer/ is a package no list names (its __init__.py makes it one): shipped; notes/ is not one
+    expected = {"cli.py", "core/__init__.py", "core/a.py", "tune/__init__.py", "tune/b.py", "newlayer/__init__.py",
+                "newlayer/c.py", "profiles/linux/x.toml", "probes/p.bt", "microbench/evbench/main.c"}
     assert names == (expected if git else expected | {"tune/junk.py"}), names
 
 
 def test_the_bundle_from_a_debian_tree_takes_its_data_from_the_share_dir(tmp_path):
     code, data = tmp_path / "dist-packages/proxytune", tmp_path / "share/proxytune"
-    for rel in ("cli.py", "tune/b.py", "probes/p.py"):
+    for rel in ("cli.py", "tune/__init__.py", "tune/b.py", "probes/__init__.py", "probes/p.py"):
         (code / rel).parent.mkdir(parents=True, exist_ok=True)
         (code / rel).write_text("")
     for rel in ("profiles/linux/proxy.toml", "probes/p.bt", "microbench/lua/m.lua"):
@@ -194,40 +199,97 @@ def test_the_bundle_from_a_debian_tree_takes_its_data_from_the_share_dir(tmp_pat
         (data / rel).write_text("")
     tarball, sha = fp.bundle(tmp_path, None, code, data)
     names = set(tarfile.open(tarball).getnames())
-    assert names == {"cli.py", "tune/b.py", "probes/p.py", "profiles/linux/proxy.toml", "probes/p.bt",
-                     "microbench/lua/m.lua"}
+    assert names == {"cli.py", "tune/__init__.py", "tune/b.py", "probes/__init__.py", "probes/p.py",
+                     "profiles/linux/proxy.toml", "probes/p.bt", "microbench/lua/m.lua"}
 
 
 # ---------------------------------------------------------------- the unpacker on the host (run here, as root)
 
+def module_args(state: Path, tarball: Path, sha: str, argv=("--version",)) -> dict:
+    """What the play passes the module (fleet_play.run_task), for a host whose state dir is `state`."""
+    return {"state_dir": str(state), "bundle": f"{sha[:16]}-0123456789ab", "sha256": sha,
+            "payload": base64.b64encode(tarball.read_bytes()).decode(), "python": "/usr/bin/python3",
+            "argv": list(argv), "timeout": 60, "ok": [0], "deps": "no-install"}
+
+
 @pytest.fixture
-def upload(tmp_path):
-    """A state dir, an upload dir with a real bundle in it, and the unpacker's argv."""
-    state, up = tmp_path / "state", tmp_path / "upload"
+def shipped(tmp_path):
+    """A state dir and the module's arguments for a real bundle (with a profile file in it)."""
+    state = tmp_path / "state"
     state.mkdir()
     state.chmod(0o755)                   # read-only for others is mended to 0700, writable is refused
-    up.mkdir(mode=0o700)
-    tarball, sha = fp.bundle(tmp_path)
-    shutil.copy(tarball, up / fleet_unpack.TARBALL)
-    return {"state": state, "upload": up, "sha": sha, "argv": [str(state), f"{sha[:16]}-0123456789ab", sha, str(up)]}
+    (tmp_path / "p.toml").write_text(PROFILE)
+    tarball, sha = fp.bundle(tmp_path, tmp_path / "p.toml")
+    return {"state": state, "sha": sha, "tarball": tarball, "args": module_args(state, tarball, sha)}
 
 
 @needs_root
-def test_the_unpacker_unpacks_fresh_and_removes_the_upload(upload):
-    assert fleet_unpack.main(upload["argv"]) in (0, 3)
-    bundle = upload["state"] / "fleet" / f"bundle-{upload['argv'][1]}"
-    assert (bundle / "cli.py").is_file() and not upload["upload"].exists()
-    assert stat.S_IMODE(bundle.stat().st_mode) == 0o700
-    assert stat.S_IMODE((upload["state"] / "fleet").stat().st_mode) == 0o700
-    assert stat.S_IMODE(upload["state"].stat().st_mode) == 0o700
+def test_the_unpacker_unpacks_fresh_runs_there_and_leaves_only_the_verified_code(shipped):
+    out = fleet_unpack.serve(shipped["args"])
+    assert out.get("failed") is not True and out["rc"] == 0 and out["stdout"].startswith("proxytune"), out
+    fleet = shipped["state"] / "fleet"
+    assert [p.name for p in fleet.iterdir()] == [f"code-{shipped['sha']}"]         # this run's own dir is gone
+    code = fleet / f"code-{shipped['sha']}"
+    assert (code / "cli.py").is_file()
+    for d in (code, fleet, shipped["state"]):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+
+
+@needs_root
+def test_a_verified_unpack_is_reused_and_a_run_gets_its_profile_under_a_fresh_name(shipped, monkeypatch):
+    run_dir = shipped["state"] / "fleet" / f"bundle-{shipped['args']['bundle']}"
+    args = {**shipped["args"], "argv": ["tune", "check", "--json", "-p", f"{run_dir}/fleet-profile.toml"],
+            "ok": [0, 1, 2]}
+    monkeypatch.setenv("PROXYTUNE_STATE_DIR", str(shipped["state"]))
+    monkeypatch.setenv("PROXYTUNE_ROOT", str(shipped["state"].parent))
+    first = fleet_unpack.serve(args)
+    code = shipped["state"] / "fleet" / f"code-{shipped['sha']}"
+    inode = code.stat().st_ino
+    second = fleet_unpack.serve(args)
+    for out in (first, second):
+        assert out.get("failed") is not True and json.loads(out["stdout"])["kind"] == "audit", out
+    assert code.stat().st_ino == inode                                          # reused, not unpacked again
+    assert not run_dir.exists()
+
+
+@needs_root
+@pytest.mark.parametrize("tamper", ["a file changed", "a file added", "a symlink", "group-writable",
+                                    "owned by nobody", "mode 0755", "a file where the directory goes"])
+def test_an_unpack_that_no_longer_matches_its_digest_is_never_run(shipped, tamper, tmp_path):
+    """The reused directory is checked every time; what fails the check is replaced, never run."""
+    assert fleet_unpack.serve(shipped["args"])["rc"] == 0
+    code = shipped["state"] / "fleet" / f"code-{shipped['sha']}"
+    marker = tmp_path / "planted-ran"
+    planted = f"open({str(marker)!r}, 'w').write('ran as root')\n"
+    if tamper == "a file changed":
+        (code / "cli.py").write_text(planted)
+    elif tamper == "a file added":
+        (code / "tune" / "sitecustomize.py").write_text(planted)
+    elif tamper == "a symlink":
+        (code / "cli.py").unlink()
+        (tmp_path / "elsewhere.py").write_text(planted)
+        (code / "cli.py").symlink_to(tmp_path / "elsewhere.py")
+    elif tamper == "group-writable":
+        (code / "tune").chmod(0o775)
+    elif tamper == "owned by nobody":
+        os.chown(code / "tune" / "fleet.py", pwd.getpwnam("nobody").pw_uid, -1)
+    elif tamper == "mode 0755":
+        code.chmod(0o755)
+    else:
+        shutil.rmtree(code)
+        code.write_text(planted)
+    out = fleet_unpack.serve(shipped["args"])
+    assert out["rc"] == 0 and out["stdout"].startswith("proxytune"), out
+    assert not marker.exists()
+    assert fleet_unpack.matches(str(code), fleet_unpack.files_of(shipped["tarball"].read_bytes()))
 
 
 @needs_root
 @pytest.mark.parametrize("attack", ["fleet dir 0777", "fleet dir owned by nobody", "state dir 0777",
                                     "parent 0777", "state dir is a symlink", "digest mismatch",
                                     "bundle name taken", "fleet dir is a symlink"])
-def test_the_unpacker_refuses_what_others_could_have_touched(upload, attack, capsys):
-    state, nobody = upload["state"], pwd.getpwnam("nobody").pw_uid
+def test_the_unpacker_refuses_what_others_could_have_touched(shipped, attack):
+    state, nobody, args = shipped["state"], pwd.getpwnam("nobody").pw_uid, shipped["args"]
     fleet = state / "fleet"
     if attack.startswith("fleet dir"):
         fleet.mkdir(mode=0o700)
@@ -241,28 +303,26 @@ def test_the_unpacker_refuses_what_others_could_have_touched(upload, attack, cap
         (state.parent / "elsewhere").mkdir(mode=0o700)
         state.symlink_to(state.parent / "elsewhere")
     elif attack == "digest mismatch":
-        with open(upload["upload"] / fleet_unpack.TARBALL, "ab") as fh:
-            fh.write(b"\0")
+        args = {**args, "payload": base64.b64encode(shipped["tarball"].read_bytes() + b"\0").decode()}
     elif attack == "fleet dir is a symlink":
         (state.parent / "elsewhere").mkdir(mode=0o700)
         fleet.symlink_to(state.parent / "elsewhere")
     elif attack == "bundle name taken":
-        planted = fleet / f"bundle-{upload['argv'][1]}"
+        planted = fleet / f"bundle-{args['bundle']}"
         planted.mkdir(parents=True, mode=0o700)
-        (planted / "cli.py").write_text("raise SystemExit('planted')\n")
+        (planted / "fleet-profile.toml").write_text("planted\n")
     try:
-        assert fleet_unpack.main(upload["argv"]) == 2
+        out = fleet_unpack.serve(args)
     finally:
         state.parent.chmod(0o700)
-    assert capsys.readouterr().err.startswith("proxytune bundle refused:")
-    assert not upload["upload"].exists()
+    assert out["failed"] is True and out["stderr"].startswith("proxytune bundle refused:"), out
     if attack == "bundle name taken":
-        assert (fleet / f"bundle-{upload['argv'][1]}" / "cli.py").read_text().startswith("raise")   # not replaced
+        assert (fleet / f"bundle-{args['bundle']}" / "fleet-profile.toml").read_text() == "planted\n"   # kept
 
 
 @needs_root
 @pytest.mark.parametrize("member", ["../escape.py", "link", "hardlink", "/abs.py", "fifo"])
-def test_the_unpacker_refuses_a_bundle_with_an_escaping_member(upload, member):
+def test_the_unpacker_refuses_a_bundle_with_an_escaping_member(shipped, member):
     import hashlib
     import io
     raw = io.BytesIO()
@@ -275,10 +335,25 @@ def test_the_unpacker_refuses_a_bundle_with_an_escaping_member(upload, member):
         elif member == "fifo":
             info.type = tarfile.FIFOTYPE
         tar.addfile(info, io.BytesIO(b""))
-    (upload["upload"] / fleet_unpack.TARBALL).write_bytes(raw.getvalue())
     sha = hashlib.sha256(raw.getvalue()).hexdigest()
-    assert fleet_unpack.main([str(upload["state"]), f"{sha[:16]}-0123456789ab", sha, str(upload["upload"])]) == 2
-    assert not (upload["state"].parent / "escape.py").exists()
+    args = {**shipped["args"], "sha256": sha, "bundle": f"{sha[:16]}-0123456789ab",
+            "payload": base64.b64encode(raw.getvalue()).decode()}
+    out = fleet_unpack.serve(args)
+    assert out["failed"] is True and out["stderr"].startswith("proxytune bundle refused:"), out
+    assert not (shipped["state"].parent / "escape.py").exists()
+
+
+def test_any_argument_survives_ansibles_jsonargs_substitution():
+    """Ansible writes the module's arguments into its source as JSON (module_common.py, jsonargs):
+    quotes, backslashes and triple quotes in a host's variables arrive intact, ending no string."""
+    hostile = "/tmp/a'''b\"\"\"c\\d\\"
+    args = {"state_dir": hostile, "bundle": "0" * 16 + "-0123456789ab", "sha256": "1" * 64, "payload": "",
+            "python": "/usr/bin/python3", "argv": ['x"""y', "\\", "'''"], "timeout": 1, "ok": [0], "deps": "install"}
+    source = fp.UNPACKER.read_text().replace("<<INCLUDE_ANSIBLE_MODULE_JSON_ARGS>>", json.dumps(args))
+    probe = source.replace('\nif __name__ == "__main__":\n', "\nif False:\n") + "\nprint(json.dumps(json.loads(ARGS)))\n"
+    r = subprocess.run([sys.executable, "-"], input=probe, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == args
 
 
 # ---------------------------------------------------------------- over real hosts
@@ -565,3 +640,36 @@ def test_a_fleet_result_file_that_would_crash_the_report_is_refused(tmp_path, ho
     r = subprocess.run([str(REPO / ".venv/bin/python"), str(REPO / "cli.py"), "report", "fleet", str(tmp_path / "f.json"),
                         "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith("proxytune: error:") and "internal error" not in r.stderr, r.stderr
+
+
+# ------------------------------------------- fleet: hostile JSON shapes that pass (or break) the parser
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("where", ["whole", "current"])
+@pytest.mark.host  # the host fingerprint runs systemd-detect-virt (the tier: tests/tiers.py)
+def test_a_host_answer_nested_too_deeply_is_a_failed_host(where):
+    """A host prints 100000 nested arrays (json.loads raised RecursionError: the fleet crashed), or a
+    schema-valid audit whose setting's free-form `current` is 950 levels deep (it parses, but any later
+    json.dumps or render of the host rows from a few frames deeper recurses past Python's limit)."""
+    deep = json.loads(_nested(950))
+    if where == "whole":
+        stdout = _nested(100000)
+    else:
+        stdout = envelope("audit", {**AUDIT, "settings": [{**SETTING, "current": deep}]})
+    r = fleet_result.host_result([run_event(stdout)], fp.RUN_TASK, "audit")
+    assert r["status"] == "failed" and "nested too deeply" in r["error"], r["error"]
+    assert r["doc"] is None and r["settings"] == []
+
+    def deeper(n):      # what a renderer 60 frames down would have met, had the document passed
+        return deeper(n - 1) if n else json.dumps(deep)
+    with pytest.raises(RecursionError):
+        deeper(60)
+
+
+def test_a_host_answering_json_null_is_not_called_too_deep():
+    from test_adversarial_fleet import run_event
+    r = fleet_result.host_result([run_event("null")], fp.RUN_TASK, "audit")
+    assert r["status"] == "failed" and "does not fit the schema" in r["error"], r["error"]

@@ -340,6 +340,7 @@ def test_at_least_25_adversarial_cases():
     assert count >= 25, count
 
 
+@pytest.mark.host  # the audit runs ss (the tier: tests/tiers.py)
 def test_doctor_audit_keeps_working_on_a_malformed_host_file(sandbox):
     """doctor's host audit shows the setting in error instead of failing."""
     from proxytune.probes import doctor

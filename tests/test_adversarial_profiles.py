@@ -219,6 +219,7 @@ def _settings(payload: str) -> list[Setting]:
             Setting("service", "pttest:LimitNOFILE", "at_least", 4096, f"why {payload}", "s")]
 
 
+@pytest.mark.host  # asks tuned-adm its version (the tier: tests/tiers.py)
 def test_tuned_export_refuses_an_exec_expansion_that_bypassed_load():
     with pytest.raises(ProxytuneError, match=r"\$\{"):
         export_mod.export("tuned", _settings("${f:exec:/bin/sh:-c:touch /tmp/pt-x}"), "p", "linux")
@@ -318,7 +319,7 @@ def test_cache_dirs_and_user_params_with_payloads_are_refused(tmp_path, sandbox,
 
 
 @needs_root
-@pytest.mark.parametrize("ref, bundled", [("linux/proxy", None), ("./mine.toml", "mine.toml")])
+@pytest.mark.parametrize("ref, bundled", [("linux/proxy", None), ("./mine.toml", "profile.toml")])
 def test_fleet_bundles_a_file_only_when_the_reference_is_a_path(nobody_dir, tmp_path, monkeypatch, ref, bundled):
     """The fleet's lookup is load()'s: a name with a planted ./linux/proxy in the cwd ships nothing
     (the hosts use their own catalog); an explicit, trusted file travels in the bundle."""
@@ -330,14 +331,17 @@ def test_fleet_bundles_a_file_only_when_the_reference_is_a_path(nobody_dir, tmp_
     seen = {}
 
     def bundle(dest, profile_file=None):
-        seen["f"] = profile_file
+        seen["f"], seen["text"] = profile_file, profile_file and profile_file.read_text()
         return dest / "bundle.tar", "digest"
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(fleet_mod.inv, "hosts", lambda *a: ["h1"])       # no ansible-inventory needed
     monkeypatch.setattr(fleet_mod.fp, "bundle", bundle)
+    (tmp_path / "work").mkdir()                 # a given workdir exists, as a run's own rundir does
     fl = fleet_mod.Fleet(str(tmp_path / "inv.ini"), ref, workdir=tmp_path / "work")
     fl.prepare()
     assert (seen["f"] and seen["f"].name) == bundled and fl.shipped_profile == (bundled is not None)
+    if bundled:                 # the file travels flattened as resolved here (issue 27, item 2), not by its name
+        assert f"as resolved from {tmp_path / 'mine.toml'}" in seen["text"]
 
 
 @needs_root
@@ -349,3 +353,18 @@ def test_a_profile_path_with_a_newline_cannot_add_a_line_to_an_export(tmp_path, 
     r = run("tune", "export", "--format", "sysctl.d", "-p", str(d / "p.toml"))
     assert r.returncode == 2 and "control character" in r.stderr and "core_pattern" not in r.stdout
     assert len(r.stderr.strip().splitlines()) == 2, r.stderr        # the line and its hint
+
+
+# ------------------------------------------- exports: a payload in the profile's own file name
+
+@pytest.mark.parametrize("name", ["{{ lookup('pipe','id') }} proxytune-service-var.toml",
+                                  "{% if lookup('pipe','id') %}{% endif %} proxytune-user-var.toml"])
+def test_a_profile_file_name_that_would_be_templated_is_refused(tmp_path, sandbox, name):
+    """The reference goes into the playbook's play name. Alone it is tagged !unsafe, but with the
+    detected-service stand-in in it too, the scalar was untagged to take `{{ proxytune_service }}`:
+    the lookup became live Jinja in the play name. A reference with evaluable text is refused."""
+    prof = tmp_path / name
+    prof.write_text(GOOD.format(what="d", include=""))
+    r = run("tune", "export", "--format", "ansible", "-p", f"./{name}", cwd=tmp_path)
+    assert r.returncode == 2, r.stdout
+    assert "lookup" not in r.stdout and "would evaluate" in r.stderr and len(r.stderr.splitlines()) <= 2

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, needs_root
+from test_adversarial_profiles import nobody_dir  # noqa: F401
 from proxytune.core.errors import ProxytuneError
 
 AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
@@ -334,6 +335,7 @@ def test_terminal_text_escapes_controls_and_markup(s):
     assert Text.from_markup(t).plain == term_text(s, markup=False)     # markup shown as written
 
 
+@pytest.mark.host  # the host fingerprint runs systemd-detect-virt (the tier: tests/tiers.py)
 def test_terminal_tables_sections_and_fleet_show_hostile_text_inert():
     from proxytune.core.console import print_section, rich_table
     from proxytune.core.sections import Section, Table
@@ -402,6 +404,7 @@ def test_markdown_and_html_reports_of_hostile_results_are_inert(tmp_path):
     check_html(html.read_text())
 
 
+@pytest.mark.host  # the host fingerprint runs systemd-detect-virt (the tier: tests/tiers.py)
 def test_fleet_markdown_and_html_of_hostile_hosts_are_inert(tmp_path):
     from proxytune.reports import fleet as fleet_report
     doc = fleet_doc({s: host_entry(s) for s in HOSTILE})
@@ -511,6 +514,7 @@ def failing_harness(tmp_path: Path) -> Path:
 
 
 @pytest.mark.skipif(not shutil.which("valgrind"), reason="needs valgrind")
+@pytest.mark.host  # runs valgrind (the tier: tests/tiers.py)
 def test_cachegrind_over_a_failed_harness_is_an_error_not_zero_misses(tmp_path):
     """cachegrind still prints D1 misses (the shell's) when the program fails: twice the same count,
     so 0.0 misses per call. Variant 1: the counter itself; variant 2: a whole run records no miss."""
@@ -522,6 +526,7 @@ def test_cachegrind_over_a_failed_harness_is_an_error_not_zero_misses(tmp_path):
 
 
 @pytest.mark.parametrize("source", ["cachegrind", "perf"])
+@pytest.mark.host  # runs the failing harness (the tier: tests/tiers.py)
 def test_a_run_with_a_failed_harness_records_no_misses(source, tmp_path, monkeypatch):
     from proxytune.core.capability import Capability
     from proxytune.microbench import fdscan
@@ -573,3 +578,42 @@ def fleet_doc(hosts: dict) -> dict:
     from proxytune.reports.schema import envelope
     return envelope("fleet", {"fleet": "f1", "profile": "linux/proxy", "hosts": hosts,
                               "summary": {"ok": len(hosts), "unreachable": 0, "failed": 0, "skipped": 0}, "exit": 0})
+
+
+# ------------------------------------------- terminal escapes in error lines
+
+@needs_root
+def test_a_launcher_link_named_with_escapes_reaches_no_terminal(nobody_dir):
+    """PROXYTUNE_PROG (kept by `sudo -E`) names a link to this checkout's launcher whose name holds
+    ESC ] 0 ; ... BEL: it is believed (it resolves to the launcher) and quoted into the needs-root hint
+    of a permission-denied error, which was printed raw: the terminal's title was rewritten."""
+    link = nobody_dir / "pt-\x1b]0;pwned\x07"
+    link.symlink_to(REPO / "proxytune")
+    env = {**os.environ, "PROXYTUNE_PROG": str(link), "HOME": str(nobody_dir / "none"),
+           "XDG_CONFIG_HOME": "/root/.config"}      # a directory nobody may list: PermissionError
+    r = subprocess.run([*AS_NOBODY, str(REPO / ".venv/bin/python"), str(REPO / "cli.py"), "tune", "plan",
+                        "-p", "linux/proxy"], capture_output=True, text=True, env=env, timeout=60)
+    assert "may not use it" in r.stderr, r.stderr
+    assert "\x1b" not in r.stderr and "\x07" not in r.stderr
+    assert "\\x1b]0;pwned\\x07" in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["error", "internal error"])
+def test_every_error_line_is_one_inert_line(capsys, kind):
+    """Whatever reaches say_error (an internal error's exception text quotes hostile input verbatim)."""
+    from proxytune.cli import say_error
+    say_error("bad \x1b[2J\rname\u202e", "run \x1b]0;t\x07 again", kind=kind)
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\r" not in err and "\u202e" not in err
+    assert len(err.splitlines()) == 2
+
+
+def test_a_catalog_file_named_with_escapes_is_warned_about_inertly(sandbox, cli):
+    """A site profile whose file name holds ESC ] 0 ; ... BEL (unpacked from someone's tarball) is
+    skipped; the warning saying so printed the name raw (its own sink, not say_error's)."""
+    d = sandbox.root / "etc/proxytune/profiles"
+    d.mkdir(parents=True)
+    (d / "a\x1b]0;pwned\x07b.toml").write_text('[profile]\ndescription = "d"\nos = "linux"\n')
+    r = cli("profiles", "list")
+    assert "skipped" in r.output and "\\x1b]0;pwned\\x07" in r.output
+    assert "\x1b]0;" not in r.output and "\x07" not in r.output

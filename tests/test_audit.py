@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from proxytune.tune import audit
 
 
@@ -9,6 +11,7 @@ def _settings(doc):
     return [(s["setting"], s["status"], s["current"]) for s in doc["settings"]]
 
 
+@pytest.mark.host  # the audit runs ss (the tier: tests/tiers.py)
 def test_check_report_and_doctor_build_the_same_audit(sandbox, cli):
     from proxytune.probes import doctor
     from proxytune.reports import build as report_build
@@ -26,6 +29,7 @@ def test_check_report_and_doctor_build_the_same_audit(sandbox, cli):
     assert found["summary"] == checked["summary"]
 
 
+@pytest.mark.host  # the audit runs ss (the tier: tests/tiers.py)
 def test_the_check_terminal_prints_the_report_section(sandbox, cli):
     """The terminal shows the section the report writes: same title, same tables."""
     mine = audit.build(sandbox, "linux/proxy", {"service": "ptaudit"})

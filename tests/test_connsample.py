@@ -15,6 +15,7 @@ HAS_COUNT = os.stat("/proc/self/fd").st_size > 0
 
 
 @pytest.mark.skipif(not HAS_COUNT, reason="st_size of /proc/PID/fd is 0 here (Linux before 6.2)")
+@pytest.mark.host  # the sampler runs ss (the tier: tests/tiers.py)
 def test_a_burst_of_sockets_between_ticks_is_in_the_fine_peak():
     s = connsample.Sampler([os.getpid()])
     s.sample()                                   # a tick before the burst: its non-socket fds
@@ -34,6 +35,7 @@ def test_a_burst_of_sockets_between_ticks_is_in_the_fine_peak():
     assert 198 <= mine["sockets_peak_fine"] <= mine["fds_peak_fine"]
 
 
+@pytest.mark.host  # the sampler runs ss (the tier: tests/tiers.py)
 def test_no_open_fd_count_is_reported_unavailable(monkeypatch):
     monkeypatch.setattr(connsample.FdPeaks, "count", staticmethod(lambda pid: 0))
     s = connsample.Sampler([os.getpid()])
@@ -54,3 +56,47 @@ def test_ephemeral_ports_are_counted_per_destination_and_never_above_the_range()
     assert n == 5 and flow in ("127.0.0.1>127.0.0.1:8080", "127.0.0.1>127.0.0.1:9090")
     assert connsample.busiest_destination(rows, set(), (40000, 40005))[0] == 6
     assert connsample.busiest_destination([], set(), (40000, 40005)) == (0, None)
+
+
+def _overflow(port: int, n: int = 20) -> list:
+    """n connects to a listener that never accepts: those beyond its backlog are dropped by the kernel."""
+    out = []
+    for _ in range(n):
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(("127.0.0.1", port))
+        out.append(c)
+    return out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a network namespace of its own)")
+def test_each_listeners_own_drop_count_names_the_one_that_overflowed():
+    """In a namespace of its own (TcpExt is then this test's alone): this process's listener and a child
+    process's, neither accepting. Bursts to the child's overflow it only: the namespace's ListenOverflows
+    grow, this process's listener counts no drop, the child's is named with its pid. Then the reverse."""
+    import generic_cells as g
+    with g.netns(), socket.socket() as own, g.StuckListener(2) as child:
+        own.bind(("127.0.0.1", 0))
+        own.listen(2)
+        port = str(own.getsockname()[1])
+        s = connsample.Sampler([os.getpid()])
+        s.sample()
+        held = _overflow(child.port)
+        assert wait_for(lambda: (connsample.listener_drops([]) or {}) and any(
+            r["drops"] for r in connsample.listener_drops([]).values()), 20), "the child's listener never dropped"
+        s.sample()
+        s.window_end()
+        out = s.summary()
+        assert out["listen_drops"]["available"] and out["ports"][port]["drops"] == 0
+        other = out["listen_drops"]["others"][0]
+        assert other["local"] == f"127.0.0.1:{child.port}" and other["drops"] > 0
+        assert other["process"]["pid"] == child.proc.pid
+        s = connsample.Sampler([os.getpid()])
+        s.sample()
+        held += _overflow(int(port))
+        assert wait_for(lambda: connsample.listener_drops([])[next(
+            i for i, r in connsample.listener_drops([]).items() if r["local"].endswith(f":{port}"))]["drops"], 20)
+        s.window_end()
+        assert s.summary()["ports"][port]["drops"] > 0
+        for c in held:
+            c.close()

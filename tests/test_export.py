@@ -17,6 +17,7 @@ has_ansible = shutil.which("ansible-playbook") is not None
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.host  # the tuned format asks tuned-adm its version (the tier: tests/tiers.py)
 def test_every_linux_format_renders(fmt, cli):
     r = cli("tune", "export", "--format", fmt, "--service", "squid", "--user", "proxy",
             "--cache-dir", "/var/spool/squid")
@@ -28,6 +29,7 @@ def test_every_linux_format_renders(fmt, cli):
     assert expected in r.output
 
 
+@pytest.mark.host  # asks tuned-adm its version (the tier: tests/tiers.py)
 def test_tuned_uses_assignment_modifiers_and_lists_what_it_cannot_carry(cli):
     out = cli("tune", "export", "--format", "tuned", "--cache-dir", "/var/spool/squid").output
     assert "net.ipv4.tcp_fin_timeout=<30" in out
@@ -270,7 +272,7 @@ def test_playbook_never_puts_a_name_into_a_shell_unquoted(cli):
               "--cache-dir", "/var/spool/squid").output
     assert "ansible.builtin.command: \"" not in out          # no command strings, only argv
     assert '"findmnt", "-n", "-o", "TARGET", "--target", "/var/spool/squid"' in out
-    assert "pgrep -x -- squid" in out
+    assert 'n=squid\\n' in out and 'pgrep -x -- \\"$n\\"' in out     # quoted once, then only "$n"
     assert out.count("check_mode: false") == out.count("changed_when: false") + 1    # + the PID 1 stat
 
 

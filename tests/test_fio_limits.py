@@ -44,6 +44,7 @@ def test_a_store_above_its_limit_is_flagged_never_printed_as_a_fraction():
 
 @pytest.mark.skipif(not shutil.which("fio"), reason="fio is not installed")
 @pytest.mark.parametrize("engine", sorted(fio.FAMILY))
+@pytest.mark.host  # runs fio (the tier: tests/tiers.py)
 def test_fio_runs_every_job_it_is_given(tmp_path, engine):
     """The consumer of the job files is fio: each one runs and reports a rate."""
     for name, job in fio.jobs(str(tmp_path / "fio.dat"), 8, 8, 1, 0, fio.mix_bssplit(), engine).items():
@@ -53,6 +54,7 @@ def test_fio_runs_every_job_it_is_given(tmp_path, engine):
 
 
 @pytest.mark.skipif(not shutil.which("fio"), reason="fio is not installed")
+@pytest.mark.host  # runs fio (the tier: tests/tiers.py)
 def test_the_limit_is_the_best_of_its_repetitions(tmp_path):
     name, job = next(iter(fio.jobs(str(tmp_path / "fio.dat"), 8, 8, 1, 0, "4k/100", "sync").items()))
     r = fio.best_of(name, job, tmp_path, reps=3)

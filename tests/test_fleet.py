@@ -14,32 +14,13 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, needs_root
-from fleet_hosts import namespace_hosts
+from fleet_hosts import NET_ONLY_PROFILE, namespace_hosts
 
 pytestmark = [needs_root, pytest.mark.skipif(
     not (shutil.which("ansible-playbook") and os.path.exists("/usr/sbin/sshd")),
     reason="needs ansible-playbook and openssh-server (make test installs them as root)")]
 
-PROFILE = """
-[profile]
-description = "fleet test: only namespaced net.* settings"
-os = "linux"
-
-[sysctl."net.core.somaxconn"]
-at_least = 8192
-reason = "listen backlog"
-source = "test"
-
-[sysctl."net.ipv4.tcp_fin_timeout"]
-at_most = 30
-reason = "FIN-WAIT-2"
-source = "test"
-
-[sysctl."net.ipv4.ip_local_port_range"]
-covers = [1024, 65535]
-reason = "ephemeral ports"
-source = "test"
-"""
+PROFILE = NET_ONLY_PROFILE
 # host -> values set in its namespace before the test
 HOSTS = {"pxa": {"net.core.somaxconn": "100000", "net.ipv4.tcp_fin_timeout": "20",
                  "net.ipv4.ip_local_port_range": "1024 65535"},
@@ -212,7 +193,7 @@ def test_a_failing_host_stops_the_serial_rollout_before_the_next_batch(fleet_hos
               "--yes", "--json")
     assert r.returncode == 2, r.stderr
     hosts = json.loads(r.stdout)["data"]["hosts"]
-    assert hosts["pxb"]["status"] == "failed" and "bundle directory" in hosts["pxb"]["error"]
+    assert hosts["pxb"]["status"] == "failed" and "bundle refused" in hosts["pxb"]["error"]
     assert hosts["pxc"]["status"] == "skipped"
     assert ns_value(fleet_hosts, "pxc", "net.ipv4.tcp_fin_timeout") == before == ["60"]
 
@@ -231,13 +212,17 @@ def test_the_bundle_is_reproducible_and_the_playbook_passes_no_name_to_a_shell(t
     assert "cli.py" in names and "tune/fleet.py" in names
     assert not any("__pycache__" in n or n.startswith(("tests/", ".venv")) for n in names)
     bundle_id = f"{digest[:16]}-0123456789ab"
-    tasks = fp.ship_tasks(one, digest, bundle_id, 60) + fp.dependency_tasks(bundle_id, True, 60)
-    book = json.loads(fp.playbook(tasks + [fp.run_task(["tune", "check", "--json"], bundle_id, (0, 1), 60)],
-                                  bundle_id, 60))
-    tasks = book[0]["tasks"][0]["block"] + book[0]["tasks"][0]["always"]
-    assert all(t["timeout"] == 90 for t in book[0]["tasks"][0]["block"])
-    assert not any("ansible.builtin.shell" in t for t in tasks)
-    assert all(isinstance(t["ansible.builtin.command"]["argv"], list) for t in tasks if "ansible.builtin.command" in t)
+    run = fp.run_task(["tune", "check", "--json"], bundle_id, digest, (0, 1), 60)
+    book = json.loads(fp.playbook(fp.with_dependencies(run, True), one, 60))
+    tasks = book[0]["tasks"]
+    assert all(t["timeout"] == 90 for t in tasks)
+    assert not any(m in t for t in tasks for m in ("ansible.builtin.shell", "ansible.builtin.command",
+                                                   "ansible.builtin.raw", "ansible.builtin.script"))
+    assert all(isinstance(t[fp.MODULE]["argv"], list) for t in tasks if fp.MODULE in t)
+    # one task per host unless a host lacks proxytune's Python modules (then apt and the run again)
+    assert [t["name"] for t in tasks if "when" not in t] == [fp.RUN_TASK]
+    import base64
+    assert base64.b64decode(book[0]["vars"]["proxytune_bundle"]) == one.read_bytes()
 
 
 def test_an_unwritable_fleet_record_is_one_error_line_not_a_traceback(fleet_hosts, tmp_path):
@@ -261,3 +246,8 @@ def test_the_bundle_carries_what_the_wheel_carries():
     wheel = {f"{pkg.removeprefix('proxytune.').replace('.', '/')}/{glob}" for pkg, globs in data.items()
              for glob in globs if not glob.endswith(".py")}          # the bundle ships every .py anyway
     assert wheel == set(fleet_play.DATA)
+    # and its Python packages, found by their __init__.py: a top-level package the bundle misses (proxies/
+    # was, when a list named them) breaks every remote run; one pyproject misses breaks the wheel
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    tops = {pkg.split(".")[1] for pkg in packages if pkg.count(".") >= 1}
+    assert tops == set(fleet_play.code_tops(REPO)) - {"cli.py"}

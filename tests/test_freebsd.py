@@ -46,6 +46,7 @@ def test_plan_reads_through_the_runner(bsd):
     assert plan.count("error") == 0
 
 
+@pytest.mark.host  # apply needs root; runs the fake host's programs (the tier: tests/tiers.py)
 def test_apply_persist_writes_expected_files_and_rollback_restores(bsd):
     originals = {f: (bsd.root / f).read_text() for f in FILES}
     outcome = apply_mod.apply_plan(build(bsd), bsd, persist=True)

@@ -91,6 +91,7 @@ def test_the_terminal_shows_the_unavailable_bench_as_its_section(tmp_path):
     assert os.path.exists(tmp_path / "r.json")
 
 
+@pytest.mark.host  # runs a stand-in compiler (the tier: tests/tiers.py)
 def test_a_compiler_that_writes_nothing_is_a_build_failure_not_a_cached_binary(tmp_path, monkeypatch):
     """CC=/bin/true exits 0 and writes no program: said as such, and nothing cached for the next run."""
     from proxytune.microbench import build, fdscan

@@ -252,6 +252,7 @@ def test_the_reading_is_the_targets_namespace_and_global_knobs_come_from_the_hos
         assert not k["conntrack"]["available"] and "not loaded" in k["conntrack"]["reason"]
 
 
+@pytest.mark.host  # runs nsenter (the tier: tests/tiers.py)
 def test_a_namespace_that_cannot_be_entered_is_said_so():
     values, error = nsstate.sysctls(2 ** 22 + 1)                # above any pid_max: no such process
     assert error and not any(n in values for n in nsstate.PER_NS)

@@ -14,6 +14,7 @@ from conftest import REPO
 
 REPORT = "gcc libc6-dev liburing-dev valgrind linux-perf iproute2 fio wrk squid nginx-light".split()
 BENCH = REPORT
+FLEET = ["ansible-core", "openssh-client"]
 
 
 def fake(path, body):
@@ -37,7 +38,7 @@ def checkout(tmp_path):
     for stamp in (".installed", ".installed-test"):
         (top / ".venv" / stamp).touch()
     fake(bin_dir / "apt-get", f'echo "apt-get $*" >> {log}\n')
-    fake(bin_dir / "dpkg-query", "echo 'deinstall ok config-files'\n")   # every package missing
+    fake(bin_dir / "dpkg-query", 'echo "${FAKE_DPKG_STATUS:-deinstall ok config-files}"\n')   # default: all missing
     fake(bin_dir / "id", 'if [ "$1" = -u ]; then echo 0; else exec /usr/bin/id "$@"; fi\n')
 
     def run(*args, env=None):
@@ -83,8 +84,27 @@ def test_the_command_is_found_after_global_options(checkout):
     assert installed(apt) == [["bpftrace", "linux-perf", "valgrind"]]
 
 
+def test_fleet_installs_the_ansible_controller(checkout):
+    """`fleet` from a fresh clone stopped at "ansible-playbook is not installed" while `report` installed its own."""
+    r, apt, python = checkout("fleet", "check", "-i", "hosts.ini")
+    assert installed(apt) == [FLEET]
+    assert f"fleet needs these Debian packages; installing: {' '.join(FLEET)}" in r.stderr
+    assert python[-1].endswith("cli.py fleet check -i hosts.ini")
+    _, apt, _ = checkout("--state-dir", "/tmp/x", "fleet", "doctor", "-i", "hosts.ini")
+    assert installed(apt) == [FLEET]
+    _, apt, _ = checkout("report", "fleet", "result.json")      # reads a result: the report's own packages
+    assert installed(apt) == [REPORT]
+
+
+def test_installed_packages_are_not_installed_again(checkout):
+    r, apt, python = checkout("fleet", "check", "-i", "hosts.ini",
+                              env={"FAKE_DPKG_STATUS": "install ok installed"})
+    assert apt == [] and "Debian packages" not in r.stderr
+    assert python[-1].endswith("cli.py fleet check -i hosts.ini")
+
+
 def test_help_never_installs(checkout):
-    for args in (["bench", "--help"], ["report", "-h"]):
+    for args in (["bench", "--help"], ["report", "-h"], ["fleet", "check", "--help"]):
         _, apt, _ = checkout(*args)
         assert apt == [], args
 

@@ -29,6 +29,14 @@ Mechanisms (why each fault shows):
 - atime / churn: the cache on a loop ext4 mounted strictatime, cache misses
   on unique URLs: one file created per object.
 
+- another listener's overflow: TcpExt ListenOverflows/ListenDrops and
+  TCPReqQFull* count every listener of the network namespace. Next to a
+  healthy proxy under paced load, a listener that never accepts (backlog 4,
+  a hung service) or another proxy's (nginx, backlog 8, bursts as in the
+  accept cells) overflows; each listener's own drop count (sk_drops, which
+  tcp_listendrop() raises) says it was not the watched proxy's, and the
+  doctor names the one that dropped in a low note.
+
 Not here: Varnish and Traffic Server keep objects in one file or memory
 (no churn, no atime per object) and do their disk I/O off the event loop;
 squid has no TCP_DEFER_ACCEPT, so its SYN queue never holds a connection
@@ -36,6 +44,7 @@ that completed its handshake.
 """
 
 import contextlib
+import json
 import os
 import shutil
 import time
@@ -69,6 +78,7 @@ class Target:
     pid: int
     extra: list[str] = field(default_factory=list)     # more doctor options (--cache-dir)
     mount: str | None = None                           # the cache filesystem's mountpoint
+    other: str | None = None                           # another process's listener that overflows (ip:port)
 
 
 @dataclass
@@ -186,6 +196,34 @@ def ports_squid(tmp):
         yield Target(sq.pid)
 
 
+PACED_LUA = "delay = function()\n  return 100\nend\n"
+
+
+def _paced(tmp: Path) -> Path:
+    """wrk's script for light load: a 100 ms pause per request and connection."""
+    lua = tmp / "paced.lua"
+    lua.write_text(PACED_LUA)
+    return lua
+
+
+def elsewhere_stuck_nginx(tmp):
+    """A healthy nginx and, in its namespace, a hung service's listener that bursts of connects overflow."""
+    from proxytune.microbench import servers
+    with g.netns(), servers.Nginx() as ng, g.StuckListener(4) as stuck, \
+            _load(g.wrk(ng.port, LOAD_S, 4, _paced(tmp))), g.Connector(stuck.port, 50, every=0.25, seconds=LOAD_S):
+        yield Target(ng.pid, other=f"127.0.0.1:{stuck.port}")
+
+
+def elsewhere_nginx_haproxy(tmp):
+    """A healthy haproxy next to an nginx whose backlog of 8 bursts overflow (its queue empties between
+    ticks: only its own drop count shows it)."""
+    from proxytune.microbench import proxyservers, servers
+    with g.netns(), servers.Nginx() as origin, proxyservers.HAProxy(origin.port, cache_mb=0) as h, \
+            servers.Nginx(listen="backlog=8") as other, _load(g.wrk(h.port, LOAD_S, 4, _paced(tmp))), \
+            g.Connector(other.port, 300, every=0.2, seconds=LOAD_S):
+        yield Target(h.pid, other=f"127.0.0.1:{other.port}")
+
+
 def _squid_store(tmp, options: str):
     from proxytune.microbench import servers
     with g.netns(), g.loop_fs(options) as mnt, servers.Nginx() as origin, \
@@ -228,7 +266,8 @@ CELLS = {name: Cell(g.EXPECT[name][0], setup) for name, setup in {
     "syn-nginx": syn_nginx, "syn-haproxy": syn_haproxy,
     "ports-nginx": ports_nginx, "ports-haproxy": ports_haproxy, "ports-squid": ports_squid,
     "disk-squid": disk_squid, "disk-nginx": disk_nginx,
-    "store-squid": store_squid, "store-nginx": store_nginx}.items()}
+    "store-squid": store_squid, "store-nginx": store_nginx,
+    "elsewhere-stuck-nginx": elsewhere_stuck_nginx, "elsewhere-nginx-haproxy": elsewhere_nginx_haproxy}.items()}
 
 
 def check(name: str, cell: Cell, doc: dict, t: Target) -> list[str]:
@@ -240,6 +279,11 @@ def check(name: str, cell: Cell, doc: dict, t: Target) -> list[str]:
         wrong.append(f"port range read as {by['ephemeral-port-exhaustion']['evidence']['port_range']}")
     if t.mount and "cache-dir-atime" in by and t.mount not in [d["mountpoint"] for d in by["cache-dir-atime"]["evidence"]["dirs"]]:
         wrong.append(f"cache-dir-atime does not name the mount {t.mount}: {by['cache-dir-atime']['evidence']}")
+    if t.other and t.other not in json.dumps(by.get("other-listener-overflow", {}).get("title", "")):
+        wrong.append(f"the note does not name the listener that overflowed, {t.other}: "
+                     f"{by.get('other-listener-overflow', {}).get('title')}")
+    if t.other and (ev.get("netstat") or {}).get("ListenOverflows", 0) <= 0:
+        wrong.append("harness: the other listener did not overflow in the window")
     if ev["proxy"] is None or ev["proxy"]["kind"] != cell.proxy:
         wrong.append(f"the doctor did not recognise {cell.proxy}: {(ev['proxy'] or {}).get('kind')}")
     return wrong

@@ -68,19 +68,28 @@ def origins(_netns):
         stop(slow)
 
 
-def doctor(pid: int) -> dict:
-    r = proxytune("doctor", "--pid", str(pid), "--duration", matrix.WINDOW, "--no-perf", "--json", timeout=120)
+def doctor(pid: int, perf: bool = False) -> dict:
+    r = proxytune("doctor", "--pid", str(pid), "--duration", matrix.WINDOW, *([] if perf else ["--no-perf"]),
+                  "--json", timeout=180)
     assert r.returncode in (0, 1), r.stderr[-2000:]
     return json.loads(r.stdout)
 
 
 def look(cell, srv, where: str, keep: Path, idle) -> list[tuple[int, list[str]]]:
-    """RUNS doctor answers on the loaded proxy: each saved, recorded and judged."""
+    """RUNS doctor answers on the loaded proxy: each saved, recorded and judged. Around each look the
+    harness reads what the proxy itself says: nginx's request count (stub_status), the maxconn haproxy -V
+    said it derived."""
     out = []
     for run in range(matrix.RUNS):
         closed = idle.closed
-        doc = doctor(srv.pid)
+        served = matrix.nginx_requests(srv.port) if cell.proxy == "nginx" and cell.stats else None
+        doc = doctor(srv.pid, cell.perf)
         doc["matrix"] = {"cell": cell.name, "where": where, "run": run, "idle_closed_in_window": idle.closed - closed}
+        if served:
+            now = matrix.nginx_requests(srv.port)
+            doc["matrix"]["requests_per_s"] = round((now[0] - served[0]) / (now[1] - served[1]))
+        if cell.derived:
+            doc["matrix"]["haproxy_maxconn"] = srv.said_maxconn()
         (keep / f"{cell.name}.run{run}.json").write_text(json.dumps(doc, default=str))
         problems = matrix.condition_problems(cell, doc) + matrix.verdict_problems(cell, doc, where)
         matrix.append_result(matrix.results_line(cell, run, doc, problems))
@@ -110,7 +119,7 @@ def test_owncap_cell(cell, origins, tmp_path):
         where = matrix.expected_where(cell, conf)
         with matrix.IdleClients(srv.port, cell.idle, matrix.request(cell, f"127.0.0.1:{srv.port}", origins["fast"])) \
                 as idle:
-            sent = idle.wait(min(cell.idle, cell.cap_value), 10)
+            sent = idle.wait(min(cell.idle, cell.cap_value or srv.said_maxconn() or cell.idle), 10)
             load = matrix.wrk(srv.port, cell.wrk, script)
             try:
                 time.sleep(1)                                  # the load settles at the cap

@@ -16,10 +16,12 @@ RECORDED = sorted(matrix.EVIDENCE.glob("*.json"))
 
 
 def replay(doc: dict) -> dict:
-    from proxytune.probes import findings, proxies_findings
+    """Today's rules on the recorded evidence, as doctor.diagnose ranks them, with the headroom they give."""
+    from proxytune.probes import findings, owncap, proxies_findings
     ev = doc["data"]["evidence"]
-    found = proxies_findings.refine(findings.evaluate(ev), ev)
-    return {**doc, "findings": [f.to_json() for f in found]}
+    found = proxies_findings.cpu_bound(proxies_findings.refine(findings.evaluate(ev), ev), ev)
+    headroom = owncap.headroom(proxies_findings.caps(ev) if ev.get("proxy") else [], ev)
+    return {**doc, "findings": [f.to_json() for f in found], "data": {**doc["data"], "headroom": headroom}}
 
 
 def test_every_cell_has_its_recorded_evidence():

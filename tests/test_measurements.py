@@ -42,6 +42,7 @@ def dummy_spec(tmp_path) -> Measurement:
           measurements.part_of("dummy")),), False)
 
 
+@pytest.mark.host  # the report's audit runs ss (the tier: tests/tiers.py)
 def test_a_dummy_measurement_from_one_place_is_run_shown_compared_seeded_and_summarised(tmp_path, sandbox,
                                                                                           monkeypatch):
     spec = dummy_spec(tmp_path)

@@ -21,6 +21,7 @@ from proxytune.reports import measurements
 from proxytune.microbench.runner import run_json
 from proxytune.reports.schema import envelope, validate
 
+pytestmark = pytest.mark.host       # they build the harnesses with cc and run them (the tier: tests/tiers.py)
 
 @pytest.fixture(scope="module")
 def evbench():

@@ -13,6 +13,8 @@ import pytest
 
 from conftest import proxytune
 
+LIVE = {"PROXYTUNE_ROOT": "/"}      # the running processes are read on the live host only, never under --root
+
 SERVER = """
 import socket, sys, time
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(7)
@@ -43,7 +45,7 @@ def fake_proxy(tmp_path):
 def test_audit_reports_limits_fd_use_and_backlog(sandbox, fake_proxy):
     name, start = fake_proxy
     proc, port = start("64:4096", 50)
-    r = proxytune("tune", "check", "--service", name, "--only", "rlimit:*", "--json")
+    r = proxytune("tune", "check", "--service", name, "--only", "rlimit:*", "--json", env=LIVE)
     obs = json.loads(r.stdout)["data"]["observations"]
     assert obs["running"]
     (p,) = obs["processes"]
@@ -57,7 +59,7 @@ def test_audit_reports_limits_fd_use_and_backlog(sandbox, fake_proxy):
 def test_audit_flags_a_low_limit_with_few_fds(sandbox, fake_proxy):
     name, start = fake_proxy
     start("1024:4096", 0)
-    obs = json.loads(proxytune("tune", "check", "--service", name, "--json").stdout)["data"]["observations"]
+    obs = json.loads(proxytune("tune", "check", "--service", name, "--json", env=LIVE).stdout)["data"]["observations"]
     assert obs["processes"][0]["status"] == "warn" and "is low" in obs["processes"][0]["note"]
 
 
@@ -78,7 +80,7 @@ def test_a_listener_is_the_proxys_by_its_socket_not_by_a_name_that_says_pid(sand
     other = subprocess.Popen([str(liar), "-c", SERVER, "0"], stdout=subprocess.PIPE, text=True)
     try:
         other_port = int(other.stdout.readline())
-        obs = json.loads(proxytune("tune", "check", "--service", name, "--json").stdout)["data"]["observations"]
+        obs = json.loads(proxytune("tune", "check", "--service", name, "--json", env=LIVE).stdout)["data"]["observations"]
         assert [s["pids"] for s in obs["listeners"]] == [[proc.pid]]
         assert not any(s["local"].endswith(f":{other_port}") for s in obs["listeners"])
     finally:

@@ -154,6 +154,35 @@ def test_unit_costs_are_pair_differences_and_a_switch_is_the_round_trip_less_fou
     assert lo <= u["context_switch"]["added_ns"] <= hi
 
 
+def test_a_connection_is_the_loopback_connect_unit_less_its_six_syscalls_and_counts_per_accepted_connection():
+    blocks = _blocks([((50, 2000), (56, 2420))] * 4)
+    for i, b in enumerate(blocks):
+        b["connect"] = 50_000 if b["mode"] == "off" else 50_600 + (i % 3)
+    u = syscost.summarise(blocks)
+    assert u["connection"]["added_ns"] == pytest.approx(u["connect"]["added_ns"] - 6 * 6)
+    m = syscost.model(u, {"syscall": 2.0, "context_switch": 0.0, "connection": 0.5}, cpu_us_per_request=10.0)
+    assert m["added_ns_per_request"]["connection"] == pytest.approx(0.5 * u["connection"]["added_ns"])
+    old = syscost.summarise(_blocks([((50, 2000), (56, 2420))] * 4))          # blocks of a result before the unit
+    assert "connection" not in old and "connection" not in syscost.model(old, {"connection": 1.0}, 10.0)[
+        "added_ns_per_request"]
+
+
+def test_a_tcp_exchange_is_the_loopback_round_trip_less_the_pipe_round_trip():
+    blocks = _blocks([((50, 2000), (56, 2420))] * 4)
+    for b in blocks:
+        b["exchange"] = 5000 if b["mode"] == "off" else 5900
+    u = syscost.summarise(blocks)
+    assert u["tcp_exchange"]["added_ns"] == pytest.approx(900 - 420)
+    m = syscost.model(u, {"syscall": 2.0, "context_switch": 0.0, "tcp_exchange": 1.0}, cpu_us_per_request=10.0)
+    assert m["added_ns_per_request"]["tcp_exchange"] == pytest.approx(480)
+    # a component with no program on TCP's paths: the unit is measured, not charged to it (it is noise there)
+    quiet = syscost.model(u, {"syscall": 2.0, "context_switch": 0.0, "tcp_exchange": 1.0}, 10.0,
+                          tracepoints=["sched:sched_switch", "ext4:ext4_unlink_enter"])
+    assert quiet["units_modelled"] == ["syscall", "context_switch"]
+    assert syscost.relevant(["tcp:tcp_probe"]) == ["syscall", "context_switch", "tcp_exchange", "connection"]
+    assert syscost.relevant(["sock:inet_sock_set_state"]) == ["syscall", "context_switch", "connection"]
+
+
 def test_the_model_multiplies_unit_costs_by_what_nginx_does_per_request():
     units = {"syscall": {"added_ns": 5.0, "added_ns_ci": [4.0, 6.0]},
              "context_switch": {"added_ns": 100.0, "added_ns_ci": [50.0, 150.0]}}
@@ -167,7 +196,7 @@ def test_the_model_multiplies_unit_costs_by_what_nginx_does_per_request():
 
 def test_syscost_measures_positive_cpu_time_and_rejects_bad_arguments(tmp_path):
     exe = syscost.compile_into(tmp_path)
-    for unit in ("syscall", "switch"):
+    for unit in ("syscall", "switch", "exchange", "connect"):
         p = subprocess.run([str(exe), unit, "2000", "3"], capture_output=True, text=True)
         doc = json.loads(p.stdout)
         assert p.returncode == 0 and doc["mode"] == unit and len(doc["ns"]) == 3
@@ -383,6 +412,7 @@ def test_the_composed_doctor_program_still_fills_every_map_the_rules_read():
     assert any(k.startswith("tracepoint:syscalls:sys_exit_openat") and k.endswith("24") for k in maps["@fderr"])
 
 
+@pytest.mark.host  # reads /sys/kernel/tracing (root) (the tier: tests/tiers.py)
 def test_the_doctor_attaches_no_syscall_tracepoint_unless_its_triage_needs_one():
     """Any syscalls:* tracepoint puts every task's syscalls on the kernel's slow path (+58-65 ns each
     here, about 2 % of an nginx request), so the default program has none; each syscall script comes

@@ -99,11 +99,13 @@ def test_haproxy_stats_count_when_the_sockets_undercount():
 
 
 def test_haproxy_maxconn_not_written_is_derived_from_its_fd_limit_and_said_to_be_an_estimate():
+    """HAProxy 2.6 compute_ideal_maxconn: (fd limit - 10 reserved - listeners - 3 per thread) / 2; here no
+    listener in the evidence and one thread."""
     cfg = "global\n    daemon\nfrontend f\n    bind :80\n"
-    ev = hap_ev({"80": 498}, queued=9, cfg=cfg, procs={"1": {"pid": 1, "nofile_soft": 1000, "nofile_hard": 1000}})
+    ev = hap_ev({"80": 493}, queued=9, cfg=cfg, procs={"1": {"pid": 1, "nofile_soft": 1000, "nofile_hard": 1000}})
     out = proxies_findings.refine([], ev)
     assert [f.id for f in out] == ["haproxy-maxconn"]
-    assert out[0].evidence["limit_estimated"] and out[0].evidence["limit"] == (1000 - 0 - 3) // 2
+    assert out[0].evidence["limit_estimated"] and out[0].evidence["limit"] == (1000 - 10 - 0 - 3) // 2
     with_stats = proxies_findings.caps(hap_ev({"80": 498}, cfg=cfg, stats={"Maxconn": 497, "CurrConns": 497}))
     assert with_stats[0].limit == 497 and not with_stats[0].estimate
 
@@ -187,6 +189,7 @@ def test_a_saturated_proxy_whose_only_finding_is_a_hotspot_is_cpu_bound():
     assert proxies_findings.cpu_bound([hot], {"cpu_cores": 0.98}) == [hot]
 
 
+@pytest.mark.host  # reads the config in a child with the target's credentials (the tier: tests/tiers.py)
 def test_includes_are_followed_with_file_and_line(tmp_path):
     (tmp_path / "conf.d").mkdir()
     (tmp_path / "conf.d" / "events.conf").write_text("events {\n    worker_connections 96;\n}\n")
@@ -199,6 +202,7 @@ def test_includes_are_followed_with_file_and_line(tmp_path):
     assert base.where(d, "worker_processes", main) == f"{main}:1"
 
 
+@pytest.mark.host  # reads the config in a child with the target's credentials (the tier: tests/tiers.py)
 def test_an_include_loop_and_a_missing_include_end():
     import tempfile
     with tempfile.TemporaryDirectory() as t:
@@ -272,3 +276,25 @@ def test_stub_status_in_either_location_form(location):
         ["http {", "  server {", "    listen 127.0.0.1:8081;", f"    location {location} {{ stub_status; }}",
          "  }", "}"], 1)]
     assert n.parse()["stub_status"]["value"] == "127.0.0.1:8081 /nginx_status"
+
+
+def squid_ev(mgr_used: int | None, proc_open: int) -> dict:
+    mgr = {"available": True, "max_fds": 256, "fds_in_use": mgr_used} if mgr_used is not None else \
+        {"available": False, "reason": "deferred"}
+    return {"proxy": {"kind": "squid", "directives": {}, "config": None, "stats_before": mgr, "stats_after": mgr},
+            "procs": {"7": {"fds_open": proc_open, "nofile_soft": 256, "fd_use": proc_open / 256}}}
+
+
+@pytest.mark.parametrize("mgr_used,proc_open,reached,counted", [
+    (30, 200, True, "/proc"),          # the manager answered at the ends, the peak came between them
+    (None, 200, True, "/proc"),        # deferred at the cap: only /proc counts
+    (200, 30, True, "cache manager"),  # the manager saw the peak; /proc read after it fell
+    (30, 40, False, "/proc"),          # far below: 256 - 2*64 - 5 = 123 is where squid starts refusing
+])
+def test_squid_fd_cap_counts_the_larger_of_its_manager_and_proc(mgr_used, proc_open, reached, counted):
+    """squid src/fd.cc RESERVED_FD, src/comm/TcpAcceptor.cc okToAccept: squid turns keep-alive off and defers accepting by its own count;
+    the cache manager can only answer while squid still accepts, so it alone misses a peak mid-window."""
+    from proxytune.proxies.squid import Squid
+    (cap,) = Squid.caps(squid_ev(mgr_used, proc_open))
+    assert cap.limit == 256 and cap.refuses_at == 123
+    assert cap.reached() is reached and counted in cap.counted

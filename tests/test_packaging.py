@@ -578,7 +578,9 @@ def test_a_checkout_installs_the_report_extra(tmp_path):
     shutil.copy(REPO / "pyproject.toml", top / "pyproject.toml")
     venv_python = (f'#!/bin/sh\ncase "$1" in -) exec {sys.executable} "$@" ;; '
                    f'-m) echo "$@" >> {log} ;; esac\n')
-    fake_python = (f'#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = venv ]; then mkdir -p "$3/bin"; '
+    # the system's python3, which the launcher runs isolated (-I: no user site under sudo -E, issue 27)
+    fake_python = (f'#!/bin/sh\nif [ "$1" = -I ]; then shift; else echo "$@" >> {log}.not-isolated; fi\n'
+                   f'if [ "$1" = -m ] && [ "$2" = venv ]; then mkdir -p "$3/bin"; '
                    f"printf '%s' '{venv_python}' > \"$3/bin/python\"; chmod +x \"$3/bin/python\"; fi\n")
     (bin_dir / "python3.13").write_text(fake_python)
     (bin_dir / "python3.13").chmod(0o755)
@@ -590,6 +592,7 @@ def test_a_checkout_installs_the_report_extra(tmp_path):
         shutil.rmtree(top / ".venv", ignore_errors=True)
         r = run([top / "proxytune", "--version"], cwd=tmp_path, env={**env, "PROXYTUNE_EXTRAS": extras})
         assert r.returncode == 0, r.stderr
+        assert not Path(f"{log}.not-isolated").exists(), Path(f"{log}.not-isolated").read_text()
         pip = log.read_text().split()
         assert pip[:3] == ["-m", "pip", "install"], pip
         assert sorted(a for a in pip[3:] if not a.startswith("-")) == sorted(project["dependencies"] + wanted)

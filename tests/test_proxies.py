@@ -296,6 +296,7 @@ def test_diags_log_times_have_no_year_and_older_runs_do_not_count():
     assert abs(procfs.started_at(os.getpid()) - time.time()) < 24 * 3600
 
 
+@pytest.mark.host  # reads the config in a child with the target's credentials (the tier: tests/tiers.py)
 def test_config_paths_from_a_hostile_argv_are_read_never_followed_into_non_files(tmp_path):
     from proxytune.core import targetread
     from proxytune.probes import proxies

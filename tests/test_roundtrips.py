@@ -105,15 +105,17 @@ def test_rlimit_nofile_of_a_spawned_process(sandbox, tmp_path):
         before = resource.prlimit(proc.pid, resource.RLIMIT_NOFILE)
         assert before == (1024, 4096)
         # within the hard limit: allowed without CAP_SYS_RESOURCE
-        r = proxytune("tune", "apply", "-p", "linux/squid-2000", "--service", exe.name, "--only", "rlimit:*", "--yes")
+        live = {"PROXYTUNE_ROOT": "/"}      # running processes are read on the live host, never under --root
+        r = proxytune("tune", "apply", "-p", "linux/squid-2000", "--service", exe.name, "--only", "rlimit:*", "--yes",
+                      env=live)
         if r.returncode == 2 and "CAP_SYS_RESOURCE" in r.stderr:
             # 8192 exceeds the hard 4096: raising it needs the capability; apply refused before changing
             assert resource.prlimit(proc.pid, resource.RLIMIT_NOFILE) == before
-            r = proxytune("tune", "apply", "-p", str(_profile(tmp_path, 4000)), "--service", exe.name, "--yes")
+            r = proxytune("tune", "apply", "-p", str(_profile(tmp_path, 4000)), "--service", exe.name, "--yes", env=live)
         assert r.returncode == 0, r.stderr
         soft, hard = resource.prlimit(proc.pid, resource.RLIMIT_NOFILE)
         assert soft >= 4000 and hard >= 4096
-        r = proxytune("tune", "rollback", "--yes")
+        r = proxytune("tune", "rollback", "--yes", env=live)
         assert r.returncode == 0, r.stderr
         assert resource.prlimit(proc.pid, resource.RLIMIT_NOFILE) == before
     finally:

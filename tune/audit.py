@@ -36,7 +36,8 @@ def build(host: Host, profile_ref: str, params: dict | None = None, only=(), ski
     plan = plan_mod.build(profile_ref, host, params or {}, only, skip)
     values = plan.params["values"]
     somaxconn = next((c.current for c in plan.changes if c.setting.address == "sysctl:net.core.somaxconn"), None)
-    obs = observe.observe(values["service"], values["cache_dirs"], somaxconn if isinstance(somaxconn, int) else None)
+    obs = observe.observe(values["service"], values["cache_dirs"], somaxconn if isinstance(somaxconn, int) else None,
+                          host.live)
     return Audit(plan, obs)
 
 
@@ -113,26 +114,32 @@ def nagios(doc: dict, critical=()) -> tuple[int, str]:
     parts += [f"{len(other)} {'other ' if crit else ''}drift{_named(other)}",
               f"{s['met']} met", f"{s['n/a']} n/a"]
     parts += [f"{len(errors)} unreadable{_named(errors)}"] if errors else []
+    parts += [f"{s['waived']} waived"] if s.get("waived") else []
     parts += [f"{warns} warning(s) from the running {doc['observations']['service']}"] if warns else []
     total = len(doc["settings"])
     perfdata = [monitoring.perf("met", s["met"], high=total), monitoring.perf("drift", s["drift"], "0", high=total),
                 monitoring.perf("critical", len(crit), crit="0", high=total),
                 monitoring.perf("na", s["n/a"], high=total), monitoring.perf("error", s["error"], high=total),
-                monitoring.perf("proxy_warnings", warns)]
+                monitoring.perf("waived", s.get("waived", 0), high=total), monitoring.perf("proxy_warnings", warns)]
     return state, monitoring.plugin_line(state, f"profile {doc['profile']}: " + ", ".join(parts), perfdata)
 
 
 def prometheus(doc: dict) -> str:
     """An audit as a node_exporter textfile: each applicable setting met (1) or not (0), counts by
     status, the running proxy's warnings, and when this ran. A n/a setting has no sample (it does
-    not apply here; it is counted under status "n/a")."""
+    not apply here; it is counted under status "n/a"); a waived one is a series of its own, so an
+    alert on `proxytune_setting_met == 0` never fires for what the profile leaves alone on purpose."""
     m = monitoring.Metrics()
     profile = doc["profile"]
     m.declare("proxytune_setting_met", "1 when the setting meets the profile, 0 on drift or when it "
-              "could not be read.")
+              "could not be read (n/a and waived settings have no sample here).")
+    m.declare("proxytune_setting_waived", "1 for each setting the profile waives (checked, never applied).")
     for s in doc["settings"]:
-        if s["status"] != "n/a":
-            m.add("proxytune_setting_met", "", {"setting": s["setting"], "profile": profile}, int(s["status"] == "met"))
+        labels = {"setting": s["setting"], "profile": profile}
+        if s["status"] == "waived":
+            m.add("proxytune_setting_waived", "", labels, 1)
+        elif s["status"] != "n/a":
+            m.add("proxytune_setting_met", "", labels, int(s["status"] == "met"))
     for status, n in doc["summary"].items():
         m.add("proxytune_settings", "Settings of the profile by status.", {"profile": profile, "status": status}, n)
     m.add("proxytune_proxy_warnings", "Warnings from the running proxy (fd use, listen backlogs, cache-dir atime).",

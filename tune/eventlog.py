@@ -9,7 +9,11 @@ The line goes straight to the daemon's socket, no command run: journald's native
 (its fields are searchable: `journalctl PROXYTUNE_RESULT=failed`) at
 /run/systemd/journal/socket, else a classic syslog datagram (RFC 3164) to /dev/log. Tests
 and unusual hosts point them elsewhere with PROXYTUNE_JOURNAL_SOCKET and
-PROXYTUNE_SYSLOG_SOCKET. Logging is best effort: no logger never stops an apply or a rollback.
+PROXYTUNE_SYSLOG_SOCKET; such a socket is trusted only in a directory private to us (a
+`sudo -E` keeps the variables: root's record must not go to a user's socket, nor to another
+daemon's), opened once without following a link and sent to through that fd. Logging is best
+effort: no logger, and no byte of SUDO_USER or of a path, ever stops an apply or a rollback
+or turns a finished one into an error.
 """
 
 import json
@@ -18,9 +22,13 @@ import pwd
 import re
 import socket
 import stat
+import sys
 from contextlib import contextmanager
+from pathlib import Path
 
-from proxytune.core.errors import Interrupted, one_line
+from proxytune.core.errors import Interrupted, ProxytuneError, one_line
+
+from . import files
 
 JOURNAL_SOCKET = "/run/systemd/journal/socket"
 SYSLOG_SOCKET = "/dev/log"
@@ -38,7 +46,7 @@ def who() -> dict:
     except KeyError:
         user = str(uid)
     sudo = os.environ.get("SUDO_USER", "")
-    return {"uid": uid, "user": user, **({"sudo_user": one_line(sudo)[:64]} if sudo else {})}
+    return {"uid": uid, "user": user, **({"sudo_user": _text(sudo)[:64]} if sudo else {})}
 
 
 @contextmanager
@@ -65,47 +73,80 @@ def _entry_fields(entry: dict | None) -> dict:
 
 
 def record(action: str, fields: dict, priority: int = NOTICE) -> None:
-    """Send `proxytune action=... who... fields...` to the journal, else to syslog."""
-    fields = {"action": action, **who(), **fields}
-    message = " ".join(f"{k}={_value(v)}" for k, v in fields.items())
-    if not _to_journal(message, fields, priority):
-        _to_syslog(message, priority)
+    """Send `proxytune action=... who... fields...` to the journal, else to syslog; never raises."""
+    try:
+        fields = {"action": action, **who(), **fields}
+        message = " ".join(f"{k}={_value(v)}" for k, v in fields.items())
+        if not _to_journal(message, fields, priority):
+            _to_syslog(message, priority)
+    except Exception as e:          # best effort: what was done is done, whatever the log says
+        _warn(f"the {action} was not logged: {type(e).__name__}: {e}")
+
+
+def _text(v) -> str:
+    """One line of printable text, whatever bytes it came from (a non-UTF-8 byte is shown as \\udcXX)."""
+    return one_line(str(v)).encode("utf-8", "backslashreplace").decode("utf-8")[:300]
 
 
 def _value(v) -> str:
-    text = one_line(str(v))[:300]
+    text = _text(v)
     return text if _BARE.fullmatch(text) else json.dumps(text)
 
 
-def _ours(path: str) -> bool:
-    """A log socket root may tell who applied what: a socket (links followed: /dev/log is one) that
-    root or we own. A PROXYTUNE_*_SOCKET kept by `sudo -E` must not hand root's record to a user."""
+def _warn(text: str) -> None:
+    """One line on stderr, if there is one (print to a closed stderr, None, would go to stdout)."""
+    if sys.stderr is None:
+        return
     try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    return stat.S_ISSOCK(st.st_mode) and st.st_uid in (0, os.geteuid())
+        print(f"proxytune: warning: {_text(text)}", file=sys.stderr)
+    except Exception:
+        pass
 
 
 def _to_journal(message: str, fields: dict, priority: int) -> bool:
     lines = [f"MESSAGE={IDENT}: {message}", f"PRIORITY={priority}", f"SYSLOG_IDENTIFIER={IDENT}",
              f"SYSLOG_PID={os.getpid()}"]
-    lines += [f"PROXYTUNE_{k.upper()}={one_line(str(v))[:300]}" for k, v in fields.items()]
-    return _send(os.environ.get("PROXYTUNE_JOURNAL_SOCKET") or JOURNAL_SOCKET, "\n".join(lines) + "\n")
+    lines += [f"PROXYTUNE_{k.upper()}={_text(v)}" for k, v in fields.items()]
+    return _send("PROXYTUNE_JOURNAL_SOCKET", JOURNAL_SOCKET, "\n".join(lines) + "\n")
 
 
 def _to_syslog(message: str, priority: int) -> bool:
-    return _send(os.environ.get("PROXYTUNE_SYSLOG_SOCKET") or SYSLOG_SOCKET,
-                 f"<{LOG_USER | priority}>{IDENT}[{os.getpid()}]: {message}")
+    return _send("PROXYTUNE_SYSLOG_SOCKET", SYSLOG_SOCKET, f"<{LOG_USER | priority}>{IDENT}[{os.getpid()}]: {message}")
 
 
-def _send(path: str, text: str) -> bool:
-    if not _ours(path):
+def _send(variable: str, standard: str, text: str) -> bool:
+    """The datagram to the standard socket, or to the one `variable` names if it is private to us."""
+    named = os.environ.get(variable)
+    try:
+        fd = _private_socket(variable, named) if named else None
+    except ProxytuneError as e:
+        _warn(f"not logged to {variable}: {e.message}")
+        return False
+    if named and fd is None:
         return False
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
             s.settimeout(2)
-            s.sendto(text.encode(), path)
+            if fd is None and not stat.S_ISSOCK(os.stat(standard).st_mode):
+                return False
+            s.sendto(text.encode("utf-8", "backslashreplace"), f"/proc/self/fd/{fd}" if fd is not None else standard)
         return True
     except OSError:
         return False
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _private_socket(variable: str, path: str) -> int | None:
+    """An O_PATH fd of the socket `path`, checked by that fd: ours, in a directory private to us; None when
+    absent or out of reach; ProxytuneError when it is there but not to be trusted."""
+    try:
+        fd = files.open_private(Path(path))
+    except OSError:             # absent, or not ours to reach (a root-only directory, seen by a user)
+        return None
+    st = os.fstat(fd)
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise ProxytuneError(f"{path} is not a socket of uid {os.geteuid()}'s")
+    return fd

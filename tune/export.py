@@ -21,6 +21,7 @@ from .backends.limits import render_limits
 from .backends.sysctl import render_conf
 from .backends.systemd import DROPIN_NAME, render_dropin
 from proxytune.core.errors import ProxytuneError
+from proxytune import proxies
 from .model import Setting
 from .values import render
 
@@ -86,8 +87,15 @@ def export(fmt: str, settings: list[Setting], profile: str, os_name: str, target
         raise ProxytuneError(f"--format freebsd needs a FreeBSD profile; {profile} is for {os_name}",
                              "try --profile freebsd/proxy")
     target = target or Target()
-    text = RENDERERS[fmt](settings, profile, target)
+    text = _waivers(RENDERERS[fmt]([s for s in settings if not s.waive], profile, target), settings)
     return text if fmt == "ansible" else _placeholders(text, target.variables)
+
+
+def _waivers(text: str, settings) -> str:
+    """A waived setting is in no export: each one is named, with the profile's reason, below the first line."""
+    lines = "".join(f"# waived: {s.address}: {s.waive}\n" for s in settings if s.waive)
+    first = text.find("\n") + 1
+    return text[:first] + lines + text[first:]
 
 
 def _header(profile: str, fmt: str) -> str:
@@ -328,16 +336,37 @@ def _service_tasks(s, reg):
 
 
 RLIMIT_NAME = re.compile(r"[a-z]+")
+# core.proxytree's rule as a shell on the host can apply it (no systemd query: the unit is not known here):
+# a process named $n counts when the top of its chain of proxy executables (the registry's, and $n) runs
+# as root (real, effective, saved uid 0) from a root-owned file not writable by others, in directories
+# the same (a sticky one aside), all as that process sees them.
+TREE_RULE = r"""masters=" {masters} $n "
+ok() {{ find -L "$1" -maxdepth 0 -user 0 \( ! -perm /022 -o \( -type d -perm /1000 \) \) | grep -q .; }}
+for p in $(pgrep -x -- "$n"); do
+ t=$p
+ while q=$(ps -o ppid= -p "$t" | tr -d ' ') && [ "${{q:-0}}" -gt 1 ] && e=$(readlink "/proc/$q/exe") && case "$masters" in *" ${{e##*/}} "*) true ;; *) false ;; esac; do t=$q; done
+ set -- $(ps -o ruid=,euid=,suid= -p "$t"); [ "$1$2$3" = 000 ] || continue
+ x=$(readlink "/proc/$t/exe") || continue; x=${{x% (deleted)}}
+ case "$masters" in *" ${{x##*/}} "*) ;; *) continue ;; esac
+ ok "/proc/$t/exe" && ok "/proc/$t/root/" || continue
+ d=${{x%/*}}; good=1; while [ -n "$d" ]; do ok "/proc/$t/root$d" || good=0; d=${{d%/*}}; done; [ "$good" = 1 ] || continue
+"""
+
+MASTERS = " ".join(sorted({x for k in proxies.KINDS for x in (*k.exe_names, *k.managers)}))   # the registry's
 
 
 def _rlimit_tasks(s, reg):
+    """prlimit on the running processes of that name that belong to a proxy's service by TREE_RULE:
+    never a local user's (nor a service account's) program of the proxy's name."""
     service, _, name = s.key.rpartition(":")
     if not RLIMIT_NAME.fullmatch(name) or not isinstance(s.wanted, int):
         raise ProxytuneError(f"{s.address}: cannot render {name!r} = {s.wanted!r} as a prlimit task")
     n = s.wanted
     quoted = "{{ proxytune_service | quote }}" if service == STAND_INS["service"] else shlex.quote(service)
-    script = (f"for p in $(pgrep -x -- {quoted}); do s=$(prlimit --pid \"$p\" --{name} -o SOFT --noheadings); "
-              f"[ \"$s\" = unlimited ] || [ \"$s\" -ge {n} ] || {{ prlimit --pid \"$p\" --{name}={n}:{n} && echo changed; }}; done")
+    script = (f"n={quoted}\n" + TREE_RULE.format(masters=MASTERS) +
+              f" s=$(prlimit --pid \"$p\" --{name} -o SOFT --noheadings)\n"
+              f" [ \"$s\" = unlimited ] || [ \"$s\" -ge {n} ] || {{ prlimit --pid \"$p\" --{name}={n}:{n} && echo changed; }}\n"
+              "done\n")
     return [f"    - name: {_u(s.address + ' ' + s.wanted_text + ' on running processes')}",
             f"      ansible.builtin.shell: {_u(script)}", f"      register: {reg}",
             f"      changed_when: \"'changed' in {reg}.stdout\""]

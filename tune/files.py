@@ -16,6 +16,7 @@ returned so that rollback can remove them again, if still empty.
 import errno
 import hashlib
 import os
+import re
 import secrets
 import stat
 from contextlib import contextmanager
@@ -83,16 +84,17 @@ def write(path: Path, text: str, like: FileState | None = None, root: Path = Pat
         raise _refusal(path, e)
 
 
-def write_output(path: Path, data: str | bytes, mode: int = NEW_FILE_MODE) -> Path:
+def write_output(path: Path, data: str | bytes, mode: int = NEW_FILE_MODE, keep: bool = False) -> Path:
     """A report, result or export at a path the user named (relative to the working directory,
     which another user may own): no symlink followed on the way, written atomically, into a
     directory that is ours (made PRIVATE_DIR_MODE when we make it) and that no one else can write
-    (a sticky one like /tmp aside: no one can rename our file there). Returns the path written."""
+    (a sticky one like /tmp aside: no one can rename our file there). keep: a file there keeps its
+    mode and owner (the admin's chmod of a textfile; by fstat: nothing of it is read). Returns the path."""
     path = _absolute(path)
     try:
         with _parent(path, Path("/"), create=True, dir_mode=PRIVATE_DIR_MODE) as (dfd, name, _):
             _refuse_foreign_dir(dfd, path.parent, sticky_ok=True)
-            _replace_in(dfd, name, path, data, None, mode)
+            _replace_in(dfd, name, path, data, _identity_of(dfd, name) if keep else None, mode)
     except ProxytuneError:
         raise
     except OSError as e:
@@ -114,6 +116,54 @@ def check_output(path: Path) -> None:
         raise
     except OSError as e:
         raise _refusal(path, e)
+
+
+def write_outputs(files: dict[Path, str | bytes], own_tree: bool = False, keep: bool = False) -> list[Path]:
+    """Several outputs as one: every one checked (check_output, and with own_tree refuse_foreign_tree)
+    before the first is written, so a refusal changes nothing; a failure after that names what was
+    written already. Returns the paths written."""
+    for path in files:
+        if own_tree:
+            refuse_foreign_tree(path)
+        check_output(path)
+    written: list[Path] = []
+    for path, data in files.items():
+        try:
+            written.append(write_output(path, data, keep=keep))
+        except ProxytuneError as e:
+            if not written:
+                raise
+            hint = re.sub(r";? *nothing was (changed|written)", "", e.hint or "").strip()
+            raise ProxytuneError(e.message, "; ".join(filter(None, [hint, "already written: " +
+                                                                     ", ".join(map(str, written))]))) from None
+    return written
+
+
+def refuse_foreign_tree(path: Path) -> None:
+    """Refuse a path below a directory another user owns (`sudo -E` keeps the user's HOME): root would
+    make their ~/.local/share its own, or leave root's files among theirs. Every existing directory on
+    the way must be root's or ours; what is missing will be ours."""
+    path = _absolute(path)
+    for d in reversed(path.parents):
+        try:
+            st = os.lstat(d)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise _refusal(path, e)
+        if st.st_uid not in (0, os.geteuid()):
+            raise ProxytuneError(f"refusing to write {path}: {d} belongs to uid {st.st_uid} ({_user(st.st_uid)}), "
+                                 f"not to uid {os.geteuid()}",
+                                 f"run it as {_user(st.st_uid)} (without sudo), or set XDG_DATA_HOME to a "
+                                 "directory of yours; nothing was written")
+
+
+def _user(uid: int) -> str:
+    import pwd
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def private_dir(path: Path) -> Path:
@@ -270,6 +320,28 @@ def _must_be_ours(fd: int, path: Path) -> None:
                              "remove it; nothing was written")
 
 
+def open_private(path: Path, flags: int = os.O_PATH) -> int:
+    """An fd of `path` (O_NOFOLLOW: never a link), when its directory is ours alone: every component
+    walked without following a link, owned by root or us and not writable by others (sticky aside),
+    and its own directory ours with no access for group or others. Someone else's file (a socket a
+    daemon listens on) cannot be there. ProxytuneError says why not; FileNotFoundError when absent."""
+    path = _absolute(path)
+    try:
+        with _parent(path, Path("/"), create=False,
+                     vet=lambda fd, where: _refuse_foreign_dir(fd, where, sticky_ok=True)) as (dfd, name, _):
+            st = os.fstat(dfd)
+            if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+                raise ProxytuneError(f"refusing {path}: its directory is not private to uid {os.geteuid()} "
+                                     f"(owner {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})")
+            return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except ProxytuneError:
+        raise
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+            raise                   # not there, or not ours to reach: nothing was refused
+        raise _refusal(path, e, "open")
+
+
 # -- thin wrappers kept for the backends (same protections) -------------------------------
 
 def read_text(path: Path) -> str | None:
@@ -343,6 +415,17 @@ def _parent(path: Path, root: Path, create: bool, dir_mode: int = NEW_DIR_MODE, 
         yield fd, parts[-1], created
     finally:
         os.close(fd)
+
+
+def _identity_of(dfd: int, name: str) -> FileState | None:
+    """The mode and owner of the regular file `name` (not followed if a link), without reading it."""
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None                     # _replace_in refuses it
+    return FileState("", stat.S_IMODE(st.st_mode) & 0o777, st.st_uid, st.st_gid, "")    # never a set-id bit
 
 
 def _must_be_regular(fd: int, refusal: str) -> os.stat_result:

@@ -76,8 +76,7 @@ class Fleet:
         from . import profile as profile_mod
         prof = profile_mod.load(self.profile_ref)   # a bad profile fails here, before any host is touched
         self.hosts = inv.hosts(self.inventory, self.limit, self.env())
-        # a file (by the same rule as everywhere, trust-checked by load) travels; a name never means ./NAME
-        profile_file = prof.path if profile_mod.profilefiles.is_path(self.profile_ref) else None
+        profile_file = self._travelling(prof)
         try:
             self.tarball, self.sha = fp.bundle(self.workdir, profile_file)
         except OSError as e:
@@ -85,6 +84,22 @@ class Fleet:
         self.bundle_id = f"{self.sha[:16]}-{secrets.token_hex(6)}"
         self.shipped_profile = profile_file is not None
         return self
+
+    def _travelling(self, prof) -> Path | None:
+        """The profile every host gets as this controller resolved it: a file, or a name that is a site or
+        user profile here, travels flattened (includes merged, waivers kept: each host would look a name up
+        again and find its shipped namesake); a shipped name travels as the name (the bundle ships it)."""
+        from . import profile as profile_mod, profileflat
+        shipped = prof.path.resolve().is_relative_to(profile_mod.PROFILES_DIR.resolve())
+        if shipped and not profile_mod.profilefiles.is_path(self.profile_ref):
+            return None
+        flat = self.workdir / "profile.toml"
+        flat.write_text(profileflat.flatten(prof))
+        again = profile_mod.load(str(flat))
+        if _shape(again) != _shape(prof) or again.params != prof.params:
+            raise ProxytuneError(f"--profile {self.profile_ref}: cannot send it to the hosts as resolved here "
+                                 "(its flattened copy loads differently)", "send it as a file: -p PATH.toml")
+        return flat
 
     def host_profile(self) -> str:
         """The --profile each host sees (a file: its copy in this run's bundle)."""
@@ -101,7 +116,11 @@ class Fleet:
         return argv + list(extra)
 
     def run_task(self, argv: list[str], ok_codes: tuple[int, ...], name: str = fp.RUN_TASK) -> dict:
-        return fp.run_task(argv, self.bundle_id, ok_codes, self.timeout, name)
+        return fp.run_task(argv, self.bundle_id, self.sha, ok_codes, self.timeout, name)
+
+
+def _shape(prof) -> list:
+    return [(r.backend, r.key, r.mode, r.wanted, r.reason, r.source, r.waive, r.critical) for r in prof.raw]
 
 
 def play(fleet: Fleet, hosts: list[str], tasks: list[dict], serial: int | None = None,
@@ -109,9 +128,9 @@ def play(fleet: Fleet, hosts: list[str], tasks: list[dict], serial: int | None =
     """Run one playbook over `hosts`; every host's events, in order.
     `on_event(ev)` sees each as it arrives (so a run can be recorded before Ctrl-C)."""
     book = fleet.workdir / "play.json"
-    head = (fp.ship_tasks(fleet.tarball, fleet.sha, fleet.bundle_id, fleet.timeout)
-            + fp.dependency_tasks(fleet.bundle_id, fleet.install, fleet.timeout))
-    book.write_text(fp.playbook(head + tasks, fleet.bundle_id, fleet.timeout, serial, stop_on_failure))
+    tasks = fp.with_dependencies(tasks[0], fleet.install) + tasks[1:]
+    book.write_text(fp.playbook(tasks, fleet.tarball, fleet.timeout, serial, stop_on_failure))
+    fp.library(fleet.workdir)
     limit = fleet.workdir / "limit.txt"
     limit.write_text("".join(inv.check_host_name(h) + "\n" for h in hosts))
     argv = [inv.ansible_binary("ansible-playbook"), "-i", fleet.inventory, "--limit", f"@{limit}", str(book)]

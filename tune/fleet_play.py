@@ -1,12 +1,15 @@
 """The playbook `proxytune fleet` hands to ansible-playbook, and the bundle
 it ships: the packaged files of this checkout or installation as a tarball,
-unpacked by fleet_unpack.py on each host into a fresh directory of this run
-under the root-only state dir, run there with become, removed afterwards.
+carried in the one task of each run to fleet_unpack.py (the play's Ansible
+module), which verifies it on each host, unpacks it under the root-only state
+dir (or reuses a verified unpack of the same digest), runs proxytune there
+with become and cleans up.
 
 The playbook is written as JSON (valid YAML), so no host name, profile name
 or path is ever spliced into YAML or a shell: commands are argv lists.
 """
 
+import base64
 import gzip
 import hashlib
 import io
@@ -19,20 +22,30 @@ from pathlib import Path, PurePosixPath
 
 from .datafiles import PACKAGE_ROOT, data_root
 
-CODE = ("cli.py", "commands", "core", "proxies", "tune", "reports", "profiles", "probes", "microbench")
 # what the wheel and the .deb carry besides the Python code (pyproject package-data)
 DATA = ("profiles/*/*.toml", "probes/*.bt", "probes/*.c", "microbench/*/*.c", "microbench/*/*.h",
         "microbench/lua/*.lua", "reports/schemas/*.json")
+
+
+def code_tops(tree: Path = PACKAGE_ROOT) -> tuple[str, ...]:
+    """The entries of the tree a bundle ships: cli.py, every top-level package (a directory with
+    an __init__.py, so a new layer is shipped without anyone editing this file; a test holds the
+    set to pyproject's packages) and the directories of the shipped data."""
+    packages = {d.name for d in (tree.iterdir() if tree.is_dir() else ())
+                if not d.is_symlink() and d.is_dir() and (d / "__init__.py").is_file()}
+    return tuple(sorted({"cli.py", *packages, *(glob.split("/")[0] for glob in DATA)}))
+
+
 UNPACKER = Path(__file__).resolve().parent / "fleet_unpack.py"
 PROFILE_IN_BUNDLE = "fleet-profile.toml"
 RUN_TASK, ROLLBACK_TASK, MARK_TASK = "proxytune run", "proxytune rollback", "proxytune journal mark"
-UNPACK_TASK = "proxytune bundle directory"
+DEPENDENCY_TASK = "proxytune dependencies"
 RESULT_TASKS = (RUN_TASK, ROLLBACK_TASK)
 
 
 def _packaged(rel: PurePosixPath) -> bool:
     """Python code and the data files the packages ship; nothing else (no notes, no build output)."""
-    if "__pycache__" in rel.parts or rel.parts[0] not in CODE:
+    if "__pycache__" in rel.parts:
         return False
     return rel.suffix == ".py" or any(rel.match(pattern) and len(rel.parts) == pattern.count("/") + 1
                                       for pattern in DATA)
@@ -52,8 +65,8 @@ def _tracked(tree: Path) -> set[str] | None:
 
 
 def _files_under(tree: Path):
-    """(path, relative path) of every regular file below tree's CODE entries, never through a symlink."""
-    for top in CODE:
+    """(path, relative path) of every regular file below tree's code_tops, never through a symlink."""
+    for top in code_tops(tree):
         base = tree / top
         if base.is_symlink():
             continue
@@ -110,6 +123,7 @@ def bundle(dest: Path, profile_file: Path | None = None, code: Path = PACKAGE_RO
 
 
 STATE_DIR = "{{ proxytune_state_dir | default('/var/lib/proxytune') }}"
+MODULE = "proxytune_fleet"          # UNPACKER, as the play's Ansible module (library/ beside the playbook)
 
 
 def remote_dir(bundle_id: str) -> str:
@@ -119,74 +133,61 @@ def remote_dir(bundle_id: str) -> str:
 
 ENV = {"PROXYTUNE_ROOT": "{{ proxytune_root | default('/') }}", "PROXYTUNE_STATE_DIR": STATE_DIR}
 PYTHON = "{{ proxytune_python | default('/usr/bin/python3') }}"
-UPLOAD = "{{ proxytune_upload.path }}"
+PAYLOAD = "{{ proxytune_bundle }}"     # a play variable: the tarball, base64, once in the playbook
 
 
-def bounded(argv: list[str], timeout: int) -> list[str]:
-    """argv stopped on the host after `timeout` seconds (SIGTERM, SIGKILL 15 s later; exit 124),
-    so a hung command does not outlive the run that gave up on it."""
-    return ["timeout", "-k", "15", str(timeout), *argv]
-
-
-def ship_tasks(tarball: Path, sha: str, bundle_id: str, timeout: int) -> list[dict]:
-    """A private temp dir (mkdtemp on the host), the tarball and the unpacker into it; the
-    unpacker vets the state dir, verifies, unpacks fresh and removes the temp dir."""
-    return [
-        {"name": "proxytune upload directory",
-         "ansible.builtin.tempfile": {"state": "directory", "suffix": "-proxytune"}, "register": "proxytune_upload"},
-        {"name": "ship proxytune", "ansible.builtin.copy": {"src": str(tarball), "dest": UPLOAD + "/proxytune.tar.gz",
-                                                          "mode": "0600"}},
-        {"name": "ship proxytune unpacker", "ansible.builtin.copy": {"src": str(UNPACKER),
-                                                                   "dest": UPLOAD + "/fleet_unpack.py", "mode": "0600"}},
-        {"name": UNPACK_TASK, "register": "proxytune_unpack", "changed_when": False,
-         "failed_when": "proxytune_unpack.rc not in [0, 3]",
-         "ansible.builtin.command": {"argv": bounded([PYTHON, UPLOAD + "/fleet_unpack.py", STATE_DIR, bundle_id, sha,
-                                                      UPLOAD], timeout)}},
-    ]
-
-
-def dependency_tasks(bundle_id: str, install: bool, timeout: int) -> list[dict]:
-    """When the unpacker found modules missing (rc 3): apt installs their Debian packages (unless
-    --no-install), then the bundle's own unpacker says in one line which are still missing."""
-    missing = "proxytune_unpack.rc == 3"
-    tasks = [{"name": "proxytune dependencies", "when": missing,
-              "ansible.builtin.apt": {"name": "{{ proxytune_unpack.stdout.split() }}", "state": "present"}}]
-    check = {"name": "proxytune dependency check", "when": missing, "changed_when": False,
-             "ansible.builtin.command": {"argv": bounded([PYTHON, remote_dir(bundle_id) + "/tune/fleet_unpack.py",
-                                                          "--missing"] + ([] if install else ["--no-install"]), timeout)}}
-    return (tasks if install else []) + [check]
-
-
-def run_task(argv: list[str], bundle_id: str, ok_codes: tuple[int, ...], timeout: int,
+def run_task(argv: list[str], bundle_id: str, sha: str, ok_codes: tuple[int, ...], timeout: int,
              name: str = RUN_TASK) -> dict:
-    """Run cli.py on the host, stopped after `timeout` seconds; rc outside ok_codes fails the host."""
-    return {"name": name,
-            "ansible.builtin.command": {"argv": bounded([PYTHON, remote_dir(bundle_id) + "/cli.py", *argv], timeout)},
-            "environment": ENV, "register": "proxytune_out", "changed_when": False,
-            "failed_when": f"proxytune_out.rc not in {list(ok_codes)}"}
+    """One task, one ssh exchange: the module verifies the shipped tarball against its digest,
+    unpacks it (or reuses a verified unpack), runs cli.py with argv there, stopped after
+    `timeout` seconds, and cleans up; an exit code outside ok_codes fails the host."""
+    return {"name": name, "environment": ENV, "register": "proxytune_out",
+            MODULE: {"state_dir": STATE_DIR, "bundle": bundle_id, "sha256": sha, "payload": PAYLOAD,
+                     "python": PYTHON, "argv": list(argv), "timeout": timeout, "ok": list(ok_codes),
+                     "deps": "install"}}
 
 
-def cleanup_tasks(bundle_id: str) -> list[dict]:
-    """Whatever happened: this run's bundle and upload dir go (ignore_errors: a failed
-    cleanup does not fail a host whose run succeeded)."""
-    return [{"name": "proxytune cleanup", "ignore_errors": True,
-             "ansible.builtin.file": {"path": remote_dir(bundle_id), "state": "absent"}},
-            {"name": "proxytune cleanup upload", "ignore_errors": True,          # the unpacker removes it itself
-             "when": "proxytune_upload.path is defined and (proxytune_unpack.rc | default(124)) == 124",
-             "ansible.builtin.file": {"path": UPLOAD, "state": "absent"}}]
+def with_dependencies(first: dict, install: bool) -> list[dict]:
+    """The play's first run and, only on a host where it found proxytune's Python modules
+    missing (the module says `skipped`, naming their Debian packages): apt installs them, then
+    the same run again, which says in one line what is still missing. --no-install: the first
+    run says so itself."""
+    if not install:
+        return [_with_deps(first, "no-install")]
+    missing = "proxytune_out.missing is defined"
+    return [first,
+            {"name": DEPENDENCY_TASK, "when": missing,
+             "ansible.builtin.apt": {"name": "{{ proxytune_out.missing }}", "state": "present"}},
+            {**_with_deps(first, "after-apt"), "when": missing}]
 
 
-def playbook(tasks: list[dict], bundle_id: str, timeout: int, serial: int | None = None,
+def _with_deps(task: dict, deps: str) -> dict:
+    return {**task, MODULE: {**task[MODULE], "deps": deps}}
+
+
+def playbook(tasks: list[dict], tarball: Path, timeout: int, serial: int | None = None,
              stop_on_failure: bool = False) -> str:
-    """Every task bounded by `timeout` seconds (a hung ssh, copy or command fails that host only)."""
+    """Every task bounded by `timeout` seconds (a hung ssh or module fails that host only).
+    Hosts go through the play each at its own pace (strategy free) unless a failure must stop
+    the others (a rollout: linear, any_errors_fatal, which free does not support)."""
     body = [{**t, "timeout": t.get("timeout", timeout + 30)} for t in tasks]
     play = {"name": "proxytune fleet", "hosts": "all", "become": True, "gather_facts": False,
-            "tasks": [{"block": body, "always": cleanup_tasks(bundle_id)}]}
+            "vars": {"proxytune_bundle": base64.b64encode(tarball.read_bytes()).decode()}, "tasks": body}
     if serial:
         play["serial"] = serial
     if stop_on_failure:
         play["any_errors_fatal"] = True
+    else:
+        play["strategy"] = "free"
     return json.dumps([play], indent=1) + "\n"
+
+
+def library(workdir: Path) -> Path:
+    """The module beside the playbook (Ansible looks for modules in library/ next to it)."""
+    lib = workdir / "library"
+    lib.mkdir(mode=0o700, exist_ok=True)
+    (lib / f"{MODULE}.py").write_bytes(UNPACKER.read_bytes())
+    return lib
 
 
 def profile_arg(profile_ref: str, shipped: bool, bundle_id: str) -> str:

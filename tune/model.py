@@ -42,6 +42,7 @@ class Change:
     status: str = MET
     note: str = ""            # why it cannot be applied here (apply refuses), or the error
     boot: str = ""            # "overridden at boot by FILE:LINE (...)": a later file undoes it
+    seen: str = ""            # what reading it found worth saying (processes left out, and why): no obstacle
 
     @property
     def needed(self) -> bool:
@@ -50,7 +51,7 @@ class Change:
 
     @property
     def notes(self) -> str:
-        return "; ".join(n for n in (self.note, self.boot) if n)
+        return "; ".join(n for n in (self.note, self.boot, self.seen) if n)
 
     def to_json(self) -> dict:
         s = self.setting

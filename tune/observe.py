@@ -6,17 +6,27 @@ got (a service started before a limit was raised keeps its old limit).
 """
 
 from .backends.mount import atime_mode, mount_of
+from proxytune.core import proxytree
 from proxytune.core.errors import NotApplicable
-from proxytune.core.procfs import fd_count, nofile_limits, pids_of
+from proxytune import proxies
 from proxytune.core import sockets as probe_sockets
+from proxytune.core.procfs import fd_count, nofile_limits
 
 FD_USE_WARN = 0.8          # fds open / soft limit above this: fd-exhaustion is near
 LOW_NOFILE = 4096          # a busy proxy needs more than Debian's soft default of 1024
 
 
-def observe(service: str, cache_dirs: list[str], somaxconn: int | None) -> dict:
+def service_pids(service: str, live: bool = True) -> list[int]:
+    """The service's own processes (core.proxytree: a user's namesake is not one); none under --root."""
+    if not service or not live:
+        return []
+    procs = proxytree.Processes()
+    return proxytree.own(proxytree.find(proxies.identity_for(service), procs), procs)
+
+
+def observe(service: str, cache_dirs: list[str], somaxconn: int | None, live: bool = True) -> dict:
     """Observations with a status each: ok or warn (warn makes `tune check` exit 1)."""
-    pids = pids_of(service)
+    pids = service_pids(service, live)
     procs, sockets, dirs = [], [], []
     for pid in pids:
         lim = nofile_limits(pid)

@@ -8,11 +8,12 @@ then a default. Every value says where it came from, so the audit can show it.
 import glob
 import os
 import pwd
+from collections import Counter
 
 from . import hostfiles, names
+from proxytune.core import procfs, proxytree
 from proxytune.core.errors import ProxytuneError
 from .host import Host
-from proxytune.core.procfs import pids_of, uid_of
 from proxytune import proxies
 from proxytune.proxies.base import Line
 
@@ -24,9 +25,10 @@ PARAMS = {"service": str, "user": str, "cache_dirs": list}
 OPTIONS = {"service": "--service", "user": "--user", "cache_dirs": "--cache-dir"}
 
 
-def resolve(host: Host, cli: dict, profile: dict) -> tuple[dict, dict]:
-    """(values, sources) for every parameter."""
+def resolve(host: Host, cli: dict, profile: dict, notes: list | None = None) -> tuple[dict, dict]:
+    """(values, sources) for every parameter; what detection ignored, and why, goes to `notes`."""
     values, sources = {}, {}
+    notes = [] if notes is None else notes
 
     def pick(name, detect):
         if cli.get(name) not in (None, [], ()):      # an empty --service '' is checked, not ignored
@@ -36,10 +38,10 @@ def resolve(host: Host, cli: dict, profile: dict) -> tuple[dict, dict]:
         else:
             values[name], sources[name] = detect()
 
-    pick("service", lambda: detect_service(host))
-    pick("user", lambda: detect_user(values["service"]))
+    pick("service", lambda: detect_service(host, notes))
+    pick("user", lambda: detect_user(host, values["service"], notes))
     pick("cache_dirs", lambda: detect_cache_dirs(host, values["service"]))
-    values["cache_dirs"] = list(values["cache_dirs"])
+    values["cache_dirs"] = list(dict.fromkeys(values["cache_dirs"]))     # a directory named twice is one
     for name in PARAMS:
         check(name, values[name], sources[name])
     return values, sources
@@ -61,12 +63,21 @@ def check(name: str, value, source: str) -> None:
 ALSO_RUNNING = "; also running: "
 
 
-def detect_service(host: Host) -> tuple[str, str]:
-    """The first running proxy in KNOWN_PROXIES' fixed order (not whichever started last), the
-    others that run named in its source; else an installed unit; else squid."""
-    running = [name for name in KNOWN_PROXIES if host.live and pids_of(name)]
+def detect_service(host: Host, notes: list) -> tuple[str, str]:
+    """The first proxy in KNOWN_PROXIES' fixed order (not whichever started last) whose service runs
+    (core.proxytree: a name alone is nobody's proof), the others that run named in its source; else
+    an installed unit; else squid. Under --root no live process is read: they are not that root's."""
+    running = []
+    if host.live:
+        procs, units = proxytree.Processes(), proxytree.Units()
+        for kind in proxies.KINDS:
+            choice = proxytree.find(proxies.identity(kind), procs, units)
+            if choice.tree:
+                running.append((kind.exe_names[0], choice.tree))
+            notes += [choice.note()] if choice.note() else []
     if running:
-        return running[0], "running process" + (ALSO_RUNNING + ", ".join(running[1:]) if running[1:] else "")
+        (name, tree), others = running[0], [n for n, _ in running[1:]]
+        return name, f"running process ({tree.shown()})" + (ALSO_RUNNING + ", ".join(others) if others else "")
     for name in KNOWN_PROXIES:
         for d in ("/lib/systemd/system", "/usr/lib/systemd/system", "/etc/systemd/system"):
             if host.path(f"{d}/{name}.service").exists():
@@ -83,15 +94,31 @@ def choice_notes(values: dict, sources: dict) -> list[str]:
             f"that runs), not {others}; pass --service NAME to audit another"]
 
 
-def detect_user(service: str) -> tuple[str, str]:
-    for pid in pids_of(service):
-        uid = uid_of(pid)
-        try:
-            if uid:             # None: gone; 0: root, the master of a proxy that drops privileges
-                return pwd.getpwuid(uid).pw_name, "running process"
-        except KeyError:
-            continue
-    return DEFAULT_USERS.get(service, service), "default"
+def detect_user(host: Host, service: str, notes: list) -> tuple[str, str]:
+    """The system user the service's processes run as (never root, never a user's account: see
+    core.proxytree); else the registry's default for the proxy. Under --root, the default."""
+    default = DEFAULT_USERS.get(service, service)
+    if not host.live:
+        return default, "default (--root: running processes are not read)"
+    choice = proxytree.find(proxies.identity_for(service))
+    uids = Counter(u[0] for p in choice.pids if (u := procfs.uids_of(p)) and u[0] != 0)
+    if not uids:
+        return default, "default"
+    uid = uids.most_common(1)[0][0]
+    name = _user_name(uid)
+    if not proxytree.is_system_uid(uid):
+        top = proxytree.sys_uid_max()
+        notes.append(f"{service}'s processes run as {name} (uid {uid}), not a system user (uid 1-{top}, "
+                     f"SYS_UID_MAX of /etc/login.defs): not taken as {{user}}; pass --user to choose")
+        return default, "default"
+    return name, f"running process ({choice.tree.shown()})"
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def detect_cache_dirs(host: Host, service: str) -> tuple[list[str], str]:

@@ -32,10 +32,11 @@ def build(ref: str, host: Host, cli_params: dict, only: tuple[str, ...] = (),
           skip: tuple[str, ...] = ()) -> Plan:
     """Load the profile, fill in parameters, read the host, decide each change."""
     prof = profile_mod.load(ref, root=host.root)
-    values, sources = params_mod.resolve(host, cli_params, prof.params)
+    detected: list[str] = []
+    values, sources = params_mod.resolve(host, cli_params, prof.params, detected)
     settings, notes = profile_mod.expand(prof, values, host)
     plan = Plan(profile=ref, os=prof.os, params={"values": values, "sources": sources},
-                notes=params_mod.choice_notes(values, sources) + notes)
+                notes=params_mod.choice_notes(values, sources) + detected + notes)
     if prof.os != host.os:
         plan.notes.append(f"profile is for {prof.os}, this host runs {host.os}: "
                           "check and apply will not find its knobs here; use `tune export`")
@@ -46,14 +47,21 @@ def build(ref: str, host: Host, cli_params: dict, only: tuple[str, ...] = (),
 
 def evaluate(s: Setting, os_name: str, host: Host) -> Change:
     backend = backends.get(os_name, s.backend, host)
+    change = _measured(s, backend)
+    change.seen = "; ".join(backend.notes)      # what reading found worth saying (the processes it left out)
+    return change
+
+
+def _measured(s: Setting, backend) -> Change:
+    """A waived setting is waived whatever the host says (one it cannot read never blocks an apply)."""
     try:
         current = backend.read(s.key)
     except NotApplicable as e:
-        return Change(s, status=NOT_APPLICABLE, note=str(e))
+        return _waived(s, None) if s.waive else Change(s, status=NOT_APPLICABLE, note=str(e))
     except (BackendError, OSError) as e:
-        return Change(s, status=ERROR, note=getattr(e, "message", str(e)))
+        return _waived(s, None) if s.waive else Change(s, status=ERROR, note=getattr(e, "message", str(e)))
     if s.waive:         # shown as it is, never drift, never applied
-        return Change(s, current=current, status=WAIVED, note=f"waived: {s.waive}")
+        return _waived(s, current)
     try:
         ok = current is not None and modes.satisfied(s.mode, current, s.wanted)
         target = None if ok else modes.target(s.mode, current, s.wanted)
@@ -67,6 +75,10 @@ def evaluate(s: Setting, os_name: str, host: Host) -> Change:
     if change.needed:
         change.note = backend.obstacle(change) or ""
     return change
+
+
+def _waived(s: Setting, current) -> Change:
+    return Change(s, current=current, status=WAIVED, note=f"waived: {s.waive}")
 
 
 def refuse_errors(plan: Plan) -> None:

@@ -24,6 +24,7 @@ class Backend(ABC):
 
     def __init__(self, host: Host):
         self.host = host
+        self.notes: list[str] = []      # what the last read found worth saying beside the value
 
     # -- validation (profile load time; raise ValueError with the problem)
     def validate(self, setting: Setting) -> None:

@@ -1,0 +1,134 @@
+"""Where the proxy's requests are at each of connsample's ticks, read from
+the kernel's own per-socket state (sock_diag TCP_INFO, as `ss -tiO` prints
+it), for the time budget's Little's-law parts: the mean number of requests
+found in a state, divided by the request rate, is the mean time a request
+spends in it (L = λW), whatever the distribution.
+
+Per tick, over the sockets the proxy holds (matched by inode):
+- accept queue: each listener's Recv-Q (connections not accepted yet);
+- client data the proxy has not read: client sockets with Recv-Q > 0;
+- origin connecting: upstream sockets in SYN-SENT, per origin;
+- awaiting the origin: upstream sockets that sent a request the origin has
+  not begun to answer (below), per origin;
+- origin data the proxy has not read: upstream sockets with Recv-Q > 0.
+
+"Awaiting" from TCP_INFO (net/ipv4/tcp.c tcp_get_info): last_data_sent and
+last_data_recv are jiffies since the last data segment sent (tp->lsndtime)
+and received (icsk_ack.lrcvtime), last_ack_recv since the last ACK
+(tp->rcv_tstamp), all of 1000/HZ ms resolution. A socket with Recv-Q 0 that
+has sent data awaits its origin when it has received nothing yet (a fresh
+connection: ss omits bytes_received), or its last send is newer than its
+last receipt, or both fall in one jiffy (a request sent right after the
+previous answer, as keep-alive reuse does under load) and the origin has
+not acknowledged it (unacked) or acknowledged it on its own later (delayed
+ACK, at least 40 ms: TCP_DELACK_MIN). What TCP_INFO cannot tell apart is
+counted as "ambiguous": data sent and received, and the last ACK, all in
+one jiffy. That is a request sent right after the previous answer and
+acknowledged at once (an origin idle for longer than its RTO acknowledges
+in quick-ACK mode: tcp_event_data_recv, net/ipv4/tcp_input.c), still
+awaiting; or a request answered within that jiffy, idle since. The budget
+takes the awaiting count as the lower bound and awaiting + ambiguous as
+the upper one.
+"""
+
+import re
+
+FIELD = re.compile(r"\b(lastsnd|lastrcv|lastack|bytes_sent|bytes_received|unacked|data_segs_in):([0-9]+)")
+
+
+def tcp_info(rest: str) -> dict[str, int]:
+    """The TCP_INFO fields the classification needs from one `ss -tiO` line. ss prints each of them only
+    when it is not zero (misc/ss.c tcp_show_info): a missing one is 0."""
+    return {k: int(v) for k, v in FIELD.findall(rest)}
+
+
+def ambiguous(info: dict[str, int]) -> bool:
+    """Not awaiting by awaiting(), yet maybe awaiting: sent, received and acknowledged in one jiffy."""
+    snd, rcv = info.get("lastsnd", 0), info.get("lastrcv", 0)
+    return bool(info.get("bytes_sent")) and bool(info.get("bytes_received")) and snd == rcv \
+        and not awaiting(info)
+
+
+def awaiting(info: dict[str, int]) -> bool:
+    """An upstream socket with nothing unread: has it sent a request its origin has not begun to answer?"""
+    if not info.get("bytes_sent"):
+        return False
+    if not info.get("bytes_received"):
+        return True
+    snd, rcv = info.get("lastsnd", 0), info.get("lastrcv", 0)
+    if snd != rcv:
+        return snd < rcv
+    return info.get("unacked", 0) > 0 or info.get("lastack", 0) < rcv
+
+
+def origin_of(flow: str) -> str:
+    """"LOCAL>PEER:PORT" -> "PEER:PORT", the way the budget keys origins (IPv6 in brackets, as ss prints)."""
+    peer = flow.split(">", 1)[-1]
+    if peer.startswith("[::ffff:") and "." in peer:          # a v4-mapped peer of a v6 socket: its v4 form
+        addr, _, port = peer.rpartition(":")
+        return f"{addr[8:-1]}:{port}"
+    return peer
+
+
+class Tally:
+    """Sums over the ticks of each state's count; summary() is the evidence (means are sums / ticks)."""
+
+    def __init__(self):
+        self.ticks = 0
+        self.accept: dict[str, int] = {}
+        self.client_unread = 0
+        self.ties = 0
+        self.origins: dict[str, dict[str, int]] = {}
+        self.segs: dict[int, list[int]] = {}     # client socket inode -> [data segments in at first sight, last]
+        self.before: set[int] = set()            # client sockets already there at the first tick
+
+    def _origin(self, flow: str) -> dict[str, int]:
+        return self.origins.setdefault(origin_of(flow), {"connecting": 0, "awaiting": 0, "ambiguous": 0,
+                                                         "unread": 0, "sockets": 0})
+
+    def tick(self, rows, owner: dict, listening: set[str], info: dict[int, str]) -> None:
+        """One tick of connsample's rows, the inode -> pids map of the proxy's sockets, its listening
+        ports and each socket's `ss -iO` line by inode (tcp_rows(..., info=))."""
+        for state, recvq, _, port, ino, flow in rows:
+            if ino not in owner:
+                continue
+            rest = info.get(ino, "")
+            if state == "LISTEN":
+                self.accept[port] = self.accept.get(port, 0) + recvq
+            elif port in listening:
+                self.client_unread += recvq > 0
+                self._segments(ino, tcp_info(rest).get("data_segs_in", 0))
+            elif state == "SYN-SENT":
+                self._origin(flow)["connecting"] += 1
+            elif state == "ESTAB":
+                o = self._origin(flow)
+                o["sockets"] += 1
+                if recvq > 0:
+                    o["unread"] += 1
+                    continue
+                got = tcp_info(rest)
+                if awaiting(got):
+                    o["awaiting"] += 1
+                    self.ties += got.get("lastsnd") == got.get("lastrcv") and bool(got.get("bytes_received"))
+                elif ambiguous(got):
+                    o["ambiguous"] += 1
+        self.ticks += 1
+
+    def _segments(self, ino: int, n: int) -> None:
+        if self.ticks == 0:
+            self.before.add(ino)
+        seen = self.segs.setdefault(ino, [n, n])
+        seen[1] = max(seen[1], n)
+
+    def client_segments(self) -> dict:
+        """Data segments the proxy's client sockets received in the window, as far as the ticks saw them: a
+        socket there at the first tick from its count then, one born later from 0; a connection opened and
+        closed between two ticks is not seen (the budget adds the kernel's count of new connections)."""
+        grown = sum(last - (first if ino in self.before else 0) for ino, (first, last) in self.segs.items())
+        return {"data_segments_in": grown, "sockets_seen": len(self.segs),
+                "sockets_born_in_window": len(self.segs) - len(self.before & self.segs.keys())}
+
+    def summary(self) -> dict:
+        return {"ticks": self.ticks, "accept_queued_sum": self.accept, "client_unread_sum": self.client_unread,
+                "origins": self.origins, "awaiting_in_one_jiffy": self.ties, "clients": self.client_segments(),
+                "counted": "sums over the ticks of sockets the proxy holds in each state (mean = sum / ticks)"}
