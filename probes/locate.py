@@ -14,6 +14,7 @@ import subprocess
 from proxytune import proxies
 from proxytune.core import procfs
 from proxytune.core.errors import ProxytuneError
+from proxytune.core.numbers import uint
 
 from . import proc, target
 
@@ -43,9 +44,8 @@ def unit_main_pid(unit: str) -> int | None:
                            capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    pid = p.stdout.strip()
-    return int(pid) if p.returncode == 0 and pid.isdigit() and int(pid) > 0 and target.watchable([int(pid)]) \
-        else None
+    pid = uint(p.stdout.strip())
+    return pid if p.returncode == 0 and pid and target.watchable([pid]) else None
 
 
 def pids_of(master: int) -> list[int]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from proxytune.core.errors import ProxytuneError
+from proxytune.core.numbers import is_uint
 from proxytune.tune import files
 
 MAGIC = b"\xa5PTw"
@@ -227,7 +228,7 @@ def _holder(dfd: int) -> str:
         return ""
     with os.fdopen(fd, "rb") as fh:
         text = fh.read(32).decode(errors="replace").strip()
-    return f" (pid {text})" if text.isdigit() else ""
+    return f" (pid {text})" if is_uint(text) else ""
 
 
 @dataclass
