@@ -167,7 +167,8 @@ def history_lines(shown: list[dict], reading, stamp) -> list[str]:
 
 @watch.command()
 @click.argument("ident", metavar="ID")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True,
+              help="text for a terminal, json for automation, markdown for a ticket or a report")
 @click.pass_obj
 def show(host, ident, fmt):
     """Print an episode's worst window as the doctor printed it (ID from `watch history`).

@@ -3,6 +3,8 @@
 import json
 from datetime import datetime, timezone
 
+import pytest
+
 from test_watch_episodes import BUSY, HEALTHY, window
 from proxytune.probes import episodes, recorder
 from proxytune.reports.schema import validate
@@ -17,6 +19,7 @@ def fill(sandbox, cells):
     return episodes.fold(recorder.read(sandbox.state_dir / "watch").records)
 
 
+@pytest.mark.host  # the result envelope's host fingerprint runs systemd-detect-virt
 def test_history_lists_the_episodes(sandbox, cli):
     eps = fill(sandbox, [HEALTHY, BUSY, BUSY, HEALTHY, BUSY])
     r = cli("watch", "history")
@@ -30,6 +33,7 @@ def test_history_lists_the_episodes(sandbox, cli):
     assert "worst" not in doc["data"]["episodes"][0] and doc["data"]["episodes"][0]["peak_evidence"]
 
 
+@pytest.mark.host  # the result envelope's host fingerprint runs systemd-detect-virt
 def test_history_since_and_until(sandbox, cli):
     eps = fill(sandbox, [BUSY, HEALTHY, HEALTHY, BUSY])
     r = cli("watch", "history", "--json", "--since", "2026-01-15T08:00:15Z")
@@ -50,6 +54,7 @@ def test_a_bad_time_is_one_clear_line(sandbox, cli):
     assert r.exit_code == 2 and "is no time" in r.output
 
 
+@pytest.mark.host  # the result envelope's host fingerprint runs systemd-detect-virt
 def test_show_prints_the_worst_window_in_three_formats(sandbox, cli):
     eps = fill(sandbox, [BUSY, BUSY, HEALTHY])
     ident = eps[0]["id"]
@@ -87,6 +92,7 @@ def test_a_relative_state_dir_works(sandbox, cli, monkeypatch, tmp_path):
     assert r.exit_code == 1 and "1 episode(s)" in r.output, r.output
 
 
+@pytest.mark.host  # the result envelope's host fingerprint runs systemd-detect-virt
 def test_the_schema_holds_history_to_its_shape(sandbox, cli):
     import jsonschema
     import pytest
