@@ -169,8 +169,9 @@ def history_lines(shown: list[dict], reading, stamp) -> list[str]:
 @click.argument("ident", metavar="ID")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True,
               help="text for a terminal, json for automation, markdown for a ticket or a report")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json (as every other command says it).")
 @click.pass_obj
-def show(host, ident, fmt):
+def show(host, ident, fmt, as_json):
     """Print an episode's worst window as the doctor printed it (ID from `watch history`).
 
     \b
@@ -188,7 +189,7 @@ def show(host, ident, fmt):
         raise ProxytuneError(f"the worst window of episode {ident} is no longer in {ring_dir(host)}",
                              "the ring moved on while it was read; run it again")
     r = windows.as_result(whole)
-    if fmt == "json":
+    if fmt == "json" or as_json:
         from proxytune.reports.schema import envelope
         doc = envelope("probe", {"probe": "doctor", **r})
         doc["findings"], doc["episode"] = r["findings"], episodes.summary(ep)

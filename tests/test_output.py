@@ -161,6 +161,8 @@ ELSEWHERE = {
     ("probe", "overhead"): "test_overhead (probe overhead --json)",
     ("fleet", "check"): "test_fleet", ("fleet", "plan"): "test_fleet", ("fleet", "doctor"): "test_fleet",
     ("fleet", "apply"): "test_fleet", ("fleet", "rollback"): "test_fleet",
+    ("watch", "history"): "test_watch_cli (watch history --json over a recorder the real code path filled)",
+    ("watch", "show"): "test_watch_cli (watch show --json: an episode's worst window)",
 }
 
 

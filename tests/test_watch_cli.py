@@ -65,6 +65,7 @@ def test_show_prints_the_worst_window_in_three_formats(sandbox, cli):
     validate(doc)
     assert doc["data"]["probe"] == "doctor" and doc["episode"]["id"] == ident
     assert [f["id"] for f in doc["findings"]] == ["haproxy-maxconn"]
+    assert json.loads(cli("watch", "show", ident, "--json").output)["findings"] == doc["findings"]
     md = cli("watch", "show", ident, "--format", "markdown").output
     assert md.startswith("# doctor: ") and "haproxy-maxconn" in md and "**fix**" in md
 
