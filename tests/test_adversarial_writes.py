@@ -543,6 +543,7 @@ def test_a_run_with_a_failed_harness_records_no_misses(source, tmp_path, monkeyp
     assert all("exit 3" in why or "failed" in why for why in reasons), reasons
 
 
+@pytest.mark.host  # runs a stand-in perf over the failing harness (the tier: tests/tiers.py)
 def test_a_counter_that_exits_0_over_a_failed_harness_gives_no_count(tmp_path, monkeypatch):
     """Whether perf stat passes its workload's exit status on is perf's business (a CI host's perf
     exited 0 over the failing harness): only the harness's own printed result says it ran."""
