@@ -188,7 +188,8 @@ class Varnish(Spec, process=RunningVarnish):
 
 VARNISHLOG = "/usr/bin/varnishlog"
 LOG_CAP = 24 << 20              # bytes of varnishlog output read per window (about 75,000 requests that fetch)
-LABELS = ("Resp", "Waitinglist", "Connected", "Beresp")     # the Timestamp records read_log uses
+CLIENT_LABELS, BACKEND_LABELS = ("Resp", "Waitinglist"), ("Connected", "Beresp")   # what read_log uses
+LABELS = CLIENT_LABELS + BACKEND_LABELS
 SAMPLE_EVERY = 0.5
 QUEUE_FIELDS = ("MAIN.thread_queue_len", "MAIN.sess_queued", "MAIN.sess_dropped", "MAIN.req_dropped",
                 "MAIN.busy_sleep", "MAIN.threads", "MAIN.threads_limited", "MAIN.client_req")
@@ -198,7 +199,7 @@ QUEUE_FIELDS = ("MAIN.thread_queue_len", "MAIN.sess_queued", "MAIN.sess_dropped"
 _NUM = r"-?[0-9]{1,9}\.[0-9]{1,9}"
 WANTED = re.compile(
     r"^ *([0-9]{1,12}) (?:"
-    r"Timestamp +(?:(c) (Resp|Waitinglist)|(b) (Connected|Beresp)): [0-9]{1,12}\.[0-9]{1,9} "
+    rf"Timestamp +(?:(c) ({'|'.join(CLIENT_LABELS)})|(b) ({'|'.join(BACKEND_LABELS)})): [0-9]{{1,12}}\.[0-9]{{1,9}} "
     rf"({_NUM}) ({_NUM})"
     r"|BackendOpen +b [0-9]{1,9} (\S{1,128}) ([0-9A-Fa-f.:]{2,45}) ([0-9]{1,5}) \S{1,45} [0-9]{1,5} (?:connect|reuse)"
     r")$", re.A | re.M)
