@@ -9,6 +9,7 @@ per call = (misses at 2C calls - misses at C calls) / C, so set-up is
 subtracted.
 """
 
+import json
 import re
 import shutil
 import subprocess
@@ -51,11 +52,21 @@ def _counter_run(cmd: list[str]) -> subprocess.CompletedProcess:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
         raise HarnessError(f"{cmd[0]} over the fdscan harness did not finish in 600 s", " ".join(cmd)) from None
-    if p.returncode != 0:
+    if p.returncode != 0 or not _printed_result(p.stdout):
         said = [ln for ln in p.stderr.splitlines() if ln.strip() and not ln.startswith("==")]
-        raise HarnessError(f"the fdscan harness failed under {cmd[0]} (exit {p.returncode})"
+        raise HarnessError(f"the fdscan harness failed under {cmd[0]} (exit {p.returncode}"
+                           + (")" if p.returncode else ", but the harness printed no result)")
                            + (f": {said[0].strip()}" if said else ""), " ".join(cmd))
     return p
+
+
+def _printed_result(stdout: str) -> bool:
+    """The harness prints its JSON result only when it ran to the end. That, not the counter's exit
+    status, says it ran: a perf stat that exits 0 over a failed harness must not yield a count."""
+    try:
+        return isinstance(json.loads(stdout), dict)
+    except ValueError:
+        return False
 
 
 def _perf_misses(exe, variant, n, calls) -> int:

@@ -33,6 +33,8 @@ plus connections that came and went between two ticks (each carried at
 least one request).
 """
 
+import statistics
+
 from proxytune import proxies as kinds
 
 PARTS = ("accept_queue", "proxy_queue", "origin_connect", "origin_first_byte", "proxy_self")
@@ -100,6 +102,18 @@ def _little(total_sum: float, ticks: int, rate: float | None) -> float | None:
 def _resolution(ticks: int, rate: float | None) -> float | None:
     """One socket seen in one tick, as ms per request: the smallest non-zero Little's-law figure."""
     return round(1000 / ticks / rate, 3) if ticks and rate else None
+
+
+def _tick_uncertainty(per_tick, rate: float | None) -> float | None:
+    """Twice the standard error of the per-tick mean, as ms per request. Requests arrive in bursts
+    (a load generator's connections fall into step; a thread serves several at once), so the sockets one
+    tick sees are not independent: 6 sockets over 9 ticks can be two ticks that each fell into a burst of 3
+    (a fast varnish, CI 2026-11-27: 8.4 ms 'unread' against a 0.7 ms request). The spread between ticks says
+    how well the mean is known; 'one socket in one tick' (the resolution) does not."""
+    counts = [c for c in per_tick or [] if isinstance(c, int) and not isinstance(c, bool) and c >= 0]
+    if len(counts) < 2 or not rate:
+        return None
+    return round(2 * statistics.stdev(counts) / len(counts) ** 0.5 / rate * 1000, 3)
 
 
 def _little_precision(ticks: int, rate: float | None) -> str:
@@ -287,7 +301,7 @@ def proxy_self(ev: dict, req: dict) -> dict:
         return unmeasurable("no request counted in the window")
     flight = (ev.get("conns") or {}).get("flight") or {}
     ticks = flight.get("ticks") or 0
-    traced = _traced_reads(ev, req)
+    traced, spread = _traced_reads(ev, req), None
     if traced:
         client, origin = traced["cli"][0] + traced["new"][0], traced["up"][0]
         how = ("ready data not read yet, every read traced (tcp:tcp_probe stamps the first unread segment, "
@@ -298,6 +312,9 @@ def proxy_self(ev: dict, req: dict) -> dict:
         origin = origin_unread_ms(ev, req)
         how = "ready data not read yet (Little's law on its client and upstream sockets' Recv-Q at every tick)"
         precision = _little_precision(ticks, rate)
+        spread = _tick_uncertainty(flight.get("client_unread_per_tick"), rate)
+        if spread:
+            precision += f"; client data unread ± {spread} ms (twice the standard error over the ticks)"
     cpu = sched["run_ns"] / 1e6 / n if sched.get("available") else None
     if client is None and cpu is None:
         return unmeasurable("neither its sockets nor its threads' schedstat could be read")
@@ -314,6 +331,7 @@ def proxy_self(ev: dict, req: dict) -> dict:
                  run_queue_note="time its threads waited for a CPU, per request; inside the unread time when the "
                                 "loop waited with data ready, so shown and not added",
                  busiest_thread=busiest or None, resolution_ms=None if traced else _resolution(ticks, rate),
+                 **({"uncertainty_ms": spread} if spread else {}),
                  source="kernel: every read traced + schedstat" if traced else "kernel: sockets sampled + schedstat",
                  **extra)
 

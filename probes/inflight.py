@@ -70,6 +70,9 @@ def origin_of(flow: str) -> str:
     return peer
 
 
+MAX_TICKS_KEPT = 4096      # a window of ~0.25 s ticks: 17 minutes of per-tick counts
+
+
 class Tally:
     """Sums over the ticks of each state's count; summary() is the evidence (means are sums / ticks)."""
 
@@ -77,6 +80,7 @@ class Tally:
         self.ticks = 0
         self.accept: dict[str, int] = {}
         self.client_unread = 0
+        self.client_unread_ticks: list[int] = []    # per tick: its spread bounds the mean (arrivals come in bursts)
         self.ties = 0
         self.origins: dict[str, dict[str, int]] = {}
         self.segs: dict[int, list[int]] = {}     # client socket inode -> [data segments in at first sight, last]
@@ -89,6 +93,7 @@ class Tally:
     def tick(self, rows, owner: dict, listening: set[str], info: dict[int, str]) -> None:
         """One tick of connsample's rows, the inode -> pids map of the proxy's sockets, its listening
         ports and each socket's `ss -iO` line by inode (tcp_rows(..., info=))."""
+        before = self.client_unread
         for state, recvq, _, port, ino, flow in rows:
             if ino not in owner:
                 continue
@@ -112,6 +117,7 @@ class Tally:
                     self.ties += got.get("lastsnd") == got.get("lastrcv") and bool(got.get("bytes_received"))
                 elif ambiguous(got):
                     o["ambiguous"] += 1
+        self.client_unread_ticks.append(self.client_unread - before)
         self.ticks += 1
 
     def _segments(self, ino: int, n: int) -> None:
@@ -130,5 +136,6 @@ class Tally:
 
     def summary(self) -> dict:
         return {"ticks": self.ticks, "accept_queued_sum": self.accept, "client_unread_sum": self.client_unread,
+                "client_unread_per_tick": self.client_unread_ticks[:MAX_TICKS_KEPT],
                 "origins": self.origins, "awaiting_in_one_jiffy": self.ties, "clients": self.client_segments(),
                 "counted": "sums over the ticks of sockets the proxy holds in each state (mean = sum / ticks)"}

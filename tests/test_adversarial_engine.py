@@ -287,14 +287,20 @@ def test_umask_000_still_gives_private_journal_and_documented_modes(sandbox, pro
     assert mode(sandbox.root / "etc/systemd/system/squid.service.d") == 0o755
 
 
-def test_ids_unique_within_one_second_and_pid_and_ordered_by_sequence(sandbox, prof, tmp_path):
+def test_ids_unique_within_one_second_and_pid_and_ordered_by_sequence(sandbox, prof, tmp_path, monkeypatch):
     """Two applies by one pid in one second (in-process), then sequence numbers past 9999:
-    rollback picks the newest by sequence, although its id sorts first as a string."""
+    rollback picks the newest by sequence, although its id sorts first as a string.
+    The clock is held in one second: two real applies straddle a second boundary now and then
+    (CI, 2026-11-27), and then their stamps differ and the collision is not tested."""
+    import time as real_time
     from proxytune.tune import apply as apply_mod, journal, plan as plan_mod
+    one_second, gmtime = real_time.gmtime(), real_time.gmtime
     ids = []
-    for only in ("limits:*", "service:*"):
-        plan = plan_mod.build(str(prof), sandbox, {"service": "squid", "user": None, "cache_dirs": []}, (only,))
-        ids.append(apply_mod.apply_plan(plan, sandbox).entry["id"])
+    with monkeypatch.context() as held:
+        held.setattr(real_time, "gmtime", lambda *secs: gmtime(*secs) if secs else one_second)
+        for only in ("limits:*", "service:*"):
+            plan = plan_mod.build(str(prof), sandbox, {"service": "squid", "user": None, "cache_dirs": []}, (only,))
+            ids.append(apply_mod.apply_plan(plan, sandbox).entry["id"])
     assert ids[0] != ids[1] and ids[0].rsplit("-", 2)[:2] == ids[1].rsplit("-", 2)[:2]
     renumbered = {}
     older, newer = (journal.directory(sandbox.state_dir) / f"{i}.json" for i in ids)

@@ -539,7 +539,25 @@ def test_a_run_with_a_failed_harness_records_no_misses(source, tmp_path, monkeyp
     r = fdscan.run(quick=True, quiet=True)
     assert r["misses"] == [] and r["points"] == []
     assert {p["mode"] for p in r["unavailable_points"]} == {"time", "misses"}
-    assert all("exit 3" in p["reason"] or "failed" in p["reason"] for p in r["unavailable_points"]), r
+    reasons = [p["reason"] for p in r["unavailable_points"]]
+    assert all("exit 3" in why or "failed" in why for why in reasons), reasons
+
+
+@pytest.mark.host  # runs a stand-in perf over the failing harness (the tier: tests/tiers.py)
+def test_a_counter_that_exits_0_over_a_failed_harness_gives_no_count(tmp_path, monkeypatch):
+    """Whether perf stat passes its workload's exit status on is perf's business (a CI host's perf
+    exited 0 over the failing harness): only the harness's own printed result says it ran."""
+    from proxytune.microbench import fdscan
+    from proxytune.microbench.runner import HarnessError
+    exe = failing_harness(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    perf = bin_dir / "perf"                # runs the workload, ignores its status, prints a count
+    perf.write_text('#!/bin/sh\nshift 4\n"$@" >/dev/null 2>&1\necho "12345,,L1-dcache-load-misses,100,100.00,," >&2\n')
+    perf.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    with pytest.raises(HarnessError, match="printed no result"):
+        fdscan.misses_per_call(exe, 1, 100, "perf")
 
 
 # ------------------------------------------------------------ Low: root running a checkout another user owns

@@ -5,6 +5,7 @@ its loop, the dominant part, the four rules and their ranking among the
 other findings, and the old recorded evidence that has no budget inputs."""
 
 import json
+import statistics
 
 import pytest
 
@@ -277,6 +278,7 @@ def test_a_tick_sorts_the_proxys_sockets_into_the_budgets_states():
     t.tick([("ESTAB", 0, 0, "8080", 2, ""), ("ESTAB", 0, 0, "8080", 8, "")], {2: [1], 8: [1]}, {"8080"},
            {2: "data_segs_in:9", 8: "data_segs_in:2"})
     assert t.summary()["clients"] == {"data_segments_in": 5 + 2, "sockets_seen": 3, "sockets_born_in_window": 1}
+    assert t.summary()["client_unread_per_tick"] == [1, 0]
 
 
 def test_tcp_rows_keeps_its_six_fields_and_hands_tcp_info_by_inode(monkeypatch):
@@ -443,3 +445,29 @@ def test_a_queue_behind_the_proxys_own_cap_is_that_caps_finding_with_the_wait(fa
                                           requests=900)}
     assert ids(doctor_answer(evidence(rate=300, awaiting=30, kind="fake", timing={}), [other])[1]) == [
         "haproxy-maxconn", "proxy-queue"]                    # another cap: the queue is a finding of its own
+
+
+def test_unread_client_data_seen_in_bursts_states_how_well_its_mean_is_known():
+    """The CI look of a fast varnish (2026-11-27): 6 sockets with unread requests over 9 ticks, two ticks
+    that each fell into a burst of 3, gave 8.4 ms per request against wrk's 0.7 ms. The same sum spread
+    over every tick is known well; in two bursts it is not, and the part says by how much."""
+    def part(per_tick):
+        ev = evidence(rate=79)
+        ev["conns"]["flight"].update(ticks=len(per_tick), client_unread_sum=sum(per_tick),
+                                     client_unread_per_tick=per_tick)
+        return budget.compute(ev)["parts"]["proxy_self"]
+    bursts, steady = part([0, 0, 3, 0, 0, 0, 3, 0, 0]), part([4] * 9)
+    assert bursts["split"]["client_data_unread_ms"] == pytest.approx(6 / 9 / 79 * 1000, rel=1e-3)
+    assert bursts["uncertainty_ms"] == pytest.approx(2 * statistics.stdev([0, 0, 3, 0, 0, 0, 3, 0, 0]) / 3 / 79 * 1000,
+                                                     rel=1e-3)
+    assert bursts["uncertainty_ms"] > bursts["split"]["client_data_unread_ms"] - 0.7      # wrk's mean is inside
+    assert "uncertainty_ms" not in steady and "±" not in steady["precision"]            # no spread: known
+    lc_doc = {"data": {"budget": {"total_ms": bursts["ms"], "parts": {"proxy_self": bursts}}}}
+    assert matrix_agrees(lc_doc, 0.7)
+    fresh = budget.compute(evidence(rate=79))["parts"]["proxy_self"]                   # older evidence: no list
+    assert "uncertainty_ms" not in fresh
+
+
+def matrix_agrees(doc: dict, client_ms: float) -> bool:
+    import latency_cells
+    return latency_cells.agreement(doc, client_ms)["agrees"]

@@ -85,8 +85,8 @@ def look(cell, srv, where: str, keep: Path, idle) -> list[tuple[int, list[str]]]
         served = matrix.nginx_requests(srv.port) if cell.proxy == "nginx" and cell.stats else None
         doc = doctor(srv.pid, cell.perf)
         doc["matrix"] = {"cell": cell.name, "where": where, "run": run, "idle_closed_in_window": idle.closed - closed}
-        if served:
-            now = matrix.nginx_requests(srv.port)
+        now = matrix.nginx_requests(srv.port) if served else None
+        if served and now:             # at worker_connections nginx accepts no status request either: not read
             doc["matrix"]["requests_per_s"] = round((now[0] - served[0]) / (now[1] - served[1]))
         if cell.derived:
             doc["matrix"]["haproxy_maxconn"] = srv.said_maxconn()

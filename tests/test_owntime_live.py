@@ -137,12 +137,20 @@ def test_varnish_queue_for_a_worker(tmp_path):
 
 
 def test_trafficserver_queue_per_origin(tmp_path):
-    """At most 4 connections to the origin (per_server.connection.max), the rest queued (queue_size -1)."""
+    """At most 4 connections to the origin (per_server.connection.max), the rest queued (queue_size -1).
+
+    ATS 9.2's queue is no FIFO (proxy/http/HttpSM.cc do_http_server_open): a transaction over the cap is
+    rescheduled every queue_delay (100 ms) and tries again, while a newcomer that finds an idle pooled session
+    takes it at once. So how many of the window's transactions waited, and the mean over all of them, follow
+    the races (12 of 153 and 43 ms on one CI look, over 50 ms on others); what the mechanism fixes is that
+    every wait the clock shows is at least one reschedule: the waiters' mean is >= queue_delay."""
     rec = {"proxy.config.http.per_server.connection.max": ("INT", 4),
            "proxy.config.http.per_server.connection.queue_size": ("INT", -1)}
     p, got = run("trafficserver", 0.05, 24, tmp_path, records=rec)
     q = got["parts"]["proxy_queue"]
-    assert q["measurable"] and q["ms"] > 50, q
+    assert q["measurable"] and q["cause"]["waited"], q
+    assert q["ms"] * q["samples"] / q["cause"]["waited"] >= 0.9 * 100, q
+    assert q["cause"]["queue_mean"] > 0, q["cause"]
     assert q["cause"]["limit"] == 4 and "per_server.connection.max" in q["cause"]["directive"], q["cause"]
 
 

@@ -45,32 +45,17 @@ def _attaches_standalone(path, timeout: float = 60) -> tuple[bool, str]:
     """bpftrace runs the .bt as a user would (pid 1 as its argument); True once it prints
     attached_probes. Compiling can take seconds on a busy host: wait for the line, not a fixed time."""
     p = subprocess.Popen(["bpftrace", "-f", "json", str(path), "1"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
     watchdog = threading.Timer(timeout, p.kill)
     watchdog.start()
     try:
         attached = any('"attached_probes"' in line for line in iter(p.stdout.readline, ""))
     finally:
         watchdog.cancel()
-        _interrupt(p)
-        _, err = p.communicate()
+        # as the doctor stops it: bpftrace 0.17 can lose a SIGINT that comes right after attached_probes
+        # (it prints that line before it attaches), so SIGTERM nudges it; one lost signal waited 20 s here
+        _, err = procgroup.stop(p, grace=20, nudge=(signal.SIGTERM, 0.5))
     return attached, err
-
-
-def _interrupt(p: subprocess.Popen, within: float = 20) -> None:
-    """SIGINT until it exits, then SIGKILL at the deadline: bpftrace 0.17 can lose a SIGINT that comes
-    right after attached_probes (it prints that line before it attaches; the product waits for the
-    kernel to hold its programs and nudges with SIGTERM), and one lost signal cost the
-    whole 20 s wait per script here."""
-    end = time.monotonic() + within
-    while p.poll() is None and time.monotonic() < end:
-        p.send_signal(signal.SIGINT)
-        try:
-            p.wait(0.5)
-        except subprocess.TimeoutExpired:
-            pass
-    if p.poll() is None:
-        p.kill()
 
 
 @needs_bpftrace
