@@ -67,6 +67,21 @@ def stop(p: subprocess.Popen, grace: float = 10.0, nudge: tuple[int, float] | No
             sig = nudge[0]
 
 
+def end(p: subprocess.Popen, grace: float = 10.0, nudge: tuple[int, float] = (signal.SIGTERM, 1.0)) -> None:
+    """As stop(), for a process whose pipes other threads read (its output is theirs, nothing is
+    collected here): SIGINT, nudge until it exits, SIGKILL after `grace`."""
+    deadline, sig = time.monotonic() + grace, signal.SIGINT
+    while p.poll() is None:
+        _signal_group(p, sig)
+        try:
+            p.wait(timeout=max(0.0, min(deadline - time.monotonic(), nudge[1])))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                kill(p)
+                return
+            sig = nudge[0]
+
+
 def _signal_group(p: subprocess.Popen, sig: int) -> None:
     if p.poll() is None:
         try:

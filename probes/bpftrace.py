@@ -12,6 +12,7 @@ list of pids (nginx has one worker process per core) and merges END blocks
 """
 
 import json
+import queue
 import re
 import shutil
 import signal
@@ -43,6 +44,12 @@ PID_ARG = re.compile(r"(?<![\w>])((?:args->)?[a-z_]+) == \$1\b")
 # `X == $2` in a script that takes the proxy's listening ports (budget.bt): any of them; `$3` its netns inode.
 PORT_ARG = re.compile(r"(?<![\w>])((?:args->)?[a-z_]+) == \$2\b")
 NETNS_ARG = re.compile(r"\$3\b")
+MAP_NAME = re.compile(r"@\w+")
+CLEARED = re.compile(r"clear\((@\w+)\)")
+COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+STRING = re.compile(r'"(?:\\.|[^"\\])*"')
+# What a standing program prints after each window's maps (a printf line in -f json): the window's end.
+WINDOW_MARK = "proxytune-window-end"
 
 
 @dataclass
@@ -109,10 +116,12 @@ def _any_of(var: str, ids: list[int]) -> str:
     return "(" + " || ".join(f"{var} == {i}" for i in ids) + ")" if len(ids) > 1 else f"{var} == {ids[0]}"
 
 
-def compose(scripts: list[Script], pids: list[int], args: dict[str, dict] | None = None) -> str:
+def compose(scripts: list[Script], pids: list[int], args: dict[str, dict] | None = None,
+            dump_every_ms: int | None = None) -> str:
     """One program from several scripts, for these pids (each pid's main thread is its loop thread).
     `args` gives a script, by name, its own positional values: "pids" (e.g. every process of a proxy,
-    not only the watched ones), "ports" for `== $2` (none: a port no socket has) and "netns" for `$3`."""
+    not only the watched ones), "ports" for `== $2` (none: a port no socket has) and "netns" for `$3`.
+    With `dump_every_ms` the program stands: it prints and clears its maps every window (window_dump)."""
     if not pids:
         raise ProxytuneError("no process to probe")
     body, ends = [], []
@@ -126,9 +135,30 @@ def compose(scripts: list[Script], pids: list[int], args: dict[str, dict] | None
         text = NETNS_ARG.sub(str(int(own.get("netns") or 0)), text)
         text = "\n".join(l for l in text.splitlines() if not l.startswith("#!"))
         body.append(f"/* ---- {s.name} ---- */\n{text}")
+    if dump_every_ms:
+        body.append(window_dump(output_maps("\n".join(body), ends), dump_every_ms))
     if ends:
         body.append("END { " + " ".join(ends) + " }")
     return "\n".join(body) + "\n"
+
+
+def output_maps(body: str, ends: list[str]) -> list[str]:
+    """The maps bpftrace prints at exit: every @map the program names, less those its END blocks clear
+    (each script's own bookkeeping, such as a thread's start time; comments and strings are no names)."""
+    code = STRING.sub('""', COMMENT.sub("", body))
+    bookkeeping = {m for e in ends for m in CLEARED.findall(e)}
+    return [m for m in dict.fromkeys(MAP_NAME.findall(code)) if m not in bookkeeping]
+
+
+def window_dump(maps: list[str], every_ms: int) -> str:
+    """A probe that, every `every_ms`, prints the output maps as bpftrace prints them at exit, clears
+    them (so each dump is one window's counts) and marks the window's end. bpftrace 0.17 has no
+    print-on-signal (SIGUSR1 ends it), so the program's own interval closes the windows."""
+    if not maps:
+        raise ProxytuneError("a standing program needs at least one output map")
+    prints = " ".join(f"print({m});" for m in maps)
+    clears = " ".join(f"clear({m});" for m in maps)
+    return f"interval:ms:{int(every_ms)} {{ {prints} {clears} printf(\"{WINDOW_MARK}\\n\"); }}"
 
 
 def parse_output(stdout: str) -> dict:
@@ -202,6 +232,63 @@ class Run:
         maps["_window_s"] = time.monotonic() - self.started if self.started else 0.0
         maps["_stderr"] = _clean(err)
         return maps
+
+
+class Standing:
+    """A standing program (compose(..., dump_every_ms)) that stays attached across windows: the
+    watcher's probes, attached once instead of once per window (bpftrace's compile and attach cost
+    seconds of CPU). Two threads drain its stdout and stderr, so a pipe never fills; each window's
+    dump is queued whole at its mark. Windows are the program's own interval, so consecutive ones
+    neither overlap nor leave a gap between them."""
+
+    STDERR_KEPT = 4096
+
+    def __init__(self, run: Run):
+        self.run, self.proc = run, run.proc
+        self.windows: queue.Queue = queue.Queue()
+        self.err = ""
+        self.last = run.started or time.monotonic()
+        self.threads = [threading.Thread(target=self._read_out, daemon=True),
+                        threading.Thread(target=self._read_err, daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def _read_out(self) -> None:
+        lines: list[str] = []
+        for line in iter(self.proc.stdout.readline, ""):
+            if WINDOW_MARK in line and '"printf"' in line:
+                now = time.monotonic()
+                maps = parse_output("\n".join(lines))
+                maps["_window_s"], self.last, lines = now - self.last, now, []
+                self.windows.put(maps)
+            elif line.startswith("{"):
+                lines.append(line)
+        self.windows.put(None)                          # bpftrace exited
+
+    def _read_err(self) -> None:
+        for line in iter(self.proc.stderr.readline, ""):
+            self.err = (self.err + line)[-self.STDERR_KEPT:]
+
+    def next_window(self, timeout: float) -> dict:
+        """The next window's maps, as parse_output gives them, with _window_s (its length) and _stderr.
+        An error when bpftrace exited or printed no window by the deadline: its counts are lost."""
+        try:
+            maps = self.windows.get(timeout=timeout)
+        except queue.Empty:
+            raise ProxytuneError(f"bpftrace printed no window in {timeout:g} s",
+                                 "the host may be overloaded; the watcher restarts its probes") from None
+        if maps is None:
+            self.windows.put(None)
+            rc = self.proc.wait()
+            raise ProxytuneError(f"bpftrace exited with {rc} ({_clean(self.err)[-200:] or 'no message'})")
+        maps["_stderr"] = _clean(self.err)
+        return maps
+
+    def stop(self) -> None:
+        """Detach: the window under way is dropped (no dump is waited for)."""
+        procgroup.end(self.proc, grace=STOP_GRACE_S, nudge=(signal.SIGTERM, NUDGE_S))
+        for t in self.threads:
+            t.join(timeout=5)
 
 
 def _clean(err: str) -> str:

@@ -1,0 +1,133 @@
+"""A standing bpftrace program (the watcher's probes, attached once): it prints and clears its output
+maps every window, so each dump is one window's counts, and keeps its bookkeeping maps (a thread's
+start time) across windows. Composing, the output maps and the reader are checked without bpftrace;
+one live test counts a known number of calls per window."""
+
+import io
+import os
+import shutil
+import threading
+import time
+
+import pytest
+
+from conftest import IS_ROOT
+from proxytune.core import procgroup
+from proxytune.core.errors import ProxytuneError
+from proxytune.probes import bpftrace
+
+needs_bpftrace = pytest.mark.skipif(not (IS_ROOT and shutil.which("bpftrace")), reason="needs root and bpftrace")
+
+
+def test_output_maps_are_what_bpftrace_prints_at_exit_less_each_scripts_bookkeeping():
+    cat = bpftrace.catalog()
+    for s in cat.values():
+        ends = [m.strip() for m in bpftrace.END_RE.findall(s.text)]
+        outs = bpftrace.output_maps(bpftrace.END_RE.sub("", s.text), ends)
+        assert outs, s.name
+        cleared = {m for e in ends for m in bpftrace.CLEARED.findall(e)}
+        assert not cleared & set(outs), s.name
+    pollscan = cat["pollscan"]
+    outs = bpftrace.output_maps(bpftrace.END_RE.sub("", pollscan.text), ["clear(@poll_n); clear(@poll_t0);"])
+    assert "@poll_calls" in outs and "@poll_t0" not in outs and "@poll_n" not in outs
+
+
+def test_a_map_named_in_a_comment_or_a_string_is_no_map():
+    body = '/* @not_a_map in a comment */\ntracepoint:a:b { @real = count(); printf("@nor_this\\n"); } // @nor_that'
+    assert bpftrace.output_maps(body, []) == ["@real"]
+
+
+def test_a_standing_program_dumps_and_clears_its_output_maps_every_window():
+    cat = bpftrace.catalog()
+    prog = bpftrace.compose([cat["pollscan"], cat["fd_errors"]], [11], dump_every_ms=2000)
+    dump = next(l for l in prog.splitlines() if l.startswith("interval:ms:2000"))
+    assert "print(@poll_calls);" in dump and "clear(@poll_calls);" in dump and "print(@fdok_accept);" in dump
+    assert "@poll_t0" not in dump                      # a thread's start time survives the window
+    assert bpftrace.WINDOW_MARK in dump
+    assert prog.count("END {") == 1 and "clear(@poll_t0)" in prog
+    assert "interval:" not in bpftrace.compose([cat["pollscan"]], [11])
+
+
+class _FakeProc:
+    """Stands in for bpftrace's Popen: its stdout and stderr as text, an exit status once they are read."""
+
+    def __init__(self, out: str, err: str = "", rc: int = 0):
+        self.stdout, self.stderr, self.rc = io.StringIO(out), io.StringIO(err), rc
+        self.returncode = None
+
+    def wait(self, timeout=None):
+        self.returncode = self.rc
+        return self.rc
+
+    def poll(self):
+        return self.returncode
+
+
+class _FakeRun:
+    def __init__(self, proc):
+        self.proc, self.started = proc, time.monotonic()
+
+
+def _mark() -> str:
+    return '{"type": "printf", "data": "%s\\n"}\n' % bpftrace.WINDOW_MARK
+
+
+def test_each_window_is_read_whole_at_its_mark_and_an_exit_is_an_error_not_an_empty_window():
+    out = ('{"type": "attached_probes", "data": {"probes": 3}}\n'
+           '{"type": "map", "data": {"@poll_calls": 5}}\n' + _mark()
+           + '{"type": "map", "data": {"@poll_calls": 0}}\n{"type": "hist", "data": {"@h": []}}\n' + _mark()
+           + '{"type": "map", "data": {"@poll_calls": 9}}\n')          # a window cut by the exit
+    standing = bpftrace.Standing(_FakeRun(_FakeProc(out, "Lost 3 events\n", rc=-9)))
+    first, second = standing.next_window(5), standing.next_window(5)
+    assert first["@poll_calls"] == 5 and second["@poll_calls"] == 0 and "@h" in second
+    assert first["_window_s"] >= 0 and "Lost 3 events" in second["_stderr"]
+    with pytest.raises(ProxytuneError, match="bpftrace exited with -9"):
+        standing.next_window(5)
+    with pytest.raises(ProxytuneError, match="exited"):            # and stays an error
+        standing.next_window(5)
+
+
+def test_no_window_by_the_deadline_is_an_error():
+    r, w = os.pipe()
+    proc = _FakeProc("")
+    proc.stdout = os.fdopen(r)
+    standing = bpftrace.Standing(_FakeRun(proc))
+    try:
+        with pytest.raises(ProxytuneError, match="printed no window in 0.2 s"):
+            standing.next_window(0.2)
+    finally:
+        os.close(w)
+
+
+@needs_bpftrace
+def test_live_each_window_counts_its_own_calls_only():
+    """A thread of this process makes 50 getppid calls every 100 ms; 1 s windows each count ~500,
+    not a running total (cleared between dumps), and consecutive windows leave no gap."""
+    me = os.getpid()
+    prog = (f"tracepoint:syscalls:sys_enter_getppid /pid == {me}/ {{ @calls = count(); }}\n")
+    prog += bpftrace.window_dump(["@calls"], 1000) + "\n"
+    done = threading.Event()
+
+    def caller():
+        while not done.is_set():
+            for _ in range(50):
+                os.getppid()
+            time.sleep(0.1)
+
+    t = threading.Thread(target=caller, daemon=True)
+    with procgroup.Children() as kids:
+        run = bpftrace.Run(kids, prog)
+        run.wait_attached()
+        standing = bpftrace.Standing(run)
+        t.start()
+        try:
+            standing.next_window(10)                   # the first is cut by the start
+            windows = [standing.next_window(10) for _ in range(3)]
+        finally:
+            done.set()
+            standing.stop()
+    counts = [w.get("@calls", 0) for w in windows]
+    lengths = [w["_window_s"] for w in windows]
+    assert all(200 <= c <= 600 for c in counts), counts                # ~9-10 bursts of 50; wide: a loaded host
+    assert all(0.5 <= s <= 2.0 for s in lengths), lengths
+    assert run.proc.poll() is not None
