@@ -1,5 +1,6 @@
 """`proxytune watch`: the doctor always on, as a flight recorder; `watch history` and `watch show`."""
 
+import contextlib
 import os
 import re
 import signal
@@ -16,7 +17,7 @@ from proxytune.core.invocation import require_root
 from proxytune.probes.target import duration_option
 
 from .options import DEFAULT_PROFILE, complete_profiles
-from .output import emit_json, emit_result
+from .output import emit_json, emit_metrics, emit_result
 
 RING = "watch"
 _SIZE = re.compile(r"(\d+)\s*([KMG]?)i?B?", re.I)
@@ -63,9 +64,15 @@ def parse_time(ctx, param, value) -> float | None:
               help="Cap of the recorder on disk (STATE_DIR/watch); the oldest windows go first.")
 @click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, metavar="NAME|PATH",
               shell_complete=complete_profiles, help="Profile for each window's host audit.")
-@click.option("--no-perf", is_flag=True, help="No CPU sampling.")
+@click.option("--no-perf", is_flag=True, help="No CPU sampling (without it, perf samples a window only after one "
+              "in which the proxy used 0.2 of a core or more: below that no CPU rule can fire).")
+@click.option("--listen", metavar="[IP:]PORT", help="Serve the metrics at http://IP:PORT/metrics for Prometheus "
+              "(IP 127.0.0.1 unless given).")
+@click.option("--textfile", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the metrics to FILE after each window, for node_exporter's textfile collector "
+                   "(e.g. /var/lib/prometheus/node-exporter/proxytune-watch.prom).")
 @click.pass_context
-def watch(ctx, pid, unit, window, max_size, profile_ref, no_perf):
+def watch(ctx, pid, unit, window, max_size, profile_ref, no_perf, listen, textfile):
     """Watch a proxy continuously: the doctor every window, kept in a flight recorder.
 
     \b
@@ -92,8 +99,8 @@ def watch(ctx, pid, unit, window, max_size, profile_ref, no_perf):
     host = ctx.obj
     require_root("it attaches bpftrace and perf -a")
     locator = locate.Locator(pid, unit)
-    with recorder.Recorder(ring_dir(host), max_size) as ring:
-        loop = watch_mod.Loop(ring, locator, window, say=_say,
+    with recorder.Recorder(ring_dir(host), max_size) as ring, _publishers(listen, textfile) as publish:
+        loop = watch_mod.Loop(ring, locator, window, say=_say, publish=publish,
                               diagnose_kw={"host": host, "profile_ref": profile_ref, "use_perf": not no_perf})
         _say(f"recording {window:g} s windows into {ring_dir(host)} (at most {max_size >> 20} MiB)")
         try:
@@ -104,6 +111,29 @@ def watch(ctx, pid, unit, window, max_size, profile_ref, no_perf):
             _say(f"stopped after {loop.seq} window(s)"
                  + (f"; {ring.dropped} could not be stored" if ring.dropped else ""))
             raise
+
+
+@contextlib.contextmanager
+def _publishers(listen: str | None, textfile: str | None):
+    """The metrics' consumers, each tried once before the first window, so a port in use or a refused
+    directory is one error line (exit 2) and not a watch that silently publishes nothing."""
+    from proxytune.probes import metricserver, watchmetrics
+    out, endpoint = [], None
+    first = watchmetrics.text(None, {"cpu_s": watchmetrics.watcher_cpu_seconds()})
+    if textfile:
+        path = Path(os.path.abspath(textfile))
+        out.append(lambda text: emit_metrics(text, path))
+    if listen:
+        endpoint = metricserver.Endpoint(*metricserver.parse_listen(listen))
+        out.append(endpoint.update)
+        _say(f"metrics at http://{endpoint.address}/metrics")
+    try:
+        for publish in out:
+            publish(first)
+        yield out
+    finally:
+        if endpoint is not None:
+            endpoint.close()
 
 
 def _stop(signum, frame):

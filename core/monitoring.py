@@ -57,19 +57,20 @@ class Metrics:
     """Metric families in the order they are declared: HELP and TYPE once, then the samples."""
 
     def __init__(self):
-        self.families: dict[str, tuple[str, list[str]]] = {}
+        self.families: dict[str, tuple[str, list[str], str]] = {}
 
-    def add(self, name: str, help_text: str, labels: dict, value) -> None:
-        self.families.setdefault(name, (help_text, []))[1].append(sample(name, labels, value))
+    def add(self, name: str, help_text: str, labels: dict, value, kind: str = "gauge") -> None:
+        """One sample; kind "counter" for a count that only grows while the writer runs (named *_total)."""
+        self.families.setdefault(name, (help_text, [], kind))[1].append(sample(name, labels, value))
 
     def declare(self, name: str, help_text: str) -> None:
         """A family with possibly no samples (e.g. no findings): still named, so a rule can see it is empty."""
-        self.families.setdefault(name, (help_text, []))
+        self.families.setdefault(name, (help_text, [], "gauge"))
 
     def text(self) -> str:
         out = []
-        for name, (help_text, samples) in self.families.items():
-            out += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *samples]
+        for name, (help_text, samples, kind) in self.families.items():
+            out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples]
         return "\n".join(out) + "\n"
 
 

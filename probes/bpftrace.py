@@ -269,19 +269,26 @@ class Standing:
         for line in iter(self.proc.stderr.readline, ""):
             self.err = (self.err + line)[-self.STDERR_KEPT:]
 
-    def next_window(self, timeout: float) -> dict:
-        """The next window's maps, as parse_output gives them, with _window_s (its length) and _stderr.
-        An error when bpftrace exited or printed no window by the deadline: its counts are lost."""
+    def poll(self, timeout: float) -> dict | None:
+        """The next window's maps if bpftrace dumps them within `timeout`, else None; as parse_output gives
+        them, with _window_s (its length) and _stderr. An error once bpftrace has exited."""
         try:
             maps = self.windows.get(timeout=timeout)
         except queue.Empty:
-            raise ProxytuneError(f"bpftrace printed no window in {timeout:g} s",
-                                 "the host may be overloaded; the watcher restarts its probes") from None
+            return None
         if maps is None:
-            self.windows.put(None)
+            self.windows.put(None)                      # every later poll says so too
             rc = self.proc.wait()
             raise ProxytuneError(f"bpftrace exited with {rc} ({_clean(self.err)[-200:] or 'no message'})")
         maps["_stderr"] = _clean(self.err)
+        return maps
+
+    def next_window(self, timeout: float) -> dict:
+        """poll(), where no window by the deadline is an error: that window's counts are lost."""
+        maps = self.poll(timeout)
+        if maps is None:
+            raise ProxytuneError(f"bpftrace printed no window in {timeout:g} s",
+                                 "the host may be overloaded; the watcher restarts its probes")
         return maps
 
     def stop(self) -> None:

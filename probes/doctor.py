@@ -12,6 +12,7 @@ uprobes on its hot paths; every tracer is reaped on exit and on Ctrl-C.
 import contextlib
 import os
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from proxytune.core.errors import ProxytuneError
@@ -80,63 +81,117 @@ def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linu
            cache_dirs: list[str] | None = None, deep: bool = False, use_perf: bool = True, tick=None) -> dict:
     """Run the probes for `duration` seconds against `pids`; return the evidence dict the rules read."""
     duration = target.duration(duration)
-    caps.require_tracefs()
-    if not bpftrace.version():
-        raise ProxytuneError("bpftrace is not installed", "Debian: apt-get install bpftrace")
-    triaged = triage.decide(pids)
-    scripts, skipped = usable_scripts(deep, triaged["need"])
-    watched = proxies.identify(pids[0])
-    comm = procfs.comm_of(pids[0])
-    profile_ref, service = proxies.audit_as(watched, profile_ref, comm)
-    dirs = list(cache_dirs or []) or proxy_cache_dirs(watched)
-    ev: dict = {"pids": pids, "comm": comm, "skipped_scripts": skipped, "triage": triaged,
-                "scripts": [s.name for s in scripts], "port_range": port_range(pids[0])}
-    every = list(dict.fromkeys(pids + (watched.processes() if watched else [])))
-    sampler = connsample.Sampler(every, ev["port_range"], watched.worker_thread if watched else None)
-    ev["audit"] = audit(host, profile_ref, service, dirs) if host is not None else {"available": False,
-                                                                                    "reason": "not asked"}
-    nspath = f"/proc/{pids[0]}/net/netstat"
-    sampling = caps.perf_sampling() if use_perf else no("not asked (--no-perf)")
-    with procgroup.Children() as kids, own_clocks(watched) as clocks:
-        args = budget_args(every)
-        run = bpftrace.Run(kids, bpftrace.compose(scripts, pids, {"budget": args, "budget_reads": args}))
+    probes = Probes(pids, host, profile_ref, cache_dirs, deep, use_perf)
+    with procgroup.Children() as kids:
+        run = bpftrace.Run(kids, probes.program())
         run.wait_attached()
-        rec = perf.Record(kids) if sampling.ok else None
-        stats0 = watched.stats() if watched else None
-        watch = target.Watch(pids)
-        before, ns0 = proc.snapshot(pids, watch.ids), netstat.snapshot(nspath)
-        threads0 = proc.thread_times(sampler.pids)
-        ct0, sched0 = nsstate.conntrack_stats(pids[0]), sched.snapshot(every)
-        clocks.start()
-        sampler.sample()
-        window = watch.wait(duration, lambda t: (sampler.sample(), tick and tick(t)))
-        sched1 = sched.snapshot(every)
-        clocks.stop()
-        after, ns1 = proc.snapshot(pids, watch.ids), (netstat.snapshot(nspath) if Path(nspath).exists() else ns0)
-        sampler.window_end()                              # each listener's drops, against the same TcpExt window
-        threads1 = proc.thread_times(sampler.pids)
-        ev["kernel"] = nsstate.read(pids[0], ct0)         # sysctls, sockstat, conntrack of its namespace
-        ev["proxy"] = ({**watched.describe(), "stats_before": stats0, "stats_after": watched.stats(),
-                        "timing": clocks.result()} if watched else None)
-        maps = run.stop()
-        prof = rec.stop(pids) if rec else sampling.to_result()
-    ev["window_s"] = window
-    ev["sched"] = sched.delta(sched0, sched1, window)
-    ev["bpf"] = {k: v for k, v in maps.items() if not k.startswith("_")}
-    ev["bpftrace_stderr"] = maps.get("_stderr", "")
-    ev["bpf_window_s"] = maps.get("_window_s") or window
-    ev["netstat"] = netstat.delta(ns0, ns1)
-    ev["exited"] = {str(p): s for p, s in watch.exited.items()}
-    ev["all_exited"] = watch.all_gone
-    ev["procs"], ev["cpu_cores"] = proc_figures(pids, before, after, window)
-    ev["threads"] = proc.busiest_threads(threads0, threads1, pids[0])
-    ev["listeners"] = sockets.listeners(pids)
-    ev["connections"] = sockets.connections({l["local"].rsplit(":", 1)[-1] for l in ev["listeners"]}, pids)
-    ev["conns"] = sampler.summary()
-    ev["cache_dirs"] = observe.observe("", dirs, None)["cache_dirs"] if dirs else []
-    ev["perf"] = prof
-    ev["loop"] = loop_summary(ev)
-    return ev
+        with probes.window(kids) as w:
+            seconds = w.watch.wait(duration, lambda t: (w.sampler.sample(), tick and tick(t)))
+            return probes.close(w, seconds, run.stop)
+
+
+class Probes:
+    """The doctor's probes on one target: what is settled before its first window (the triage, the
+    scripts it attaches, the proxy, the host audit) and the reads that open and close each window.
+    gather() runs one window on a bpftrace it attaches for it; the watcher runs window after window
+    on one standing bpftrace (bpftrace.Standing), each window closed by the program's dump."""
+
+    def __init__(self, pids: list[int], host=None, profile_ref: str = "linux/proxy",
+                 cache_dirs: list[str] | None = None, deep: bool = False, use_perf: bool = True):
+        caps.require_tracefs()
+        if not bpftrace.version():
+            raise ProxytuneError("bpftrace is not installed", "Debian: apt-get install bpftrace")
+        self.pids = pids
+        self.triaged = triage.decide(pids)
+        self.scripts, self.skipped = usable_scripts(deep, self.triaged["need"])
+        self.watched = proxies.identify(pids[0])
+        self.comm = procfs.comm_of(pids[0])
+        profile_ref, service = proxies.audit_as(self.watched, profile_ref, self.comm)
+        self.dirs = list(cache_dirs or []) or proxy_cache_dirs(self.watched)
+        self.port_range = port_range(pids[0])
+        self.every = list(dict.fromkeys(pids + (self.watched.processes() if self.watched else [])))
+        self.audit = (audit(host, profile_ref, service, self.dirs) if host is not None
+                      else {"available": False, "reason": "not asked"})
+        self.sampling = caps.perf_sampling() if use_perf else no("not asked (--no-perf)")
+        self.nspath = f"/proc/{pids[0]}/net/netstat"
+
+    def program(self, dump_every_ms: int | None = None) -> str:
+        """The composed bpftrace program; standing (dumped every window) with dump_every_ms."""
+        args = budget_args(self.every)
+        return bpftrace.compose(self.scripts, self.pids, {"budget": args, "budget_reads": args}, dump_every_ms)
+
+    @contextlib.contextmanager
+    def window(self, kids: procgroup.Children, use_perf: bool = True):
+        """Open a window: perf (when sampling), the proxy's stats and own clocks, /proc, TcpExt,
+        conntrack and scheduler snapshots, the first socket sample. Its clocks stop on any exit."""
+        w = Window(sampler=connsample.Sampler(self.every, self.port_range,
+                                              self.watched.worker_thread if self.watched else None))
+        with own_clocks(self.watched) as w.clocks:
+            w.rec = perf.Record(kids) if self.sampling.ok and use_perf else None
+            w.stats0 = self.watched.stats() if self.watched else None
+            w.watch = target.Watch(self.pids)
+            w.before, w.ns0 = proc.snapshot(self.pids, w.watch.ids), netstat.snapshot(self.nspath)
+            w.threads0 = proc.thread_times(w.sampler.pids)
+            w.ct0, w.sched0 = nsstate.conntrack_stats(self.pids[0]), sched.snapshot(self.every)
+            w.clocks.start()
+            w.sampler.sample()
+            yield w
+
+    def close(self, w: "Window", seconds: float, maps_of) -> dict:
+        """Close window w after `seconds`: the reads again, then `maps_of()` (stopping a one-window
+        bpftrace, or the standing one's dump), perf's profile; returns the evidence dict."""
+        sched1 = sched.snapshot(self.every)
+        w.clocks.stop()
+        pids, nspath = self.pids, self.nspath
+        after, ns1 = proc.snapshot(pids, w.watch.ids), (netstat.snapshot(nspath) if Path(nspath).exists() else w.ns0)
+        w.sampler.window_end()                            # each listener's drops, against the same TcpExt window
+        threads1 = proc.thread_times(w.sampler.pids)
+        ev: dict = {"pids": pids, "comm": self.comm, "skipped_scripts": self.skipped, "triage": self.triaged,
+                    "scripts": [s.name for s in self.scripts], "port_range": self.port_range, "audit": self.audit,
+                    "kernel": nsstate.read(pids[0], w.ct0)}   # sysctls, sockstat, conntrack of its namespace
+        ev["proxy"] = ({**self.watched.describe(), "stats_before": w.stats0, "stats_after": self.watched.stats(),
+                        "timing": w.clocks.result()} if self.watched else None)
+        maps = maps_of()
+        if w.rec:
+            prof = w.rec.stop(pids)
+        else:
+            prof = self.sampling.to_result() if not self.sampling.ok else no("not sampled in this window").to_result()
+        return self._evidence(ev, w, seconds, maps, prof, (after, ns1, threads1, sched1))
+
+    def _evidence(self, ev: dict, w: "Window", seconds: float, maps: dict, prof: dict, ends: tuple) -> dict:
+        after, ns1, threads1, sched1 = ends
+        ev["window_s"] = seconds
+        ev["sched"] = sched.delta(w.sched0, sched1, seconds)
+        ev["bpf"] = {k: v for k, v in maps.items() if not k.startswith("_")}
+        ev["bpftrace_stderr"] = maps.get("_stderr", "")
+        ev["bpf_window_s"] = maps.get("_window_s") or seconds
+        ev["netstat"] = netstat.delta(w.ns0, ns1)
+        ev["exited"] = {str(p): s for p, s in w.watch.exited.items()}
+        ev["all_exited"] = w.watch.all_gone
+        ev["procs"], ev["cpu_cores"] = proc_figures(self.pids, w.before, after, seconds)
+        ev["threads"] = proc.busiest_threads(w.threads0, threads1, self.pids[0])
+        ev["listeners"] = sockets.listeners(self.pids)
+        ev["connections"] = sockets.connections({l["local"].rsplit(":", 1)[-1] for l in ev["listeners"]}, self.pids)
+        ev["conns"] = w.sampler.summary()
+        ev["cache_dirs"] = observe.observe("", self.dirs, None)["cache_dirs"] if self.dirs else []
+        ev["perf"] = prof
+        ev["loop"] = loop_summary(ev)
+        return ev
+
+
+@dataclass
+class Window:
+    """One window's opening reads (Probes.window) and what closes them."""
+    sampler: connsample.Sampler
+    clocks: object = None
+    rec: object = None
+    watch: object = None
+    stats0: object = None
+    before: dict = field(default_factory=dict)
+    ns0: dict = field(default_factory=dict)
+    threads0: dict = field(default_factory=dict)
+    ct0: object = None
+    sched0: object = None
 
 
 def proc_figures(pids: list[int], before: dict, after: dict, window: float) -> tuple[dict, float]:

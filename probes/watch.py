@@ -1,8 +1,9 @@
 """`watch`: the doctor in a loop, each window recorded, each episode's start and end logged.
 
-Every window runs the doctor's own entry point (doctor.diagnose) with its
+Every window is the doctor's look (its reads, rules and answer) with its
 default probes (no syscall tracepoint is attached unless its triage asks),
-on the target the Locator finds this window. One record per window goes to
+on the target the Locator finds this window; the probes stay attached from
+window to window (standing.Session) until the target's processes change. One record per window goes to
 the recorder, whatever happened: watched, the proxy absent, or the doctor
 failing (and why). A window the recorder could not store (full disk) is
 counted and said once, and the watch goes on. When a finding appears or
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from proxytune.core.errors import ProxytuneError
 from proxytune.tune import eventlog
 
-from . import doctor, episodes, windows
+from . import episodes, standing, watchmetrics, windows
 from .locate import Locator
 from .recorder import Recorder
 
@@ -36,6 +37,12 @@ class Loop:
     seq: int = 0
     active: dict = field(default_factory=dict)        # finding id -> (episode id, finding) open now
     disk_said: bool = False
+    session: object = None                            # the attached probes (standing.Session), while pids hold
+    open_session: callable = standing.Session         # (pids, window_s, **diagnose_kw) -> a session
+    publish: list = field(default_factory=list)       # each takes the metrics text after every window
+    counts: dict = field(default_factory=dict)        # windows by status
+    episodes_started: int = 0
+    publish_said: set = field(default_factory=set)
 
     def forever(self, windows_max: int | None = None) -> None:
         while windows_max is None or self.seq < windows_max:
@@ -48,28 +55,62 @@ class Loop:
         if line:
             self.say(line)
         if not pids:
+            self._detach()
             time.sleep(self.window_s)
             rec = windows.unwatched(self.run, self.seq, t0, time.time(), windows.ABSENT,
                                     f"no {self.locator.what} running", self.locator.kind)
         else:
             rec = self._diagnose(pids, t0)
-            time.sleep(max(0.0, t0 + self.window_s - time.time()))    # a doctor that failed at once must not spin
+            if rec["status"] != windows.WATCHED:          # a doctor that failed at once must not spin; a watched
+                time.sleep(max(0.0, t0 + self.window_s - time.time()))   # window ends on bpftrace's clock
         self._store(rec)
         self._edges(rec)
+        self.counts[rec["status"]] = self.counts.get(rec["status"], 0) + 1
+        self._publish(rec)
         self.seq += 1
         return rec
 
+    def _publish(self, rec: dict) -> None:
+        """The metrics to each consumer (textfile, endpoint); a consumer that fails is said once."""
+        if not self.publish:
+            return
+        text = watchmetrics.text(rec, {"windows": self.counts, "episodes": self.episodes_started,
+                                       "dropped": self.recorder.dropped, "cpu_s": watchmetrics.watcher_cpu_seconds()})
+        for out in self.publish:
+            try:
+                out(text)
+                self.publish_said.discard(out)
+            except (ProxytuneError, OSError) as e:
+                if out not in self.publish_said:
+                    why = e.message if isinstance(e, ProxytuneError) else f"{e.strerror or e}: {e.filename or ''}"
+                    self.say(f"metrics not written: {why}; still watching")
+                    self.publish_said.add(out)
+
     def _diagnose(self, pids: list[int], t0: float) -> dict:
         try:
-            result = doctor.diagnose(pids, self.window_s, **self.diagnose_kw)
+            result = self._session(pids).window()
         except (ProxytuneError, OSError) as e:
+            self._detach()                              # a new session settles everything again
             why = e.message if isinstance(e, ProxytuneError) else f"{e.strerror or e}: {e.filename or ''}"
             # every target exited in the window (target.gone_error): the proxy was absent, not the doctor broken
-            status = windows.ABSENT if "exited" in why else windows.FAILED
+            status = windows.ABSENT if "exited" in why and "bpftrace" not in why else windows.FAILED
             if status == windows.FAILED:
                 self.say(f"window {self.seq}: the doctor failed: {why}")
             return windows.unwatched(self.run, self.seq, t0, time.time(), status, why, self.locator.kind)
         return windows.watched(self.run, self.seq, t0, time.time(), result, self.locator.kind)
+
+    def _session(self, pids: list[int]):
+        """The attached probes for these pids: a new session when they changed or the old one is stale."""
+        if self.session is not None and (self.session.pids != list(pids) or self.session.stale):
+            self._detach()
+        if self.session is None:
+            self.session = self.open_session(list(pids), self.window_s, **self.diagnose_kw)
+        return self.session
+
+    def _detach(self) -> None:
+        if self.session is not None:
+            session, self.session = self.session, None
+            session.close()
 
     def _store(self, rec: dict) -> None:
         if self.recorder.append(rec):
@@ -88,11 +129,13 @@ class Loop:
             self._log("end", ident, f, rec)
         for fid, f in now.items():
             if fid not in self.active:
+                self.episodes_started += 1
                 self.active[fid] = (episodes.episode_id(rec["t0"], fid), f)
                 self._log("start", self.active[fid][0], f, rec)
 
     def stopped(self) -> None:
         """The watch ends: so do its open episodes (a later run starts new ones), in the journal too."""
+        self._detach()
         for ident, f in self.active.values():
             self._log("end", ident, f, {"proxy": self.locator.kind}, why="the watch stopped")
         self.active = {}

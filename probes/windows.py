@@ -6,9 +6,8 @@ asked) the rest of the doctor's answer (target, verdict, headroom) and the
 part of its evidence the doctor's report prints (compact: no bpftrace maps,
 perf samples or per-connection lists), so that `watch history` reads heads
 only and `watch show` prints the worst window of an episode exactly as
-`doctor` printed it live. The time budget is recorded when the doctor's evidence has
-one (`evidence["budget"]`, from probes/budget.py once it lands); until then
-the body's field is null, never invented.
+`doctor` printed it live, time budget included (the answer's `budget`, from
+probes/budget.py; a record without one keeps null, never an invented one).
 """
 
 import time
@@ -39,7 +38,7 @@ def watched(run: str, seq: int, t0: float, t1: float, result: dict, proxy: str |
     return {"v": VERSION, "run": run, "seq": seq, "t0": round(t0, 3), "t1": round(t1, 3), "status": WATCHED,
             "proxy": proxy, "comm": result["target"].get("comm"), "findings": result["findings"],
             "body": {"target": result["target"], "window_s": result["window_s"], "verdict": result["verdict"],
-                     "headroom": result["headroom"], "budget": ev.get("budget"), "evidence": compact(ev)}}
+                     "headroom": result["headroom"], "budget": result.get("budget"), "evidence": compact(ev)}}
 
 
 def unwatched(run: str, seq: int, t0: float, t1: float, status: str, reason: str, proxy: str | None) -> dict:
@@ -52,7 +51,7 @@ def as_result(record: dict) -> dict:
     """A watched window's whole record as diagnose() returned it, for the doctor's renderers."""
     b = record["body"]
     return {"target": b["target"], "window_s": b["window_s"], "findings": record["findings"],
-            "verdict": b["verdict"], "headroom": b.get("headroom") or [],
+            "verdict": b["verdict"], "headroom": b.get("headroom") or [], "budget": b.get("budget"),
             "evidence": {**b["evidence"], "budget": b.get("budget")}}
 
 

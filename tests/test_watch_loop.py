@@ -6,7 +6,31 @@ import socket
 import time
 
 from test_watch_episodes import BUSY, HEALTHY, answer
-from proxytune.probes import doctor, episodes, recorder, watch, windows
+from proxytune.probes import episodes, recorder, watch, windows
+
+
+class Sessions:
+    """Stands in for standing.Session: each window's answer from `looks` (a list, or one callable);
+    it notes which sessions were opened (their pids) and closed."""
+    def __init__(self, looks):
+        self.looks, self.opened, self.closed = looks, [], 0
+
+    def __call__(self, pids, window_s, **kw):
+        self.opened.append(pids)
+        outer = self
+
+        class S:
+            stale = False
+
+            def __init__(self):
+                self.pids = pids
+
+            def window(self):
+                return outer.looks(pids) if callable(outer.looks) else outer.looks.pop(0)
+
+            def close(self):
+                outer.closed += 1
+        return S()
 
 
 class Seq:
@@ -37,16 +61,16 @@ def drain(s) -> list[str]:
 
 
 def test_the_loop_records_every_window_and_journals_episode_edges(tmp_path, monkeypatch):
-    answers = [answer(HEALTHY), answer(BUSY), answer(BUSY), answer(HEALTHY)]
-    monkeypatch.setattr(doctor, "diagnose", lambda pids, duration, **kw: answers.pop(0))
+    sessions = Sessions([answer(HEALTHY), answer(BUSY), answer(BUSY), answer(HEALTHY)])
     monkeypatch.setattr(time, "sleep", lambda s: None)
     j, said = journal_socket(tmp_path, monkeypatch), []
     plan = [([10], "watching haproxy master pid 10"), ([10], None), ([], "no haproxy is running; waiting for one"),
             ([11], "haproxy restarted: following its new master pid 11 (was 10)"), ([11], None), ([11], None)]
     with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
-        loop = watch.Loop(r, Seq(plan), 1.0, say=said.append)
+        loop = watch.Loop(r, Seq(plan), 1.0, say=said.append, open_session=sessions)
         loop.forever(windows_max=5)
     recs = recorder.read(tmp_path / "ring").records
+    assert sessions.opened == [[10], [11]] and sessions.closed == 1    # attached once per master; the absence detached
     assert [x["status"] for x in recs] == ["watched", "watched", "absent", "watched", "watched"]
     assert [x["seq"] for x in recs] == list(range(5)) and len({x["run"] for x in recs}) == 1
     assert [e["windows"] for e in episodes.fold(recs)] == [1, 1]      # the absent window split them
@@ -59,10 +83,10 @@ def test_the_loop_records_every_window_and_journals_episode_edges(tmp_path, monk
 
 def test_a_full_disk_is_said_once_and_the_watch_goes_on(tmp_path, monkeypatch):
     monkeypatch.setattr(time, "sleep", lambda s: None)
-    monkeypatch.setattr(doctor, "diagnose", lambda pids, duration, **kw: answer(BUSY))
     said = []
     with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
-        loop = watch.Loop(r, Seq([([10], None)] * 6), 1.0, say=said.append)
+        loop = watch.Loop(r, Seq([([10], None)] * 6), 1.0, say=said.append,
+                          open_session=Sessions(lambda pids: answer(BUSY)))
         real = recorder.files.append
 
         def full(fd, data, sync=True):
@@ -81,14 +105,13 @@ def test_a_full_disk_is_said_once_and_the_watch_goes_on(tmp_path, monkeypatch):
 def test_a_failing_doctor_is_a_recorded_window_not_the_end(tmp_path, monkeypatch):
     from proxytune.core.errors import ProxytuneError
 
-    def fails(pids, duration, **kw):
+    def fails(pids, window_s, **kw):
         raise ProxytuneError("bpftrace is not installed")
-    monkeypatch.setattr(doctor, "diagnose", fails)
     slept = []
     monkeypatch.setattr(time, "sleep", slept.append)
     said = []
     with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
-        rec = watch.Loop(r, Seq([([10], None)]), 1.0, say=said.append).once()
+        rec = watch.Loop(r, Seq([([10], None)]), 1.0, say=said.append, open_session=fails).once()
     assert rec["status"] == windows.FAILED and rec["reason"] == "bpftrace is not installed"
     assert len(slept) == 1 and 0.9 < slept[0] <= 1.0          # the rest of the window: no busy loop
     assert any("the doctor failed: bpftrace is not installed" in s for s in said)
@@ -96,13 +119,43 @@ def test_a_failing_doctor_is_a_recorded_window_not_the_end(tmp_path, monkeypatch
 
 def test_stopping_ends_the_open_episodes_in_the_journal(tmp_path, monkeypatch):
     monkeypatch.setattr(time, "sleep", lambda s: None)
-    monkeypatch.setattr(doctor, "diagnose", lambda pids, duration, **kw: answer(BUSY))
     j, said = journal_socket(tmp_path, monkeypatch), []
+    sessions = Sessions(lambda pids: answer(BUSY))
     with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
-        loop = watch.Loop(r, Seq([([10], None)] * 2), 1.0, say=said.append)
+        loop = watch.Loop(r, Seq([([10], None)] * 2), 1.0, say=said.append, open_session=sessions)
         loop.forever(windows_max=2)
         loop.stopped()
+    assert sessions.opened == [[10]] and sessions.closed == 1 and loop.session is None
     lines = drain(j)
     assert len(lines) == 2 and "PROXYTUNE_ACTION=watch-episode-end" in lines[1]
     assert "PROXYTUNE_WHY=the watch stopped" in lines[1] and loop.active == {}
 
+
+
+def test_a_session_that_fails_mid_watch_is_detached_and_the_next_window_attaches_anew(tmp_path, monkeypatch):
+    """bpftrace exiting (or missing its window) loses that window, recorded as failed; the next window
+    starts a new session rather than reading a dead one."""
+    from proxytune.core.errors import ProxytuneError
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    looks = [answer(HEALTHY), ProxytuneError("bpftrace exited with -9 (no message)"), answer(HEALTHY)]
+
+    def look(pids):
+        x = looks.pop(0)
+        if isinstance(x, Exception):
+            raise x
+        return x
+    sessions, said = Sessions(look), []
+    with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
+        watch.Loop(r, Seq([([10], None)] * 3), 1.0, say=said.append, open_session=sessions).forever(windows_max=3)
+    recs = recorder.read(tmp_path / "ring").records
+    assert [x["status"] for x in recs] == ["watched", "failed", "watched"]       # not 'absent': the proxy ran
+    assert sessions.opened == [[10], [10]] and sessions.closed == 1
+
+
+def test_a_reload_s_new_workers_get_a_new_session(tmp_path, monkeypatch):
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    sessions = Sessions(lambda pids: answer(HEALTHY))
+    plan = [([10, 12], None), ([10, 12], None), ([10, 13], "haproxy reloaded: new workers 13")]
+    with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
+        watch.Loop(r, Seq(plan), 1.0, say=lambda l: None, open_session=sessions).forever(windows_max=3)
+    assert sessions.opened == [[10, 12], [10, 13]] and sessions.closed == 1

@@ -1,0 +1,89 @@
+"""`watch --listen`: the watcher's metrics over HTTP for a Prometheus scrape.
+
+GET /metrics answers the text of the last window (the exposition format's
+content type); anything else is 404, any other method 405. It binds to
+loopback unless told otherwise: the findings name the proxy's caps and
+config files, which is nothing to show the network by accident. A thread of
+http.server's ThreadingHTTPServer serves it; no request is logged to stderr
+(the watcher's own lines go there).
+"""
+
+import ipaddress
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from proxytune.core.errors import ProxytuneError
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+DEFAULT_HOST = "127.0.0.1"
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """'PORT', 'HOST:PORT' or '[V6]:PORT' -> (host, port); loopback when no host is given."""
+    text = str(value).strip()
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = DEFAULT_HOST, text
+    host = host.strip("[]") or DEFAULT_HOST
+    try:
+        ipaddress.ip_address(host)
+        number = int(port)
+    except ValueError:
+        raise ProxytuneError(f"--listen {value!r} is no address: give PORT or IP:PORT (e.g. 127.0.0.1:9464)") from None
+    if not 0 < number < 65536:
+        raise ProxytuneError(f"--listen port {number} is out of range (1-65535)")
+    return host, number
+
+
+class V6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+class Endpoint:
+    """The metrics endpoint; update(text) is the Loop's publisher."""
+
+    def __init__(self, host: str, port: int):
+        self.text = "# no window yet\n"
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.path.split("?", 1)[0] != "/metrics":
+                    self.send_error(404, "only /metrics is here")
+                    return
+                body = endpoint.text.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self):
+                self.send_error(405)
+
+            do_PUT = do_DELETE = do_POST
+
+            def log_message(self, *args):
+                pass
+
+        try:
+            self.server = (V6Server if ":" in host else ThreadingHTTPServer)((host, port), Handler)
+        except OSError as e:
+            raise ProxytuneError(f"cannot listen on {host}:{port}: {e.strerror or e}",
+                                 "pick a free port with --listen") from None
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True)
+        self.thread.start()
+
+    @property
+    def address(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def update(self, text: str) -> None:
+        self.text = text
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,79 @@
+"""The doctor's probes kept attached across the watcher's windows.
+
+`doctor` compiles and attaches its bpftrace program for each look: seconds
+of CPU, which a watcher looking every 10 s cannot pay (it made the watcher
+cost ~19 % of a core). A Session attaches the program once, standing
+(bpftrace.Standing: it dumps and clears its maps each window), and closes
+each window with the same reads and rules as the doctor (doctor.Probes,
+doctor.answer), so a watched window and a doctor run read alike.
+
+What a session settles at its start (the triage's syscall scripts, the
+proxy's processes, the host audit) is refreshed by starting a new one:
+when the proxy's processes change (a reload's new workers, a restart) and
+every REFRESH_S. perf samples a window only when the one before showed the
+proxy at HOTSPOT_MIN_CPU or more: below it cpu-hotspot cannot fire
+(findings.py), so a sample buys nothing the rules read.
+"""
+
+import time
+
+from proxytune.core import procgroup
+
+from . import bpftrace, doctor, findings, target
+from .connsample import TICK_S
+
+# A session's triage and audit are this old at most: then a new session settles them again.
+REFRESH_S = 600.0
+# A window that has not been dumped after this many window lengths is lost (a stuck or starved bpftrace).
+LATE_WINDOWS = 3.0
+
+
+class Session:
+    """One attached set of probes on `pids`; window() returns each window's doctor result."""
+
+    def __init__(self, pids: list[int], window_s: float, use_perf: bool = True, **probes_kw):
+        self.pids, self.window_s, self.use_perf = list(pids), window_s, use_perf
+        self.started = time.monotonic()
+        self.kids = procgroup.Children()
+        self.kids.__enter__()
+        self.standing = None
+        try:
+            self.probes = doctor.Probes(self.pids, use_perf=use_perf, **probes_kw)
+            run = bpftrace.Run(self.kids, self.probes.program(dump_every_ms=int(window_s * 1000)))
+            run.wait_attached()
+            self.standing = bpftrace.Standing(run)
+        except BaseException:
+            self.close()
+            raise
+        self.sample_next = use_perf
+
+    @property
+    def stale(self) -> bool:
+        return time.monotonic() - self.started >= REFRESH_S
+
+    def window(self) -> dict:
+        """Watch until bpftrace's next dump, ticking the socket sampler; the doctor's result for it.
+        An error (ProxytuneError) when bpftrace exits or misses its window: the caller starts anew."""
+        with self.probes.window(self.kids, use_perf=self.sample_next) as w:
+            t0 = time.monotonic()
+            while (maps := self.standing.poll(TICK_S)) is None:
+                elapsed = time.monotonic() - t0
+                if elapsed > LATE_WINDOWS * self.window_s:
+                    self.standing.next_window(0)            # raises: no window by the deadline
+                w.sampler.sample()
+                w.watch.poll(elapsed)
+            w.watch.poll(time.monotonic() - t0)
+            ev = self.probes.close(w, time.monotonic() - t0, lambda: maps)
+        if ev["all_exited"]:
+            raise target.gone_error(self.pids, ev["exited"], self.window_s)
+        self.sample_next = self.use_perf and (ev.get("cpu_cores") or 0) >= findings.HOTSPOT_MIN_CPU
+        return doctor.answer(ev, self.pids)
+
+    def close(self) -> None:
+        """Detach everything this session started (also after a failed start)."""
+        if self.standing is not None:
+            self.standing.stop()
+            self.standing = None
+        if self.kids is not None:
+            self.kids.__exit__(None, None, None)
+            self.kids = None

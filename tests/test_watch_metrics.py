@@ -1,0 +1,118 @@
+"""The watcher's metrics, judged by a consumer (prometheus_client's parser of the exposition format), and
+its endpoint and textfile: what a scrape gets, what a refused address or directory says. Windows are the
+doctor's answers to evidence the live matrix recorded from real proxies, replayed through doctor.answer."""
+
+import json
+import os
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import matrix
+from test_watch_loop import Seq, Sessions
+from proxytune.core.errors import ProxytuneError
+from proxytune.probes import doctor, metricserver, recorder, watch, watchmetrics, windows
+
+BUSY = "haproxy-busy-global50-stats"       # haproxy at its global maxconn
+
+
+def replayed(cell: str) -> dict:
+    data = json.loads((matrix.EVIDENCE / f"{cell}.json").read_text())["data"]
+    ev = data["evidence"]
+    return doctor.answer(ev, ev["pids"])
+
+
+def families(text: str) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def test_a_busy_window_gives_its_finding_its_caps_and_its_budget():
+    r = replayed(BUSY)
+    rec = windows.watched("r1", 4, 1_800_000_000.0, 1_800_000_010.0, r, "haproxy")
+    fams = families(watchmetrics.text(rec, {"windows": {"watched": 5}, "episodes": 1, "dropped": 0, "cpu_s": 1.25}))
+    found = {(s.labels["id"], s.labels["severity"]): s.value for s in fams["proxytune_watch_findings"].samples}
+    assert found == {(f["id"], f["severity"]): 1 for f in r["findings"]} and ("haproxy-maxconn", "high") in found
+    used = {s.labels["cap"]: s.value for s in fams["proxytune_watch_cap_used"].samples}
+    limit = {s.labels["cap"]: s.value for s in fams["proxytune_watch_cap_limit"].samples}
+    assert used.keys() == limit.keys() and any("maxconn" in c for c in used), used
+    maxconn = next(c for c in used if "maxconn" in c)
+    assert 0 < used[maxconn] <= limit[maxconn]
+    parts = {s.labels["part"] for s in fams["proxytune_watch_request_seconds"].samples}
+    measured = {k for k, p in r["budget"]["parts"].items() if p.get("measurable") and p.get("ms") is not None}
+    assert parts == measured
+    assert fams["proxytune_watch_windows"].samples[0].value == 5       # the parser drops _total from the name
+    assert fams["proxytune_watch_episodes"].samples[0].value == 1
+    assert fams["proxytune_watch_cpu_seconds"].samples[0].value == 1.25
+    assert fams["proxytune_watch_last_window_end_timestamp_seconds"].samples[0].value == 1_800_000_010.0
+
+
+def test_an_absent_proxy_s_window_has_no_findings_and_a_hostile_cap_name_stays_one_label():
+    rec = windows.unwatched("r1", 0, 1.0, 2.0, windows.ABSENT, "no haproxy running", "haproxy")
+    fams = families(watchmetrics.text(rec, {"windows": {"absent": 1}}))
+    assert fams["proxytune_watch_findings"].samples == []
+    r = replayed(BUSY)
+    r["headroom"] = [{"what": 'fds of pid 7 (evil"\nproxy_x 1)', "used": 3, "limit": 9}]
+    rec = windows.watched("r1", 1, 1.0, 2.0, r, "haproxy")
+    fams = families(watchmetrics.text(rec, {}))
+    assert [s.labels["cap"] for s in fams["proxytune_watch_cap_used"].samples] == ['fds of pid 7 (evil"\nproxy_x 1)']
+    assert "proxy_x" not in fams
+
+
+def test_the_loop_publishes_after_every_window_and_a_failing_consumer_is_said_once(tmp_path, monkeypatch):
+    import time
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    r = replayed(BUSY)
+    texts, said = [], []
+
+    def refused(text):
+        raise ProxytuneError("refusing to write /x/y: its directory is not root's")
+    with recorder.Recorder(tmp_path / "ring", 1 << 20) as ring:
+        loop = watch.Loop(ring, Seq([([10], None)] * 3), 1.0, say=said.append, open_session=Sessions(lambda p: r),
+                          publish=[texts.append, refused])
+        loop.forever(windows_max=3)
+    assert len(texts) == 3
+    last = families(texts[-1])
+    assert last["proxytune_watch_windows"].samples[0].value == 3 and last["proxytune_watch_episodes"].samples[0].value == 1
+    assert [s for s in said if "metrics not written" in s] == [
+        "metrics not written: refusing to write /x/y: its directory is not root's; still watching"]
+
+
+@pytest.mark.parametrize("given,want", [("9464", ("127.0.0.1", 9464)), ("127.0.0.1:9464", ("127.0.0.1", 9464)),
+                                        ("[::1]:9464", ("::1", 9464)), ("0.0.0.0:80", ("0.0.0.0", 80))])
+def test_listen_addresses(given, want):
+    assert metricserver.parse_listen(given) == want
+
+
+@pytest.mark.parametrize("bad", ["localhost:9464", "9464x", "127.0.0.1:0", "127.0.0.1:70000", "", "a;b:1"])
+def test_a_listen_that_is_no_address_is_one_error_and_no_name_is_resolved(bad):
+    with pytest.raises(ProxytuneError, match="--listen"):
+        metricserver.parse_listen(bad)
+
+
+def test_the_endpoint_serves_metrics_and_nothing_else():
+    e = metricserver.Endpoint("127.0.0.1", 0)
+    try:
+        e.update('proxytune_watch_episodes_total 2\n')
+        with urllib.request.urlopen(f"http://{e.address}/metrics", timeout=5) as resp:
+            assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            assert resp.read() == b"proxytune_watch_episodes_total 2\n"
+        for path, method, code in (("/", "GET", 404), ("/metrics", "POST", 405)):
+            req = urllib.request.Request(f"http://{e.address}{path}", method=method, data=b"" if method == "POST" else None)
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(req, timeout=5)
+            assert err.value.code == code
+        with pytest.raises(ProxytuneError, match="cannot listen on 127.0.0.1"):
+            metricserver.Endpoint("127.0.0.1", int(e.address.rsplit(":", 1)[1]))
+    finally:
+        e.close()
+
+
+def test_the_watcher_s_cpu_counts_its_own_and_its_reaped_children_s():
+    before = watchmetrics.watcher_cpu_seconds()
+    t = os.times()
+    sum(i * i for i in range(2_000_000))
+    after = watchmetrics.watcher_cpu_seconds()
+    assert after - before >= 0.5 * ((os.times().user + os.times().system) - (t.user + t.system))
+    assert after >= os.times().user + os.times().system
