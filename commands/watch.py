@@ -196,6 +196,53 @@ def history_lines(shown: list[dict], reading, stamp) -> list[str]:
 
 
 @watch.command()
+@click.option("--minutes", "-m", default=15.0, show_default=True, type=click.FloatRange(min=0.1, max=7 * 24 * 60),
+              help="How far back to look.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "nagios"]), default="text", show_default=True,
+              help="text for a terminal, json for automation, nagios for a Nagios/Icinga check.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("--critical", multiple=True, metavar="GLOB", help="With --format nagios: finding ids (globs) that are "
+              "CRITICAL even at medium severity, e.g. 'haproxy-*'.")
+@click.pass_obj
+def status(host, minutes, fmt, as_json, critical):
+    """What the watcher saw in the last minutes: each finding, absent and failed windows.
+
+    Exit 0 nothing found, 1 findings or an absent proxy, 2 error; with
+    --format nagios the plugin states: 0 OK, 1 WARNING, 2 CRITICAL (a
+    high-severity finding, or one --critical names), 3 UNKNOWN (no window
+    in the span: the watcher is not running, or every window failed).
+
+    \b
+    Examples (as root):
+      proxytune watch status                          the last 15 minutes
+      proxytune watch status --minutes 60 --json
+      proxytune watch status --format nagios --critical 'haproxy-*'
+    """
+    from proxytune.probes import recorder, watchstatus
+    now = time.time()
+    reading = recorder.read(ring_dir(host), whole=False)
+    s = watchstatus.summarise(reading.records, now - minutes * 60, now)
+    if fmt == "nagios":
+        state, line = watchstatus.nagios(s, minutes, critical)
+        click.echo(line)
+        sys.exit(state)
+    if fmt == "json" or as_json:
+        emit_result("watch-status", {"recorder": str(ring_dir(host)), "minutes": minutes, **s})
+    else:
+        from proxytune.core.console import term_text
+        from proxytune.probes import windows
+        st = s["by_status"]
+        click.echo(f"last {minutes:g} min: {s['windows']} window(s): {st['watched']} watched, {st['absent']} absent, "
+                   f"{st['failed']} failed")
+        for f in s["findings"]:
+            click.echo(term_text(f"  {f['severity']:<6} {f['id']}  in {f['windows']} window(s), last "
+                                 f"{windows.stamp(f['last'])}: {f['title']}"))
+        for why in s["failed_reasons"]:
+            click.echo(term_text(f"  failed: {why}"))
+    sys.exit(1 if s["findings"] or s["by_status"]["absent"] else 0)
+
+
+@watch.command()
 @click.argument("ident", metavar="ID")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True,
               help="text for a terminal, json for automation, markdown for a ticket or a report")

@@ -17,6 +17,8 @@ EXAMPLES = [
     ("proxytune report", "Audit, run the quick benchmarks, write proxytune\\-report/report.html."),
     ("systemctl enable \\-\\-now proxytune.timer", "(Debian package) audit every 15 minutes into the "
                                                  "Prometheus node exporter's textfile directory."),
+    ("proxytune watch history \\-\\-since 2h", "What limited the proxy in the last two hours (the watcher's "
+                                               "episodes; systemctl enable \\-\\-now proxytune\\-watch.service)."),
     ("proxytune man | man \\-l \\-", "Read this page where no man page is installed (pipx)."),
     ("eval \"$(proxytune completion bash)\"", "Shell completion (also zsh, fish)."),
 ]
@@ -45,6 +47,9 @@ FILES = [
     ("/lib/systemd/system/proxytune.service, proxytune.timer",
      "(Debian package, not enabled) the audit every 15 minutes, written to "
      "/var/lib/prometheus/node\\-exporter/proxytune.prom for the node exporter's textfile collector."),
+    ("/lib/systemd/system/proxytune\\-watch.service",
+     "(Debian package, not enabled) proxytune watch: the doctor always on, its windows under "
+     "/var/lib/proxytune/watch/."),
 ]
 
 EXIT_STATUS = [("0", "All good."), ("1", "Drift or findings."), ("2", "Usage or runtime error."),

@@ -163,6 +163,7 @@ ELSEWHERE = {
     ("fleet", "apply"): "test_fleet", ("fleet", "rollback"): "test_fleet",
     ("watch", "history"): "test_watch_cli (watch history --json over a recorder the real code path filled)",
     ("watch", "show"): "test_watch_cli (watch show --json: an episode's worst window)",
+    ("watch", "status"): "test_watch_status (watch status --json over a recorder the real code path filled)",
 }
 
 

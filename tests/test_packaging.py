@@ -367,6 +367,7 @@ def test_the_source_package_builds_the_same_package_as_make_dist(source_deb, dis
     made = deb_files(dist[1])
     assert deb_files(source_deb) == made
     assert {"/etc/proxytune/profiles/README", "/lib/systemd/system/proxytune.service",
+            "/lib/systemd/system/proxytune-watch.service",
             "/lib/systemd/system/proxytune.timer", "/usr/share/man/man5/proxytune-profile.5.gz",
             "/usr/share/zsh/vendor-completions/_proxytune", "/usr/share/fish/vendor_completions.d/proxytune.fish",
             "/usr/share/lintian/overrides/proxytune"} <= made
@@ -457,8 +458,11 @@ def test_the_systemd_units_verify_and_ship_disabled(dist, tmp_path):
     for unit in Path("/lib/systemd/system").iterdir():       # the targets the timer hangs on
         if unit.is_file() and not (units / unit.name).exists():
             shutil.copy(unit, units / unit.name)
-    r = verify_units(root, "proxytune.timer", "proxytune.service")
+    r = verify_units(root, "proxytune.timer", "proxytune.service", "proxytune-watch.service")
     assert r.returncode == 0 and not r.stdout + r.stderr, r.stdout + r.stderr
+    watcher = (units / "proxytune-watch.service").read_text()
+    assert "ExecStart=/usr/bin/proxytune watch\n" in watcher and "SuccessExitStatus=130" in watcher
+    assert "ReadWritePaths=/var/lib/proxytune\n" in watcher and "WantedBy=multi-user.target" in watcher
     service = (units / "proxytune.service").read_text()
     assert ("ExecStart=/usr/bin/proxytune tune check --format prometheus "
             "-o /var/lib/prometheus/node-exporter/proxytune.prom") in service
