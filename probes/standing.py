@@ -42,6 +42,9 @@ class Session:
             run = bpftrace.Run(self.kids, self.probes.program(dump_every_ms=int(window_s * 1000)))
             run.wait_attached()
             self.standing = bpftrace.Standing(run)
+            # the program's first interval began while it attached, before any window was open: its dump
+            # is dropped, so each window's reads and its dump cover the same span
+            self.standing.next_window(LATE_WINDOWS * window_s)
         except BaseException:
             self.close()
             raise
