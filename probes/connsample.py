@@ -164,8 +164,8 @@ def parse_range(text: str | None) -> tuple[int, int] | None:
 class FdPeaks:
     """Each pid's peak open-fd count, read every FINE_S on a thread of its own between start() and stop()."""
 
-    def __init__(self, pids: list[int]):
-        self.pids, self.peak = list(pids), {p: 0 for p in pids}
+    def __init__(self, pids: list[int], every_s: float = FINE_S):
+        self.pids, self.peak, self.every_s = list(pids), {p: 0 for p in pids}, every_s
         self.reads, self.reason = 0, None
         self.halt = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True, name="fd-peaks")
@@ -184,7 +184,7 @@ class FdPeaks:
         self.thread.start()
 
     def _run(self) -> None:
-        while not self.halt.wait(FINE_S):
+        while not self.halt.wait(self.every_s):
             for pid in self.pids:
                 if (n := self.count(pid)) is not None and n > self.peak[pid]:
                     self.peak[pid] = n
@@ -199,7 +199,8 @@ class FdPeaks:
 class Sampler:
     """Call sample() every tick; summary() is the evidence."""
 
-    def __init__(self, pids: list[int], port_range: str | None = None, thread_name: str | None = None):
+    def __init__(self, pids: list[int], port_range: str | None = None, thread_name: str | None = None,
+                 tick_s: float = TICK_S, fine_s: float = FINE_S):
         self.pids = list(dict.fromkeys(pids))
         self.thread_name = thread_name          # count this proxy's worker threads (varnish: cache-worker)
         self.prefix = netns_prefix(self.pids[0]) if self.pids else []
@@ -209,7 +210,8 @@ class Sampler:
         self.ports: dict[str, dict] = {}
         self.clients_peak = self.upstream_peak = self.ephemeral_peak = 0
         self.ephemeral_flow: str | None = None
-        self.fine = FdPeaks(self.pids)
+        self.tick_s = tick_s                    # how often the caller calls sample(): stated in the summary
+        self.fine = FdPeaks(self.pids, fine_s)
         self.other_fds: dict[int, int] = {}      # per pid: fewest fds that are not sockets over the ticks
         self.own_listeners: dict[int, str] = {}  # inode -> port of the target's listening sockets
         self.others: dict[int, dict] = {}        # inode -> the other processes' listeners, as the ticks saw them
@@ -330,7 +332,7 @@ class Sampler:
             if pid in self.per_pid and n:
                 self.per_pid[pid]["fds_peak_fine"] = n
                 self.per_pid[pid]["sockets_peak_fine"] = max(0, n - self.other_fds.get(pid, 0))
-        return {"available": True, "every_s": FINE_S, "reads": self.fine.reads}
+        return {"available": True, "every_s": self.fine.every_s, "reads": self.fine.reads}
 
     def summary(self) -> dict:
         size = self.range[1] - self.range[0] + 1 if self.range else None
@@ -338,7 +340,7 @@ class Sampler:
         if self.drops1 is None and self.n:
             self.window_end()
         drops = self.listen_drops()
-        return {"samples": self.n, "tick_s": TICK_S, "fine": fine, "pids": {str(p): v for p, v in self.per_pid.items()},
+        return {"samples": self.n, "tick_s": self.tick_s, "fine": fine, "pids": {str(p): v for p, v in self.per_pid.items()},
                 "ports": self.ports, "clients_peak": self.clients_peak, "upstream_peak": self.upstream_peak,
                 "ephemeral": self.ephemeral(size), "listen_drops": drops, "flight": self.flight.summary()}
 

@@ -20,8 +20,13 @@ import time
 from proxytune.core import procgroup
 
 from . import bpftrace, doctor, findings, target
-from .connsample import TICK_S
-
+# The watcher samples sockets every TICK_S and fd counts every FINE_S, where the doctor's one look does
+# 4 and 100 times a second (connsample.py): each socket tick runs `ss` (a process, milliseconds of CPU)
+# and each fd read wakes a thread, which a look of seconds can pay and a watch of every hour cannot. A
+# coarser tick widens the stated uncertainty of the budget's sampled parts; a short fd peak between two
+# reads is missed (the fd rules also read the kernel's EMFILE counts when near the limit).
+TICK_S = 1.0
+FINE_S = 0.1
 # A session's triage and audit are this old at most: then a new session settles them again.
 REFRESH_S = 600.0
 # A window that has not been dumped after this many window lengths is lost (a stuck or starved bpftrace).
@@ -57,7 +62,7 @@ class Session:
     def window(self) -> dict:
         """Watch until bpftrace's next dump, ticking the socket sampler; the doctor's result for it.
         An error (ProxytuneError) when bpftrace exits or misses its window: the caller starts anew."""
-        with self.probes.window(self.kids, use_perf=self.sample_next) as w:
+        with self.probes.window(self.kids, use_perf=self.sample_next, tick_s=TICK_S, fine_s=FINE_S) as w:
             t0 = time.monotonic()
             while (maps := self.standing.poll(TICK_S)) is None:
                 elapsed = time.monotonic() - t0
