@@ -26,7 +26,7 @@ from proxytune.tune.datafiles import shipped
 from proxytune.core.errors import ProxytuneError
 from proxytune.core.invocation import command
 
-from proxytune.core import procgroup
+from proxytune.core import procfs, procgroup
 
 from . import bpfstats, target
 
@@ -37,6 +37,10 @@ END_RE = re.compile(r"^END\s*\{(.*)\}\s*$", re.M)
 STOP_GRACE_S = 60.0
 # How long after attached_probes its tracepoints may take to carry their programs (a loaded host).
 ATTACH_WAIT_S = 10.0
+# Before attached_probes: a bpftrace that used no CPU this long is stuck; one that keeps compiling gets
+# ATTACH_MAX_S in all (its few CPU-seconds stretch on a saturated host).
+ATTACH_STALL_S = 30.0
+ATTACH_MAX_S = 180.0
 # Until it exits, bpftrace gets a SIGTERM this often after the first SIGINT (see procgroup.stop).
 NUDGE_S = 1.0
 # `X == $1`, where X is pid, tid or a tracepoint field (args->next_pid): compose() matches any of the pids.
@@ -189,13 +193,15 @@ class Run:
         self.started = None
         self.proc = kids.start(["bpftrace", "-f", "json", str(self.file)])
 
-    def wait_attached(self, timeout: float = 30.0) -> None:
+    def wait_attached(self, timeout: float = ATTACH_STALL_S) -> None:
         """bpftrace prints attached_probes once every probe is attached: the window starts then.
-        A watchdog kills a bpftrace that has not said so by the deadline: a blocking readline
-        alone would wait as long as a stuck compile lasts."""
-        expired = threading.Event()
-        watchdog = threading.Timer(timeout, lambda: (expired.set(), procgroup.kill(self.proc)))
-        watchdog.daemon = True
+        A watchdog kills a bpftrace that is stuck: one that has used no CPU for `timeout` seconds
+        before saying so (a blocking readline alone would wait as long as a stuck compile lasts). A
+        compile that keeps using CPU goes on, up to ATTACH_MAX_S in all: on a saturated host (the
+        host a doctor is called to) the same compile takes several times its few CPU-seconds of wall
+        time, and a wall-clock deadline killed a compile that was progressing (CI, 2026-11-27)."""
+        done, expired, why = threading.Event(), threading.Event(), []
+        watchdog = threading.Thread(target=self._watch_attach, args=(timeout, done, expired, why), daemon=True)
         watchdog.start()
         try:
             for line in iter(self.proc.stdout.readline, ""):
@@ -204,7 +210,7 @@ class Run:
             else:
                 line = ""
         finally:
-            watchdog.cancel()
+            done.set()
             watchdog.join()             # a kill already under way finishes before `expired` is read
         if line and not expired.is_set():
             # bpftrace 0.17 prints it before it attaches: wait until the kernel holds a program
@@ -214,10 +220,27 @@ class Run:
             self.started = time.monotonic()
             return
         procgroup.kill(self.proc)
-        why = _clean(self.proc.stderr.read())[-300:]
-        if expired.is_set():
-            why = f"timed out after {timeout:g} s" + (f": {why}" if why else "")
-        raise ProxytuneError(f"bpftrace did not attach: {why or 'it exited without a word'}")
+        err = _clean(self.proc.stderr.read())[-300:]
+        msg = (why[0] + (f": {err}" if err else "")) if expired.is_set() else (err or "it exited without a word")
+        raise ProxytuneError(f"bpftrace did not attach: {msg}")
+
+    def _watch_attach(self, stall_s: float, done: threading.Event, expired: threading.Event, why: list) -> None:
+        """Kill bpftrace when it used no CPU for stall_s, or when ATTACH_MAX_S have passed; `why` says
+        which, with its CPU time, its state and where in the kernel it waits (for the next report)."""
+        t0 = last_t = time.monotonic()
+        last_cpu = procfs.cpu_seconds(self.proc.pid) or 0.0
+        while not done.wait(min(1.0, stall_s / 2)):
+            now, cpu = time.monotonic(), procfs.cpu_seconds(self.proc.pid)
+            if cpu is not None and cpu > last_cpu:
+                last_cpu, last_t = cpu, now
+            stalled, too_long = now - last_t >= stall_s, now - t0 >= max(ATTACH_MAX_S, stall_s)
+            if stalled or too_long:
+                what = (f"timed out after {stall_s:g} s without progress" if stalled
+                        else f"timed out after {max(ATTACH_MAX_S, stall_s):g} s")
+                why.append(f"{what} ({_where(self.proc.pid, last_cpu, now - t0)})")
+                expired.set()
+                procgroup.kill(self.proc)
+                return
 
     def stop(self, need_maps: bool = True) -> dict:
         """bpftrace detaches and prints its maps. If it was killed or failed, it printed none (or
@@ -296,6 +319,16 @@ class Standing:
         procgroup.end(self.proc, grace=STOP_GRACE_S, nudge=(signal.SIGTERM, NUDGE_S))
         for t in self.threads:
             t.join(timeout=5)
+
+
+def _where(pid: int, cpu_s: float, wall_s: float) -> str:
+    """bpftrace's CPU in its wall time, its state and kernel wait channel: what a stuck attach was doing."""
+    try:
+        wchan = Path(f"/proc/{int(pid)}/wchan").read_text().strip() or "-"
+    except OSError:
+        wchan = "?"
+    st = procfs.read_stat(pid)
+    return f"{cpu_s:.1f} s of CPU in {wall_s:.0f} s, state {st.state if st else '?'}, waiting in {wchan}"
 
 
 def _clean(err: str) -> str:

@@ -92,9 +92,30 @@ def test_a_bpftrace_that_never_says_it_attached_is_killed_at_the_deadline(tmp_pa
     with procgroup.Children() as kids:
         run = bpftrace.Run(kids, "BEGIN { }")
         t0 = time.monotonic()
-        with pytest.raises(ProxytuneError, match="did not attach: timed out after 1 s"):
+        with pytest.raises(ProxytuneError, match=r"did not attach: timed out after 1 s without progress "
+                                                 r"\(0\.0 s of CPU in [12] s, state S, waiting in "):
             run.wait_attached(timeout=1)
         assert time.monotonic() - t0 < 30 and run.proc.poll() == -signal.SIGKILL
+
+
+@pytest.mark.host  # starts a stand-in bpftrace
+def test_a_compile_that_keeps_using_cpu_is_not_killed_at_the_stall_deadline(tmp_path, monkeypatch):
+    """On a saturated host a compile of a few CPU-seconds takes several times that in wall time (the CI
+    host: 'did not attach: timed out after 30 s' on a loaded varnish cell). The deadline is for a stuck
+    bpftrace (no CPU used): one that computes for 3 s, well past a 1 s stall bound, then says it
+    attached, is waited for."""
+    fake = tmp_path / "bpftrace"
+    fake.write_text("#!/bin/sh\nexec python3 -c 'import time\nt = time.time()\nwhile time.time() - t < 3: pass\n"
+                    "print(\"{\\\"type\\\": \\\"attached_probes\\\", \\\"data\\\": {\\\"probes\\\": 0}}\", flush=True)\n"
+                    "time.sleep(600)'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with procgroup.Children() as kids:
+        run = bpftrace.Run(kids, "BEGIN { }")
+        t0 = time.monotonic()
+        run.wait_attached(timeout=1)
+        assert time.monotonic() - t0 >= 2.5 and run.proc.poll() is None and run.started is not None
+        procgroup.kill(run.proc)
 
 
 @needs_bpftrace
