@@ -159,3 +159,25 @@ def test_a_reload_s_new_workers_get_a_new_session(tmp_path, monkeypatch):
     with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
         watch.Loop(r, Seq(plan), 1.0, say=lambda l: None, open_session=sessions).forever(windows_max=3)
     assert sessions.opened == [[10, 12], [10, 13]] and sessions.closed == 1
+
+
+def test_a_stale_session_is_replaced_so_its_triage_and_audit_are_settled_again(tmp_path, monkeypatch):
+    """standing.REFRESH_S: a session older than that is closed and a new one attached for the same pids."""
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    sessions = Sessions(lambda pids: answer(HEALTHY))
+    with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
+        loop = watch.Loop(r, Seq([([10], None)] * 3), 1.0, say=lambda l: None, open_session=sessions)
+        loop.once()
+        loop.session.stale = True
+        loop.once()
+        loop.once()
+    assert sessions.opened == [[10], [10]] and sessions.closed == 1
+
+
+def test_standing_sessions_age_by_refresh_s(monkeypatch):
+    from proxytune.probes import standing
+    s = standing.Session.__new__(standing.Session)
+    s.started = time.monotonic() - standing.REFRESH_S - 1
+    assert s.stale
+    s.started = time.monotonic()
+    assert not s.stale
