@@ -200,8 +200,8 @@ class Run:
         compile that keeps using CPU goes on, up to ATTACH_MAX_S in all: on a saturated host (the
         host a doctor is called to) the same compile takes several times its few CPU-seconds of wall
         time, and a wall-clock deadline killed a compile that was progressing (CI, 2026-11-27)."""
-        done, expired, why = threading.Event(), threading.Event(), []
-        watchdog = threading.Thread(target=self._watch_attach, args=(timeout, done, expired, why), daemon=True)
+        done, why = threading.Event(), []                 # why: the watchdog's reason, once it killed bpftrace
+        watchdog = threading.Thread(target=self._watch_attach, args=(timeout, done, why), daemon=True)
         watchdog.start()
         try:
             for line in iter(self.proc.stdout.readline, ""):
@@ -211,8 +211,8 @@ class Run:
                 line = ""
         finally:
             done.set()
-            watchdog.join()             # a kill already under way finishes before `expired` is read
-        if line and not expired.is_set():
+            watchdog.join()             # a kill already under way finishes before `why` is read
+        if line and not why:
             # bpftrace 0.17 prints it before it attaches: wait until the kernel holds a program
             # on each tracepoint (bpfstats reads that from /proc), or ATTACH_WAIT_S at most
             bpfstats.wait_attached(self.proc.pid, len(re.findall(r"tracepoint:\w+:\w+", self.program)),
@@ -221,24 +221,23 @@ class Run:
             return
         procgroup.kill(self.proc)
         err = _clean(self.proc.stderr.read())[-300:]
-        msg = (why[0] + (f": {err}" if err else "")) if expired.is_set() else (err or "it exited without a word")
+        msg = (why[0] + (f": {err}" if err else "")) if why else (err or "it exited without a word")
         raise ProxytuneError(f"bpftrace did not attach: {msg}")
 
-    def _watch_attach(self, stall_s: float, done: threading.Event, expired: threading.Event, why: list) -> None:
+    def _watch_attach(self, stall_s: float, done: threading.Event, why: list) -> None:
         """Kill bpftrace when it used no CPU for stall_s, or when ATTACH_MAX_S have passed; `why` says
         which, with its CPU time, its state and where in the kernel it waits (for the next report)."""
+        limit = max(ATTACH_MAX_S, stall_s)
         t0 = last_t = time.monotonic()
         last_cpu = procfs.cpu_seconds(self.proc.pid) or 0.0
         while not done.wait(min(1.0, stall_s / 2)):
             now, cpu = time.monotonic(), procfs.cpu_seconds(self.proc.pid)
             if cpu is not None and cpu > last_cpu:
                 last_cpu, last_t = cpu, now
-            stalled, too_long = now - last_t >= stall_s, now - t0 >= max(ATTACH_MAX_S, stall_s)
-            if stalled or too_long:
-                what = (f"timed out after {stall_s:g} s without progress" if stalled
-                        else f"timed out after {max(ATTACH_MAX_S, stall_s):g} s")
+            stalled = now - last_t >= stall_s
+            if stalled or now - t0 >= limit:
+                what = f"timed out after {stall_s:g} s without progress" if stalled else f"timed out after {limit:g} s"
                 why.append(f"{what} ({_where(self.proc.pid, last_cpu, now - t0)})")
-                expired.set()
                 procgroup.kill(self.proc)
                 return
 
