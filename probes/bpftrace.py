@@ -266,7 +266,7 @@ class Standing:
     STDERR_KEPT = 4096
 
     def __init__(self, run: Run):
-        self.run, self.proc = run, run.proc
+        self.proc = run.proc
         self.windows: queue.Queue = queue.Queue()
         self.err = ""
         self.last = run.started or time.monotonic()

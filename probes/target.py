@@ -120,12 +120,17 @@ class Watch:
                 tick(elapsed)
         return time.monotonic() - t0
 
-    def gone_error(self, seconds: float) -> ProxytuneError:
+    def gone_error(self, seconds: float) -> "TargetGone":
         return gone_error(self.pids, self.exited, seconds)
 
 
-def gone_error(pids: list[int], exited: dict, seconds: float) -> ProxytuneError:
+class TargetGone(ProxytuneError):
+    """Every target exited in the window: nothing to diagnose, and nothing broken (the watcher records
+    such a window as the proxy absent, not as a failed look)."""
+
+
+def gone_error(pids: list[int], exited: dict, seconds: float) -> TargetGone:
     """One line for a window whose every target exited before it closed."""
     last = max(exited.values(), default=0.0)
-    return ProxytuneError(f"the target (pid {', '.join(map(str, pids))}) exited {last:g} s into the {seconds:g} s "
+    return TargetGone(f"the target (pid {', '.join(map(str, pids))}) exited {last:g} s into the {seconds:g} s "
                           "window: nothing left to diagnose", "start the window while the process runs")

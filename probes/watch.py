@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from proxytune.core.errors import ProxytuneError
 from proxytune.tune import eventlog
 
-from . import episodes, standing, watchmetrics, windows
+from . import episodes, standing, target, watchmetrics, windows
 from .locate import Locator
 from .recorder import Recorder
 
@@ -92,8 +92,7 @@ class Loop:
         except (ProxytuneError, OSError) as e:
             self._detach()                              # a new session settles everything again
             why = e.message if isinstance(e, ProxytuneError) else f"{e.strerror or e}: {e.filename or ''}"
-            # every target exited in the window (target.gone_error): the proxy was absent, not the doctor broken
-            status = windows.ABSENT if "exited" in why and "bpftrace" not in why else windows.FAILED
+            status = windows.ABSENT if isinstance(e, target.TargetGone) else windows.FAILED
             if status == windows.FAILED:
                 self.say(f"window {self.seq}: the doctor failed: {why}")
             return windows.unwatched(self.run, self.seq, t0, time.time(), status, why, self.locator.kind)

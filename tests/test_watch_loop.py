@@ -181,3 +181,17 @@ def test_standing_sessions_age_by_refresh_s(monkeypatch):
     assert s.stale
     s.started = time.monotonic()
     assert not s.stale
+
+
+def test_a_proxy_that_exits_in_its_window_is_absent_and_a_dead_tracer_is_a_failure(tmp_path, monkeypatch):
+    """By the error's type (target.TargetGone), not its words: 'bpftrace exited' also says 'exited'."""
+    from proxytune.core.errors import ProxytuneError
+    from proxytune.probes import target
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    looks = [target.gone_error([10], {10: 0.4}, 1.0), ProxytuneError("bpftrace exited with -9 (no message)")]
+
+    def look(pids):
+        raise looks.pop(0)
+    with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
+        watch.Loop(r, Seq([([10], None)] * 2), 1.0, say=lambda l: None, open_session=Sessions(look)).forever(2)
+    assert [x["status"] for x in recorder.read(tmp_path / "ring").records] == ["absent", "failed"]
