@@ -14,17 +14,13 @@ import re
 import socket
 import stat
 import struct
-import subprocess
 import time
 
-from proxytune.core import procfs
+from proxytune.core import netlink, procfs, tcpdiag
 
 MAX_REPLY = 1 << 20
 TCP_LISTEN = "0A"
-# sock_diag (linux/netlink.h, linux/sock_diag.h, linux/unix_diag.h)
-NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY = 4, 20
-NLM_F_REQUEST, NLM_F_DUMP, NLMSG_ERROR, NLMSG_DONE = 0x1, 0x300, 2, 3
-UDIAG_SHOW_VFS, UNIX_DIAG_VFS = 0x2, 1
+UDIAG_SHOW_VFS, UNIX_DIAG_VFS = 0x2, 1           # linux/unix_diag.h
 
 
 class Deadline:
@@ -92,25 +88,18 @@ def _table(pid: int, name: str) -> list[str]:
         return []
 
 
-def _nl_messages(data: bytes):
-    """(type, payload) of each netlink message in one datagram."""
-    while len(data) >= 16:
-        length, kind = struct.unpack_from("IH", data)
-        yield kind, data[16:length]
-        data = data[(length + 3) & ~3:]
-
-
 def listening_unix_files(inodes: set[int]) -> set[tuple[int, int, int]]:
     """(major, minor, inode) of the socket files the listening unix sockets among `inodes` are
     bound to, from sock_diag (UNIX_DIAG_VFS): the file's identity, whatever name it has now."""
     req = struct.pack("BBHIIIII", socket.AF_UNIX, 0, 0, 1 << 10, 0, UDIAG_SHOW_VFS, 0, 0)   # TCP_LISTEN
     out = set()
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as nl:
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, netlink.NETLINK_SOCK_DIAG) as nl:
         nl.settimeout(5)
-        nl.send(struct.pack("IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + req)
+        nl.send(struct.pack("IHHII", 16 + len(req), netlink.SOCK_DIAG_BY_FAMILY,
+                            netlink.NLM_F_REQUEST | netlink.NLM_F_DUMP, 1, 0) + req)
         while True:
-            for kind, body in _nl_messages(nl.recv(1 << 16)):
-                if kind in (NLMSG_DONE, NLMSG_ERROR):
+            for kind, _, body in netlink.messages(nl.recv(1 << 16)):
+                if kind in (netlink.NLMSG_DONE, netlink.NLMSG_ERROR):
                     return out
                 ino, attrs = struct.unpack_from("I", body, 4)[0], body[16:]
                 while len(attrs) >= 4:
@@ -194,20 +183,6 @@ def http_get(host: str, port: int, path: str, deadline: Deadline) -> tuple[int, 
     return int(m.group(1)), body.decode(errors="replace")
 
 
-def _ss(args: list[str]) -> list[list[str]]:
-    """Rows of `ss -tnHe ARGS` (no -p: no process names to misread), each ending at its ino: field."""
-    try:
-        out = subprocess.run(["ss", "-tnHe", *args], capture_output=True, text=True, timeout=10).stdout
-    except (FileNotFoundError, subprocess.TimeoutExpired):
-        return []
-    return [line.split() for line in out.splitlines()]
-
-
-def _ino(f: list[str]) -> int | None:
-    m = next((re.fullmatch(r"ino:([0-9]+)", w, re.A) for w in f if w.startswith("ino:")), None)
-    return int(m.group(1)) if m else None
-
-
 def owners(pids: list[int]) -> dict[int, list[int]]:
     """socket inode -> the pids (of `pids`) holding it."""
     out: dict[int, list[int]] = {}
@@ -217,21 +192,34 @@ def owners(pids: list[int]) -> dict[int, list[int]]:
     return out
 
 
+def _dump(pid: int, states: int) -> list:
+    """The TCP sockets in `states` of pid's network namespace; none when it cannot be read."""
+    try:
+        ns = tcpdiag.Namespace(pid)
+    except OSError:
+        return []
+    try:
+        return ns.dump(states=states)
+    except OSError:
+        return []
+    finally:
+        ns.close()
+
+
 def listeners(pids: list[int]) -> list[dict]:
     """The pids' listening TCP sockets with their accept queue and backlog, attributed by inode."""
-    own, rows = owners(pids), []
-    for f in _ss(["-l"]):
-        ino = _ino(f)
-        if len(f) >= 5 and ino in own and re.fullmatch(r"[0-9]+", f[1], re.A) and re.fullmatch(r"[0-9]+", f[2], re.A):
-            rows.append({"local": f[3], "queued": int(f[1]), "backlog": int(f[2]), "pids": sorted(own[ino])})
-    return rows
+    own = owners(pids)
+    if not own:
+        return []
+    return [{"local": s.local, "queued": s.recvq, "backlog": s.sendq, "pids": sorted(own[s.inode])}
+            for s in _dump(pids[0], 1 << tcpdiag.TCP_LISTEN) if s.inode in own]
 
 
 def connections(ports: set[str], pids: list[int]) -> dict:
     """Established TCP connections the pids hold: `clients` on `ports` (their listening ports), `total`."""
     own, n = owners(pids), {"clients": 0, "total": 0}
-    for f in _ss(["state", "established"]):
-        if len(f) >= 4 and _ino(f) in own:
+    for s in _dump(pids[0], 1 << tcpdiag.TCP_ESTABLISHED) if own else ():
+        if s.inode in own:
             n["total"] += 1
-            n["clients"] += f[2].rsplit(":", 1)[-1] in ports
+            n["clients"] += s.local.rsplit(":", 1)[-1] in ports
     return n

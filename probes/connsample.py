@@ -5,7 +5,8 @@ one snapshot can catch: HAProxy's sessions are the client sockets it
 accepted on its own listeners; an nginx worker's connections are every
 socket it holds (clients, upstreams, listeners, its channel); Traffic
 Server's throttle counts client and origin sockets. So every tick (0.25 s)
-one `ss -tanHe` in the target's network namespace is matched by socket
+one dump of the TCP sockets in the target's network namespace (sock_diag, as
+`ss -tan` reads it: core/tcpdiag.py) is matched by socket
 inode against each process's /proc/PID/fd, giving per process: sockets,
 accepted clients (sockets on one of its listening ports), upstreams, fds;
 per listening port: the accept queue and its backlog; and the ephemeral
@@ -19,8 +20,8 @@ The TcpExt counters (ListenOverflows, ListenDrops) are the whole network
 namespace's, so the listeners are also read with their own drop counter at
 the window's start and end: tcp_listendrop() (include/net/tcp.h) adds one to
 the listener's sk_drops for every SYN or handshake ACK it drops, accept
-queue overflows included, and `ss -m` prints it as skmem's `d` field
-(sk_get_meminfo, SK_MEMINFO_DROPS). Which listener dropped is then known
+queue overflows included, and sock_diag reports it as SK_MEMINFO_DROPS
+(sk_get_meminfo; `ss -m` prints it as skmem's `d` field). Which listener dropped is then known
 even when its queue filled and emptied between two ticks; the other
 processes' listeners whose queue a tick saw full are kept as well.
 
@@ -34,11 +35,9 @@ an older kernel it reads 0 and the fine peaks are reported unavailable.
 
 import os
 import re
-import subprocess
 import threading
 
-from proxytune.core import procfs
-from proxytune.core.numbers import uint
+from proxytune.core import procfs, tcpdiag
 from proxytune.core.sockets import fd_inventory
 
 from .inflight import Tally
@@ -49,38 +48,38 @@ FINE_S = 0.01           # a worker at the top of nginx's tooth ~16 % of the time
                         # every wake-up can preempt the proxy on a busy host: 100/s, not 500/s
 
 
-def netns_prefix(pid: int) -> list[str]:
-    """`nsenter -t PID -n` when the target lives in another network namespace than ours."""
+def namespace_of(pid: int | None) -> tcpdiag.Namespace | None:
+    """A sock_diag reader in pid's network namespace; None when it cannot be had (the process is gone):
+    every read is then empty, as an ss that failed was."""
     try:
-        if os.readlink(f"/proc/{int(pid)}/ns/net") != os.readlink("/proc/self/ns/net"):
-            return ["nsenter", "-t", str(int(pid)), "-n"]
+        return tcpdiag.Namespace(pid)
     except OSError:
-        pass
-    return []
+        return None
 
 
-def tcp_rows(prefix: list[str], time_wait: bool = False,
+def _dump(ns: tcpdiag.Namespace | None, **how) -> list[tcpdiag.Sock] | None:
+    if ns is None:
+        return None
+    try:
+        return ns.dump(**how)
+    except OSError:
+        return None
+
+
+def tcp_rows(ns: tcpdiag.Namespace | None, time_wait: bool = False,
              info: dict | None = None) -> list[tuple[str, int, int, str, int | None, str]]:
     """(state, recv-q, send-q, local port, inode, flow) of every TCP socket in the namespace, flow being
     "LOCAL-ADDRESS>PEER:PORT" (the 4-tuple less the local port); TIME-WAIT ones only
     when asked: under churn there are tens of thousands, and a dump that long lets the sockets a process
     holds change under it (no process holds a TIME-WAIT socket). With `info` (a dict), the same dump
-    carries TCP_INFO (`ss -iO`: on the socket's one line), and info[inode] gets that line's text."""
-    argv = [*prefix, "ss", "-tanHe" + ("iO" if info is not None else "")] + ([] if time_wait else ["exclude", "time-wait"])
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
-    except (FileNotFoundError, subprocess.TimeoutExpired):
-        return []
+    carries TCP_INFO, and info[inode] gets its fields (core/tcpdiag.py, under ss's names)."""
+    states = tcpdiag.ALL_STATES if time_wait else tcpdiag.ALL_STATES & ~(1 << tcpdiag.TCP_TIME_WAIT)
     rows = []
-    for line in out.splitlines():
-        f = line.split()
-        if len(f) < 5 or uint(f[1]) is None or uint(f[2]) is None or uint(f[3].rsplit(":", 1)[-1]) is None:
-            continue
-        ino = next((uint(w[4:]) for w in f[5:] if w.startswith("ino:")), None)
-        rows.append((f[0], uint(f[1]), uint(f[2]), f[3].rsplit(":", 1)[-1], ino or None,
-                     f"{f[3].rsplit(':', 1)[0]}>{f[4]}"))
-        if info is not None and ino:
-            info[ino] = line
+    for s in _dump(ns, states=states, info=info is not None) or ():
+        address, port = s.local.rsplit(":", 1)
+        rows.append((s.state, s.recvq, s.sendq, port, s.inode or None, f"{address}>{s.peer}"))
+        if info is not None and s.inode:
+            info[s.inode] = s.info
     return rows
 
 
@@ -97,38 +96,14 @@ def busiest_destination(rows, listening: set[str], span: tuple[int, int]) -> tup
     return (per[flow], flow) if flow else (0, None)
 
 
-SKMEM_DROPS = re.compile(r"skmem:\([^)]*?\bd([0-9]+)\)", re.A)
-
-
-def listener_drops(prefix: list[str]) -> dict[int, dict] | None:
+def listener_drops(ns: tcpdiag.Namespace | None) -> dict[int, dict] | None:
     """Every TCP listener of the namespace by inode: its local address, accept queue, backlog and the drops the
-    kernel counted on it (sk_drops); None when ss cannot say (no skmem `d` field: an old ss or kernel)."""
-    try:
-        p = subprocess.run([*prefix, "ss", "-tlnHem"], capture_output=True, text=True, timeout=10)
-    except (FileNotFoundError, subprocess.TimeoutExpired):
+    kernel counted on it (sk_drops); None when that cannot be read (no SK_MEMINFO_DROPS: an old kernel)."""
+    socks = _dump(ns, states=1 << tcpdiag.TCP_LISTEN, memory=True)
+    if socks is None or any(s.drops is None for s in socks):
         return None
-    return parse_listeners(p.stdout) if p.returncode == 0 else None
-
-
-def parse_listeners(text: str) -> dict[int, dict] | None:
-    """`ss -tlnHem` output -> {inode: {"local", "queued", "backlog", "drops"}}; None when a listener has no
-    drop count (skmem's `d`)."""
-    rows: list[str] = []
-    for line in text.splitlines():             # skmem may come on a line of its own, indented
-        if line[:1].isspace() and rows:
-            rows[-1] += " " + line.strip()
-        elif line.strip():
-            rows.append(line)
-    out = {}
-    for row in rows:
-        f = row.split()
-        ino = next((uint(w[4:]) for w in f[5:] if w.startswith("ino:")), None)
-        if len(f) < 5 or not ino or uint(f[1]) is None or uint(f[2]) is None:
-            continue
-        if not (m := SKMEM_DROPS.search(row)):
-            return None
-        out[ino] = {"local": f[3], "queued": uint(f[1]), "backlog": uint(f[2]), "drops": int(m.group(1))}
-    return out
+    return {s.inode: {"local": s.local, "queued": s.recvq, "backlog": s.sendq, "drops": s.drops}
+            for s in socks if s.inode}
 
 
 def inode_owners(inodes: set[int]) -> dict[int, dict]:
@@ -203,7 +178,7 @@ class Sampler:
                  tick_s: float = TICK_S, fine_s: float = FINE_S):
         self.pids = list(dict.fromkeys(pids))
         self.thread_name = thread_name          # count this proxy's worker threads (varnish: cache-worker)
-        self.prefix = netns_prefix(self.pids[0]) if self.pids else []
+        self.ns = namespace_of(self.pids[0]) if self.pids else None
         self.range = parse_range(port_range)
         self.n = 0
         self.per_pid: dict[int, dict] = {}
@@ -221,14 +196,14 @@ class Sampler:
     def sample(self) -> None:
         if self.n == 0:
             self.fine.start()
-            self.drops0 = listener_drops(self.prefix)
+            self.drops0 = listener_drops(self.ns)
         inv = {p: got for p in self.pids if (got := fd_inventory(p)) is not None}
         owner: dict[int, list[int]] = {}
         for pid, (_, socks) in inv.items():
             for ino in socks:
                 owner.setdefault(ino, []).append(pid)
-        info: dict[int, str] = {}
-        rows = tcp_rows(self.prefix, info=info)
+        info: dict[int, dict] = {}
+        rows = tcp_rows(self.ns, info=info)
         listening = {port for state, _, _, port, ino, _ in rows if state == "LISTEN" and ino in owner}
         counts = {pid: {"clients": 0, "upstream": 0} for pid in inv}
         for state, recvq, sendq, port, ino, flow in rows:
@@ -279,13 +254,13 @@ class Sampler:
 
     def window_end(self) -> None:
         """The listeners' drop counters at the window's end (with the TcpExt counters they are set against)."""
-        self.drops1 = listener_drops(self.prefix)
+        self.drops1 = listener_drops(self.ns)
 
     def listen_drops(self) -> dict:
         """Each listener's drops in the window: the target's per port (into self.ports), and the other
         listeners of the namespace that dropped or were seen full, with the process that holds them."""
         if self.drops0 is None or self.drops1 is None:
-            return {"available": False, "reason": "ss -m gave no per-listener drop count (skmem d) here",
+            return {"available": False, "reason": "the kernel gave no per-listener drop count (sock_diag SK_MEMINFO_DROPS) here",
                     "others": self._others({})}
         delta = {ino: r["drops"] - self.drops0.get(ino, {}).get("drops", 0) for ino, r in self.drops1.items()}
         for ino, port in self.own_listeners.items():
@@ -295,7 +270,7 @@ class Sampler:
             if ino not in self.own_listeners and delta[ino] > 0:
                 self.others.setdefault(ino, {"local": r["local"], "queued_peak": r["queued"], "full_samples": 0,
                                              "backlog": r["backlog"]})
-        return {"available": True, "counted": "each listener's sk_drops (ss -m, skmem d) from the window's start "
+        return {"available": True, "counted": "each listener's sk_drops (sock_diag SK_MEMINFO_DROPS) from the window's start "
                                               "to its end", "others": self._others(delta)}
 
     def _others(self, delta: dict[int, int]) -> list[dict]:
@@ -319,7 +294,7 @@ class Sampler:
         """Ephemeral ports in use toward the busiest destination now, TIME-WAIT included (one full dump)."""
         if not self.range:
             return None, None
-        rows = tcp_rows(self.prefix, time_wait=True)
+        rows = tcp_rows(self.ns, time_wait=True)
         return busiest_destination(rows, {port for state, _, _, port, _, _ in rows if state == "LISTEN"}, self.range)
 
     def fine_peaks(self) -> dict:

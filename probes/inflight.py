@@ -31,17 +31,6 @@ takes the awaiting count as the lower bound and awaiting + ambiguous as
 the upper one.
 """
 
-import re
-
-FIELD = re.compile(r"\b(lastsnd|lastrcv|lastack|bytes_sent|bytes_received|unacked|data_segs_in):([0-9]+)")
-
-
-def tcp_info(rest: str) -> dict[str, int]:
-    """The TCP_INFO fields the classification needs from one `ss -tiO` line. ss prints each of them only
-    when it is not zero (misc/ss.c tcp_show_info): a missing one is 0."""
-    return {k: int(v) for k, v in FIELD.findall(rest)}
-
-
 def ambiguous(info: dict[str, int]) -> bool:
     """Not awaiting by awaiting(), yet maybe awaiting: sent, received and acknowledged in one jiffy."""
     snd, rcv = info.get("lastsnd", 0), info.get("lastrcv", 0)
@@ -90,19 +79,19 @@ class Tally:
         return self.origins.setdefault(origin_of(flow), {"connecting": 0, "awaiting": 0, "ambiguous": 0,
                                                          "unread": 0, "sockets": 0})
 
-    def tick(self, rows, owner: dict, listening: set[str], info: dict[int, str]) -> None:
+    def tick(self, rows, owner: dict, listening: set[str], info: dict[int, dict]) -> None:
         """One tick of connsample's rows, the inode -> pids map of the proxy's sockets, its listening
-        ports and each socket's `ss -iO` line by inode (tcp_rows(..., info=))."""
+        ports and each socket's TCP_INFO fields by inode (tcp_rows(..., info=): a field at 0 is left out)."""
         before = self.client_unread
         for state, recvq, _, port, ino, flow in rows:
             if ino not in owner:
                 continue
-            rest = info.get(ino, "")
+            got = info.get(ino) or {}
             if state == "LISTEN":
                 self.accept[port] = self.accept.get(port, 0) + recvq
             elif port in listening:
                 self.client_unread += recvq > 0
-                self._segments(ino, tcp_info(rest).get("data_segs_in", 0))
+                self._segments(ino, got.get("data_segs_in", 0))
             elif state == "SYN-SENT":
                 self._origin(flow)["connecting"] += 1
             elif state == "ESTAB":
@@ -111,7 +100,6 @@ class Tally:
                 if recvq > 0:
                     o["unread"] += 1
                     continue
-                got = tcp_info(rest)
                 if awaiting(got):
                     o["awaiting"] += 1
                     self.ties += got.get("lastsnd") == got.get("lastrcv") and bool(got.get("bytes_received"))

@@ -21,10 +21,11 @@ from proxytune.core import procgroup
 
 from . import bpftrace, doctor, findings, target
 # The watcher samples sockets every TICK_S and fd counts every FINE_S, where the doctor's one look does
-# 4 and 100 times a second (connsample.py): each socket tick runs `ss` (a process, milliseconds of CPU)
-# and each fd read wakes a thread, which a look of seconds can pay and a watch of every hour cannot. A
-# coarser tick widens the stated uncertainty of the budget's sampled parts; a short fd peak between two
-# reads is missed (the fd rules also read the kernel's EMFILE counts when near the limit).
+# 4 and 100 times a second (connsample.py): each socket tick walks the kernel's whole established-socket
+# hash (a sock_diag dump, core/tcpdiag.py: 2 ms of CPU here) and each fd read wakes a thread, which a
+# look of seconds can pay and a watch of every hour cannot. A coarser tick widens the stated uncertainty
+# of the budget's sampled parts; a short fd peak between two reads is missed (the fd rules also read the
+# kernel's EMFILE counts when near the limit).
 TICK_S = 1.0
 FINE_S = 0.1
 # A session's triage and audit are this old at most: then a new session settles them again.

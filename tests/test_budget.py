@@ -252,22 +252,19 @@ def test_awaiting_the_origin_from_tcp_info_including_the_one_jiffy_case():
     assert not inflight.awaiting({"bytes_sent": 160, "bytes_received": 300, "lastsnd": 80, "lastrcv": 80,
                                   "lastack": 80})
     assert not inflight.awaiting({"bytes_received": 5})                         # never sent anything
-    line = ("ts sack cubic wscale:7,7 rto:204 rtt:0.05/0.02 bytes_sent:77 bytes_acked:78 segs_out:3 segs_in:2 "
-            "data_segs_out:1 lastsnd:220 lastrcv:224 lastack:220 unacked:1")
-    assert inflight.tcp_info(line) == {"bytes_sent": 77, "lastsnd": 220, "lastrcv": 224, "lastack": 220, "unacked": 1}
 
 
 def test_a_tick_sorts_the_proxys_sockets_into_the_budgets_states():
     t = inflight.Tally()
-    rows = [("LISTEN", 3, 128, "8080", 1, "127.0.0.1>0.0.0.0:*", ""),
-            ("ESTAB", 0, 0, "8080", 2, "127.0.0.1>127.0.0.1:5000", "data_segs_in:4 lastsnd:1 lastrcv:3"),
-            ("ESTAB", 10, 0, "8080", 3, "127.0.0.1>127.0.0.1:5001", "data_segs_in:1"),
-            ("SYN-SENT", 0, 1, "40000", 4, "127.0.0.1>127.0.0.1:9000", ""),
-            ("ESTAB", 0, 0, "40001", 5, "127.0.0.1>127.0.0.1:9000", "bytes_sent:80 lastsnd:5 lastrcv:5"),
-            ("ESTAB", 99, 0, "40002", 6, "127.0.0.1>127.0.0.1:9000", "bytes_sent:80 bytes_received:99"),
-            ("ESTAB", 0, 0, "40003", 7, "127.0.0.1>[::ffff:10.0.0.9]:80", "bytes_sent:80 bytes_received:9 "
-                                                                          "lastsnd:1 lastrcv:9"),
-            ("ESTAB", 7, 0, "40004", 99, "127.0.0.1>127.0.0.1:9000", "")]          # not the proxy's socket
+    rows = [("LISTEN", 3, 128, "8080", 1, "127.0.0.1>0.0.0.0:*", {}),
+            ("ESTAB", 0, 0, "8080", 2, "127.0.0.1>127.0.0.1:5000", {"data_segs_in": 4, "lastsnd": 1, "lastrcv": 3}),
+            ("ESTAB", 10, 0, "8080", 3, "127.0.0.1>127.0.0.1:5001", {"data_segs_in": 1}),
+            ("SYN-SENT", 0, 1, "40000", 4, "127.0.0.1>127.0.0.1:9000", {}),
+            ("ESTAB", 0, 0, "40001", 5, "127.0.0.1>127.0.0.1:9000", {"bytes_sent": 80, "lastsnd": 5, "lastrcv": 5}),
+            ("ESTAB", 99, 0, "40002", 6, "127.0.0.1>127.0.0.1:9000", {"bytes_sent": 80, "bytes_received": 99}),
+            ("ESTAB", 0, 0, "40003", 7, "127.0.0.1>[::ffff:10.0.0.9]:80", {"bytes_sent": 80, "bytes_received": 9,
+                                                                          "lastsnd": 1, "lastrcv": 9}),
+            ("ESTAB", 7, 0, "40004", 99, "127.0.0.1>127.0.0.1:9000", {})]          # not the proxy's socket
     owner = {i: [1] for i in range(1, 8)}
     t.tick([r[:6] for r in rows], owner, {"8080"}, {r[4]: r[6] for r in rows})
     s = t.summary()
@@ -276,24 +273,33 @@ def test_a_tick_sorts_the_proxys_sockets_into_the_budgets_states():
                                               "sockets": 2}
     assert s["origins"]["10.0.0.9:80"]["awaiting"] == 1
     t.tick([("ESTAB", 0, 0, "8080", 2, ""), ("ESTAB", 0, 0, "8080", 8, "")], {2: [1], 8: [1]}, {"8080"},
-           {2: "data_segs_in:9", 8: "data_segs_in:2"})
+           {2: {"data_segs_in": 9}, 8: {"data_segs_in": 2}})
     assert t.summary()["clients"] == {"data_segments_in": 5 + 2, "sockets_seen": 3, "sockets_born_in_window": 1}
     assert t.summary()["client_unread_per_tick"] == [1, 0]
 
 
-def test_tcp_rows_keeps_its_six_fields_and_hands_tcp_info_by_inode(monkeypatch):
+def test_tcp_rows_keeps_its_six_fields_and_hands_tcp_info_by_inode():
+    from proxytune.core.tcpdiag import ALL_STATES, TCP_TIME_WAIT, Sock
     from proxytune.probes import connsample
-    out = ("ESTAB 0 0 127.0.0.1:40001 127.0.0.1:9000 ino:5 sk:1 cgroup:/ <-> ts sack cubic bytes_sent:80 lastsnd:5\n"
-           "LISTEN 0 128 127.0.0.1:8080 0.0.0.0:* ino:1 sk:2 cgroup:/ <-> cubic cwnd:10\n")
-    seen = []
-    monkeypatch.setattr(connsample.subprocess, "run",
-                        lambda argv, **kw: seen.append(argv) or type("P", (), {"stdout": out})())
-    info = {}
-    rows = connsample.tcp_rows([], info=info)
-    assert seen[0][:2] == ["ss", "-tanHeiO"] and rows[0] == ("ESTAB", 0, 0, "40001", 5, "127.0.0.1>127.0.0.1:9000")
-    assert "bytes_sent:80" in info[5] and set(info) == {5, 1}
-    connsample.tcp_rows([])
-    assert seen[1][:2] == ["ss", "-tanHe"]
+
+    class Dumps:
+        asked = []
+
+        def dump(self, **how):
+            self.asked.append(how)
+            return [Sock("ESTAB", 0, 0, "127.0.0.1:40001", "127.0.0.1:9000", 5, {"bytes_sent": 80, "lastsnd": 5}),
+                    Sock("LISTEN", 0, 128, "[::1]:8080", "[::]:*", 1, {}),
+                    Sock("SYN-RECV", 0, 0, "127.0.0.1:8080", "127.0.0.1:50000", 0)]     # a request sock: no inode
+
+    info, ns = {}, Dumps()
+    rows = connsample.tcp_rows(ns, info=info)
+    assert rows[0] == ("ESTAB", 0, 0, "40001", 5, "127.0.0.1>127.0.0.1:9000")
+    assert rows[1] == ("LISTEN", 0, 128, "8080", 1, "[::1]>[::]:*") and rows[2][4] is None
+    assert info == {5: {"bytes_sent": 80, "lastsnd": 5}, 1: {}}
+    assert ns.asked[0] == {"states": ALL_STATES & ~(1 << TCP_TIME_WAIT), "info": True}
+    connsample.tcp_rows(ns, time_wait=True)
+    assert ns.asked[1] == {"states": ALL_STATES, "info": False}
+    assert connsample.tcp_rows(None) == []                   # no namespace to read (the process was gone)
 
 
 def test_compose_gives_the_budget_script_its_own_pids_ports_and_namespace():

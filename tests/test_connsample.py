@@ -9,6 +9,7 @@ import socket
 import pytest
 
 from conftest import wait_for
+from proxytune.core import tcpdiag
 from proxytune.probes import connsample
 
 HAS_COUNT = os.stat("/proc/self/fd").st_size > 0
@@ -82,8 +83,8 @@ def test_each_listeners_own_drop_count_names_the_one_that_overflowed():
         s = connsample.Sampler([os.getpid()])
         s.sample()
         held = _overflow(child.port)
-        assert wait_for(lambda: (connsample.listener_drops([]) or {}) and any(
-            r["drops"] for r in connsample.listener_drops([]).values()), 20), "the child's listener never dropped"
+        assert wait_for(lambda: (connsample.listener_drops(tcpdiag.Namespace()) or {}) and any(
+            r["drops"] for r in connsample.listener_drops(tcpdiag.Namespace()).values()), 20), "the child's listener never dropped"
         s.sample()
         s.window_end()
         out = s.summary()
@@ -94,8 +95,8 @@ def test_each_listeners_own_drop_count_names_the_one_that_overflowed():
         s = connsample.Sampler([os.getpid()])
         s.sample()
         held += _overflow(int(port))
-        assert wait_for(lambda: connsample.listener_drops([])[next(
-            i for i, r in connsample.listener_drops([]).items() if r["local"].endswith(f":{port}"))]["drops"], 20)
+        assert wait_for(lambda: connsample.listener_drops(tcpdiag.Namespace())[next(
+            i for i, r in connsample.listener_drops(tcpdiag.Namespace()).items() if r["local"].endswith(f":{port}"))]["drops"], 20)
         s.window_end()
         assert s.summary()["ports"][port]["drops"] > 0
         for c in held:

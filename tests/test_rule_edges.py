@@ -264,13 +264,24 @@ def test_an_own_cap_reached_with_overflows_elsewhere_is_not_waiting():
     assert ranked(ev)[0].severity == "high"
 
 
-def test_ss_listener_lines_give_each_listeners_drops():
-    text = ("LISTEN 0      4096   127.0.0.1:8080 0.0.0.0:* ino:111 sk:1 cgroup:/ <->\n"
-            "\t skmem:(r0,rb131072,t0,tb16384,f0,w0,o0,bl0,d0)\n"
-            "LISTEN 5      4      127.0.0.1:9999 0.0.0.0:* ino:222 sk:2 cgroup:/ <->\n"
-            "\t skmem:(r0,rb131072,t0,tb16384,f0,w0,o0,bl0,d613)\n")
-    rows = connsample.parse_listeners(text)
-    assert rows == {111: {"local": "127.0.0.1:8080", "queued": 0, "backlog": 4096, "drops": 0},
-                    222: {"local": "127.0.0.1:9999", "queued": 5, "backlog": 4, "drops": 613}}
-    assert connsample.parse_listeners(text.replace(",d613", "")) is None     # an ss without the count: unknown
-    assert connsample.parse_listeners("") == {}
+def test_each_listeners_drops_come_from_its_own_count():
+    from proxytune.core.tcpdiag import Sock
+
+    class Dumps:
+        def __init__(self, socks):
+            self.socks = socks
+
+        def dump(self, **how):
+            assert how == {"states": 1 << 10, "memory": True}
+            return self.socks
+
+    socks = [Sock("LISTEN", 0, 4096, "127.0.0.1:8080", "0.0.0.0:*", 111, drops=0),
+             Sock("LISTEN", 5, 4, "127.0.0.1:9999", "0.0.0.0:*", 222, drops=613)]
+    assert connsample.listener_drops(Dumps(socks)) == {
+        111: {"local": "127.0.0.1:8080", "queued": 0, "backlog": 4096, "drops": 0},
+        222: {"local": "127.0.0.1:9999", "queued": 5, "backlog": 4, "drops": 613}}
+    socks[1].drops = None                                   # a kernel without the count: unknown, not 0
+    assert connsample.listener_drops(Dumps(socks)) is None
+    assert connsample.listener_drops(Dumps([])) == {} and connsample.listener_drops(None) is None
+
+

@@ -1,0 +1,199 @@
+"""TCP sockets of a network namespace, read in process from the kernel's
+sock_diag netlink interface: what `ss -tan` reads (misc/ss.c, inet_show_netlink),
+without a process per read. The watcher samples every second for months; an
+`ss` exec (with `nsenter` in front of it for a proxy in another namespace)
+costs 2 to 9 ms of CPU each time here, more than the rest of its work.
+
+A netlink socket belongs to the network namespace it was created in
+(net/netlink/af_netlink.c: sock_net of the socket), so one is made once in the
+target's namespace, by a short-lived thread that enters it (setns(2) moves
+the calling thread only), and is kept. Per socket: state, the queues ss prints
+as Recv-Q and Send-Q (for a listener, its accept queue and backlog:
+inet_diag_msg idiag_rqueue/idiag_wqueue, net/ipv4/tcp_diag.c tcp_diag_get_info),
+the addresses, the inode, the TCP_INFO fields probes/inflight.py reads, under
+the names ss prints them with, and the drops counted on it (SK_MEMINFO_DROPS,
+ss -m's `d`).
+"""
+
+import ctypes
+import ipaddress
+import os
+import socket
+import struct
+import threading
+from dataclasses import dataclass, field
+
+from .netlink import NETLINK_SOCK_DIAG, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, SOCK_DIAG_BY_FAMILY, \
+    messages
+
+CLONE_NEWNET = 0x40000000
+INET_DIAG_INFO, INET_DIAG_SKMEMINFO = 2, 7                      # linux/inet_diag.h
+SK_MEMINFO_DROPS = 8                                            # linux/sock_diag.h
+TCP_ESTABLISHED, TCP_TIME_WAIT, TCP_LISTEN = 1, 6, 10
+ALL_STATES = (1 << 13) - 1                                      # TCP_ESTABLISHED (1) .. TCP_NEW_SYN_RECV (12)
+STATE_NAMES = {1: "ESTAB", 2: "SYN-SENT", 3: "SYN-RECV", 4: "FIN-WAIT-1", 5: "FIN-WAIT-2", 6: "TIME-WAIT",
+               7: "UNCONN", 8: "CLOSE-WAIT", 9: "LAST-ACK", 10: "LISTEN", 11: "CLOSING", 12: "SYN-RECV"}
+REQUEST = struct.Struct("=BBBxI48x")                          # inet_diag_req_v2 (its sockid zeroed: any)
+MESSAGE = struct.Struct("=BBBB2H16s16sI8xIIIII")                # inet_diag_msg
+# struct tcp_info (linux/tcp.h): byte offset of each field probes/inflight.py uses, with ss's name for it
+TCP_INFO_FIELDS = {"unacked": (24, "I"), "lastsnd": (44, "I"), "lastrcv": (52, "I"), "lastack": (56, "I"),
+                   "bytes_received": (128, "Q"), "data_segs_in": (152, "I"), "bytes_sent": (200, "Q")}
+RECV_BYTES = 1 << 17
+
+
+@dataclass
+class Sock:
+    state: str
+    recvq: int
+    sendq: int
+    local: str              # as ss -n prints it: 127.0.0.1:8080, [::1]:8080, 0.0.0.0:*
+    peer: str
+    inode: int
+    info: dict[str, int] = field(default_factory=dict)
+    drops: int | None = None
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _address(family: int, raw: bytes, port: int) -> str:
+    if family == socket.AF_INET:
+        text = str(ipaddress.IPv4Address(raw[:4]))
+    else:
+        text = f"[{ipaddress.IPv6Address(raw)}]"
+    return f"{text}:{port or '*'}"
+
+
+def _tcp_info(attr: bytes) -> dict[str, int]:
+    """The fields a kernel's TCP_INFO carries (an older kernel's is shorter: what it lacks is left out,
+    as ss leaves out a zero)."""
+    out = {}
+    for name, (off, fmt) in TCP_INFO_FIELDS.items():
+        size = struct.calcsize(fmt)
+        if len(attr) >= off + size and (v := struct.unpack_from("=" + fmt, attr, off)[0]):
+            out[name] = v
+    return out
+
+
+def _attributes(data: bytes):
+    while len(data) >= 4:
+        alen, kind = struct.unpack_from("=HH", data)
+        if alen < 4:
+            return
+        yield kind, data[4:alen]
+        data = data[(alen + 3) & ~3:]
+
+
+def parse(family: int, body: bytes) -> Sock | None:
+    """One inet_diag_msg and its attributes; None when it is too short to be one."""
+    if len(body) < MESSAGE.size:
+        return None
+    _, state, _, _, sport, dport, src, dst, _, _, rq, wq, _, ino = MESSAGE.unpack_from(body)
+    s = Sock(STATE_NAMES.get(state, str(state)), rq, wq, _address(family, src, socket.ntohs(sport)),
+             _address(family, dst, socket.ntohs(dport)), ino)
+    for kind, attr in _attributes(body[MESSAGE.size:]):
+        if kind == INET_DIAG_INFO:
+            s.info = _tcp_info(attr)
+        elif kind == INET_DIAG_SKMEMINFO and len(attr) >= 4 * (SK_MEMINFO_DROPS + 1):
+            s.drops = struct.unpack_from("=I", attr, 4 * SK_MEMINFO_DROPS)[0]
+    return s
+
+
+class Namespace:
+    """A sock_diag socket in the network namespace pid is in (ours when pid is None); dump() reads it.
+    OSError when the namespace cannot be entered (the process is gone, or we lack CAP_SYS_ADMIN)."""
+
+    def __init__(self, pid: int | None = None):
+        self.seq = 0
+        self.proc = f"/proc/{int(pid)}" if pid is not None else "/proc/self"
+        self.nl = _netlink_in(pid) if pid is not None and _other_netns(pid) else _netlink()
+
+    def families(self, states: int) -> list[int]:
+        """The address families worth a dump. A dump walks the kernel's whole established-socket hash,
+        shared by every namespace and sized by RAM (262,144 buckets, 2 ms a walk, here), whatever the
+        namespace holds: a family whose sockets this namespace counts at 0 (/proc/net/sockstat's
+        `inuse`, per namespace: sock_prot_inuse_get) is skipped. TIME-WAIT sockets are not in that
+        count (the v4 line's `tw` counts both families'), so a dump of them takes both."""
+        if states & (1 << TCP_TIME_WAIT):
+            return [socket.AF_INET, socket.AF_INET6]
+        out = []
+        for family, name, label in ((socket.AF_INET, "sockstat", "TCP:"), (socket.AF_INET6, "sockstat6", "TCP6:")):
+            try:
+                with open(f"{self.proc}/net/{name}", encoding="ascii", errors="replace") as fh:
+                    line = next((l.split() for l in fh if l.startswith(label + " ")), [])
+            except OSError:
+                line = []
+            inuse = line[line.index("inuse") + 1] if "inuse" in line[:-1] else None
+            if inuse != "0":
+                out.append(family)
+        return out
+
+    def dump(self, states: int = ALL_STATES & ~(1 << TCP_TIME_WAIT), info: bool = False,
+             memory: bool = False) -> list[Sock]:
+        """Every TCP socket (IPv4 and IPv6) in one of `states` (a bit per TCP state); TCP_INFO and the
+        drop count when asked."""
+        ext = (1 << (INET_DIAG_INFO - 1) if info else 0) | (1 << (INET_DIAG_SKMEMINFO - 1) if memory else 0)
+        out = []
+        for family in self.families(states):
+            out += self._dump_family(family, states, ext)
+        return out
+
+    def _dump_family(self, family: int, states: int, ext: int) -> list[Sock]:
+        self.seq += 1
+        req = REQUEST.pack(family, socket.IPPROTO_TCP, ext, states)
+        self.nl.send(struct.pack("=IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP,
+                                 self.seq, 0) + req)
+        out = []
+        while True:
+            for kind, seq, body in messages(self.nl.recv(RECV_BYTES)):
+                if seq != self.seq:
+                    continue                            # the tail of a dump an earlier error cut short
+                if kind == NLMSG_ERROR:
+                    err = -struct.unpack_from("=i", body)[0] if len(body) >= 4 else 0
+                    if err:
+                        raise OSError(err, f"sock_diag: {os.strerror(err)}")
+                    return out
+                if kind == NLMSG_DONE:
+                    return out
+                if (s := parse(family, body)) is not None:
+                    out.append(s)
+
+    def close(self) -> None:
+        self.nl.close()
+
+
+def _netlink() -> socket.socket:
+    nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_SOCK_DIAG)
+    nl.settimeout(5)
+    return nl
+
+
+def _other_netns(pid: int) -> bool:
+    """pid's network namespace is not this thread's (a socket is made in its maker thread's)."""
+    return os.stat(f"/proc/{int(pid)}/ns/net").st_ino != os.stat("/proc/thread-self/ns/net").st_ino
+
+
+def _netlink_in(pid: int) -> socket.socket:
+    """A sock_diag socket made by a thread that entered pid's network namespace and then ends."""
+    got: dict = {}
+    target = os.open(f"/proc/{int(pid)}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+
+    def enter_and_open():
+        try:
+            if _libc().setns(target, CLONE_NEWNET) != 0:
+                e = ctypes.get_errno()
+                raise OSError(e, f"setns into the network namespace of pid {pid}: {os.strerror(e)}")
+            got["socket"] = _netlink()
+        except OSError as e:
+            got["error"] = e
+
+    try:
+        t = threading.Thread(target=enter_and_open, name="netns-enter")
+        t.start()
+        t.join()
+    finally:
+        os.close(target)
+    if "error" in got:
+        raise got["error"]
+    return got["socket"]
