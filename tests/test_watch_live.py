@@ -88,9 +88,8 @@ def test_watch_records_windows_and_ctrl_c_exits_130(tmp_path, no_other_haproxy):
         assert "watching" in err or "recording" in err
         assert "stopped after" in err and "Traceback" not in err
     finally:
-        if w and w.poll() is None:
-            w.kill()
-            w.wait()
+        if w:
+            stop(w)
         stop(hp)
     recs = recorder.read(state / "watch").records
     assert [r["status"] for r in recs[:2]] == ["watched", "watched"], recs[0].get("reason")
@@ -130,9 +129,7 @@ def test_sigterm_ends_the_watch_cleanly_and_a_vanished_non_proxy_is_said_once(tm
         out, err = w.communicate(timeout=60)
     finally:
         stop(sleeper)
-        if w.poll() is None:
-            w.kill()
-            w.wait()
+        stop(w)
     assert w.returncode == 130, err
     assert err.count("it is no proxy proxytune knows, so it cannot be followed") == 1, err
     assert "stopped after" in err and "Traceback" not in err
@@ -177,9 +174,8 @@ def test_a_proxy_driven_into_its_cap_twice_gives_two_episodes_that_start_and_end
         _, err = w.communicate(timeout=60)
         assert w.returncode == 130, err
     finally:
-        if w and w.poll() is None:
-            w.kill()
-            w.wait()
+        if w:
+            stop(w)
         stop(hp)
     r = proxytune("--state-dir", str(state), "watch", "history", "--json")
     eps = [e for e in json.loads(r.stdout)["data"]["episodes"] if e["severity"] in ("high", "medium")]
