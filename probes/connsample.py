@@ -315,9 +315,13 @@ class Sampler:
         if self.drops1 is None and self.n:
             self.window_end()
         drops = self.listen_drops()
+        ephemeral = self.ephemeral(size)
+        if self.ns is not None:
+            self.ns.close()                     # the window's last read: its netlink socket goes now, not at GC
+            self.ns = None
         return {"samples": self.n, "tick_s": self.tick_s, "fine": fine, "pids": {str(p): v for p, v in self.per_pid.items()},
                 "ports": self.ports, "clients_peak": self.clients_peak, "upstream_peak": self.upstream_peak,
-                "ephemeral": self.ephemeral(size), "listen_drops": drops, "flight": self.flight.summary()}
+                "ephemeral": ephemeral, "listen_drops": drops, "flight": self.flight.summary()}
 
     def ephemeral(self, size: int | None) -> dict:
         at_end, flow = self.ephemeral_now()
