@@ -1,7 +1,7 @@
 """`proxytune watch` where no cap is hit, on a real nginx reverse proxy in a network namespace of this
 module's own: a slow origin under load gives one `slow-origin` episode that starts and ends with the
-load, and a healthy proxy (a fast origin, paced load) gives none. Run under the heavy lock: it starts
-proxies, wrk and bpftrace.
+load, a healthy proxy (a fast origin, paced load) gives none, and a reload's new workers are followed.
+Run under the heavy lock: it starts proxies, wrk and bpftrace.
 
 The healthy span is HEALTHY_S (60 s of 2 s windows: 30 windows judged). The issue's ten minutes run with
 PROXYTUNE_WATCH_HEALTHY_S=600; tests/watch_cost.py's busy hour reports the episodes of its span too."""
@@ -106,3 +106,29 @@ def test_a_healthy_proxy_gives_no_episode(tmp_path):
     assert len(recs) >= HEALTHY_S / WINDOW * 0.8, len(recs)
     assert {x["status"] for x in recs} == {"watched"}, [x.get("reason") for x in recs if x["status"] != "watched"]
     assert history(state) == [], [(x["seq"], [f["id"] for f in x["findings"]]) for x in recs if x["findings"]]
+
+
+def test_a_reload_s_new_workers_are_watched(tmp_path):
+    """SIGHUP to nginx's master: new workers start and the old ones leave. The watcher's next windows
+    watch the new workers (a new session attached to them), and no window fails on the way."""
+    from proxytune.microbench import servers
+    state, w = tmp_path / "state", None
+
+    def watched_pids() -> list[set[int]]:
+        return [set(r["body"]["target"]["pids"]) for r in recorder.read(state / "watch").records
+                if r["status"] == "watched"]
+
+    try:
+        with servers.Nginx() as ng:
+            w = watcher(ng.pid, state)
+            assert wait_for(lambda: len(watched_pids()) >= 2, timeout=120), _tail(w)
+            before = watched_pids()[-1]
+            os.kill(ng.pid, signal.SIGHUP)
+            assert wait_for(lambda: any(ng.pid in p and p - before for p in watched_pids()), timeout=120), \
+                (before, watched_pids()[-3:], _tail(w))
+            end(w)
+    finally:
+        if w:
+            stop(w)
+    recs = recorder.read(state / "watch").records
+    assert sum(x["status"] == "failed" for x in recs) == 0, [x.get("reason") for x in recs]
