@@ -6,6 +6,7 @@ import json
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -185,3 +186,62 @@ def test_a_proxy_driven_into_its_cap_twice_gives_two_episodes_that_start_and_end
     for e, (on, off) in zip(eps, edges):
         assert abs(e["start"] - on) <= window + 1.0 and abs(e["end"] - off) <= window + 1.0, (e, on, off, seen)
     assert sum(x["status"] == "failed" for x in recs) == 0, [x.get("reason") for x in recs]
+
+
+FULL_STATE = """
+import json, os, signal, subprocess, sys, time
+mnt, argv, pid = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "pt-watch-full", mnt], check=True)
+ring = os.path.join(mnt, "watch")
+w = subprocess.Popen([*argv, "--state-dir", mnt, "watch", "--pid", pid, "--window", "1", "--no-perf",
+                      "--max-size", "256K"], stderr=subprocess.PIPE, text=True)
+def segs():
+    try:
+        return sum(os.path.getsize(os.path.join(ring, n)) for n in os.listdir(ring) if n.endswith(".seg"))
+    except OSError:
+        return 0
+def wait(cond, s):
+    end = time.monotonic() + s
+    while not cond() and time.monotonic() < end:
+        time.sleep(0.2)
+    return cond()
+out = {"first": wait(lambda: segs() > 0, 120)}
+with open(os.path.join(mnt, "fill"), "wb") as f:          # every byte left, as another writer would take it
+    try:
+        while True:
+            f.write(b"x" * 4096)
+            f.flush()
+    except OSError as e:
+        out["fill"] = e.strerror
+full_at = segs()
+time.sleep(5)
+out["grew_while_full"] = segs() - full_at
+os.unlink(os.path.join(mnt, "fill"))
+out["again"] = wait(lambda: segs() > full_at, 60)
+w.send_signal(signal.SIGINT)
+out["err"] = w.communicate(timeout=60)[1]
+out["rc"] = w.returncode
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare")
+def test_a_full_state_filesystem_is_said_once_and_the_watch_goes_on(tmp_path, no_other_haproxy):
+    """The real watcher on a 1 MiB tmpfs (a private mount namespace's: gone with it) that another writer
+    fills: it says so once and keeps watching, and records again once there is room."""
+    hp = start_haproxy(tmp_path)
+    mnt = tmp_path / "state"
+    mnt.mkdir()
+    try:
+        p = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c", FULL_STATE, str(mnt),
+                            json.dumps(proxytune_argv()), str(hp.pid)], capture_output=True, text=True, timeout=300)
+    finally:
+        stop(hp)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout)
+    err = out["err"]
+    assert out["first"] and out["fill"] == "No space left on device", out
+    assert out["grew_while_full"] <= 0 and out["again"], out
+    assert err.count("still watching, windows are not kept until it has room") == 1, err
+    assert "recording again (" in err and out["rc"] == 130 and "Traceback" not in err, err
+    assert list(mnt.iterdir()) == []                  # the namespace's mount never reached the host

@@ -177,6 +177,9 @@ def run(minutes: float, rate: int, window: float, conns: int) -> dict:
                 "watcher_core_share": round((c1 - c0 + bpf_s) / wall, 5),
                 "wrk_requests_per_s": wrk_rate(load),
                 "proxy_core_share": round((p1 - p0) / wall, 4),
+                # the probes' run time against the proxy's own CPU over the span: per request, the share the
+                # tracepoints add to what a request costs (an upper bound: some runs are other tasks')
+                "bpf_per_request_share": round(bpf_s / (p1 - p0), 4) if p1 > p0 else None,
                 "watcher_rss_peak_mib": round(peak_self, 1), "with_tracers_rss_peak_mib": round(peak_all, 1),
                 "recorder_bytes": du(tmp / "state" / "watch"), "recorder_files": files_,
                 **recorded(tmp / "state"), "watcher_said": err.strip().splitlines()[-5:]}
