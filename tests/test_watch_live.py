@@ -206,13 +206,12 @@ def wait(cond, s):
         time.sleep(0.2)
     return cond()
 out = {"first": wait(lambda: segs() > 0, 120)}
-with open(os.path.join(mnt, "fill"), "wb") as f:          # every byte left, as another writer would take it
-    try:
+try:
+    with open(os.path.join(mnt, "fill"), "wb", buffering=0) as f:     # every byte left, as another writer takes it
         while True:
             f.write(b"x" * 4096)
-            f.flush()
-    except OSError as e:
-        out["fill"] = e.strerror
+except OSError as e:
+    out["fill"] = e.strerror
 full_at = segs()
 time.sleep(5)
 out["grew_while_full"] = segs() - full_at
