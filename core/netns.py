@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import traceback
 
 from . import procgroup
@@ -95,3 +96,36 @@ def _stop(pid: int, grace: float = 20.0) -> None:
         os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
+
+
+def run_in(pid: int, fn):
+    """fn() on a short-lived thread inside pid's network namespace (setns(2) moves the calling thread
+    only, so no other thread of ours leaves its namespace): what it opens there (a socket, a file under
+    /proc/sys/net) belongs to that namespace and stays so after. Its result, or the OSError it raised
+    (also when the namespace cannot be entered: the process is gone, or CAP_SYS_ADMIN is missing)."""
+    got: dict = {}
+    target = os.open(f"/proc/{int(pid)}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+
+    def enter_and_run():
+        try:
+            if _libc().setns(target, CLONE_NEWNET) != 0:
+                e = ctypes.get_errno()
+                raise OSError(e, f"setns into the network namespace of pid {pid}: {os.strerror(e)}")
+            got["result"] = fn()
+        except OSError as e:
+            got["error"] = e
+
+    try:
+        t = threading.Thread(target=enter_and_run, name="netns-enter")
+        t.start()
+        t.join()
+    finally:
+        os.close(target)
+    if "error" in got:
+        raise got["error"]
+    return got["result"]
+
+
+def same_as_ours(pid: int) -> bool:
+    """pid's network namespace is this thread's."""
+    return os.stat(f"/proc/{int(pid)}/ns/net").st_ino == os.stat("/proc/thread-self/ns/net").st_ino

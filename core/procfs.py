@@ -225,7 +225,41 @@ def context_switches(pid: int) -> int:
 
 
 def descendants(pid: int) -> list[int]:
-    """pid and every process below it (nginx workers, varnishd's cache child, squid's kids)."""
+    """pid and every process below it (nginx workers, varnishd's cache child, squid's kids). Read from
+    each thread's /proc/PID/task/TID/children (Linux 3.5, CONFIG_PROC_CHILDREN), a few files for a
+    proxy's tree, where a scan reads the stat of every process on the host (the watcher asks every
+    window); the scan where the kernel has no such file."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        kids = _children(p)
+        if kids is None:
+            return _descendants_by_scan(pid)
+        todo += [k for k in kids if k not in out and k not in todo]
+    return sorted(out)
+
+
+def _children(pid: int) -> list[int] | None:
+    """The children of every thread of pid; [] when it is gone, None when the kernel lacks the file."""
+    try:
+        tids = os.listdir(f"/proc/{int(pid)}/task")
+    except OSError:
+        return []
+    kids = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{int(pid)}/task/{tid}/children", encoding="ascii") as fh:
+                kids += [int(k) for k in fh.read().split() if is_uint(k)]
+        except FileNotFoundError:
+            if os.path.isdir(f"/proc/{int(pid)}/task/{tid}"):
+                return None                     # the thread is there, its children file is not
+        except OSError:
+            continue
+    return kids
+
+
+def _descendants_by_scan(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for p in all_pids():
         if (st := read_stat(p)) is not None:

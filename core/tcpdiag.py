@@ -15,18 +15,15 @@ the names ss prints them with, and the drops counted on it (SK_MEMINFO_DROPS,
 ss -m's `d`).
 """
 
-import ctypes
-import ipaddress
 import os
 import socket
 import struct
-import threading
 from dataclasses import dataclass, field
 
+from . import netns
 from .netlink import NETLINK_SOCK_DIAG, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, SOCK_DIAG_BY_FAMILY, \
     messages
 
-CLONE_NEWNET = 0x40000000
 INET_DIAG_INFO, INET_DIAG_SKMEMINFO = 2, 7                      # linux/inet_diag.h
 SK_MEMINFO_DROPS = 8                                            # linux/sock_diag.h
 TCP_ESTABLISHED, TCP_TIME_WAIT, TCP_LISTEN = 1, 6, 10
@@ -53,16 +50,9 @@ class Sock:
     drops: int | None = None
 
 
-def _libc():
-    return ctypes.CDLL(None, use_errno=True)
-
-
 def _address(family: int, raw: bytes, port: int) -> str:
-    if family == socket.AF_INET:
-        text = str(ipaddress.IPv4Address(raw[:4]))
-    else:
-        text = f"[{ipaddress.IPv6Address(raw)}]"
-    return f"{text}:{port or '*'}"
+    text = socket.inet_ntop(family, raw[:4] if family == socket.AF_INET else raw)
+    return f"{text if family == socket.AF_INET else '[' + text + ']'}:{port or '*'}"
 
 
 def _tcp_info(attr: bytes) -> dict[str, int]:
@@ -107,7 +97,7 @@ class Namespace:
     def __init__(self, pid: int | None = None):
         self.seq = 0
         self.proc = f"/proc/{int(pid)}" if pid is not None else "/proc/self"
-        self.nl = _netlink_in(pid) if pid is not None and _other_netns(pid) else _netlink()
+        self.nl = netns.run_in(pid, _netlink) if pid is not None and not netns.same_as_ours(pid) else _netlink()
 
     def families(self, states: int) -> list[int]:
         """The address families worth a dump. A dump walks the kernel's whole established-socket hash,
@@ -167,33 +157,3 @@ def _netlink() -> socket.socket:
     nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_SOCK_DIAG)
     nl.settimeout(5)
     return nl
-
-
-def _other_netns(pid: int) -> bool:
-    """pid's network namespace is not this thread's (a socket is made in its maker thread's)."""
-    return os.stat(f"/proc/{int(pid)}/ns/net").st_ino != os.stat("/proc/thread-self/ns/net").st_ino
-
-
-def _netlink_in(pid: int) -> socket.socket:
-    """A sock_diag socket made by a thread that entered pid's network namespace and then ends."""
-    got: dict = {}
-    target = os.open(f"/proc/{int(pid)}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-
-    def enter_and_open():
-        try:
-            if _libc().setns(target, CLONE_NEWNET) != 0:
-                e = ctypes.get_errno()
-                raise OSError(e, f"setns into the network namespace of pid {pid}: {os.strerror(e)}")
-            got["socket"] = _netlink()
-        except OSError as e:
-            got["error"] = e
-
-    try:
-        t = threading.Thread(target=enter_and_open, name="netns-enter")
-        t.start()
-        t.join()
-    finally:
-        os.close(target)
-    if "error" in got:
-        raise got["error"]
-    return got["socket"]

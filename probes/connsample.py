@@ -175,11 +175,12 @@ class Sampler:
     """Call sample() every tick; summary() is the evidence."""
 
     def __init__(self, pids: list[int], port_range: str | None = None, thread_name: str | None = None,
-                 tick_s: float = TICK_S, fine_s: float = FINE_S):
+                 tick_s: float = TICK_S, fine_s: float = FINE_S, time_wait_at_end: bool = True):
         self.pids = list(dict.fromkeys(pids))
         self.thread_name = thread_name          # count this proxy's worker threads (varnish: cache-worker)
         self.ns = namespace_of(self.pids[0]) if self.pids else None
         self.range = parse_range(port_range)
+        self.time_wait_at_end = time_wait_at_end   # one dump with TIME-WAIT at the end (headroom only)
         self.n = 0
         self.per_pid: dict[int, dict] = {}
         self.ports: dict[str, dict] = {}
@@ -292,7 +293,7 @@ class Sampler:
 
     def ephemeral_now(self) -> tuple[int | None, str | None]:
         """Ephemeral ports in use toward the busiest destination now, TIME-WAIT included (one full dump)."""
-        if not self.range:
+        if not self.range or not self.time_wait_at_end:
             return None, None
         rows = tcp_rows(self.ns, time_wait=True)
         return busiest_destination(rows, {port for state, _, _, port, _, _ in rows if state == "LISTEN"}, self.range)

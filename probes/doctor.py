@@ -122,12 +122,13 @@ class Probes:
 
     @contextlib.contextmanager
     def window(self, kids: procgroup.Children, use_perf: bool = True, tick_s: float = connsample.TICK_S,
-               fine_s: float = connsample.FINE_S):
+               fine_s: float = connsample.FINE_S, time_wait: bool = True):
         """Open a window: perf (when sampling), the proxy's stats and own clocks, /proc, TcpExt,
         conntrack and scheduler snapshots, the first socket sample (the caller samples every tick_s).
         Its clocks stop on any exit."""
         w = Window(sampler=connsample.Sampler(self.every, self.port_range,
-                                              self.watched.worker_thread if self.watched else None, tick_s, fine_s))
+                                              self.watched.worker_thread if self.watched else None, tick_s, fine_s,
+                                              time_wait))
         with own_clocks(self.watched) as w.clocks:
             w.rec = perf.Record(kids) if self.sampling.ok and use_perf else None
             w.stats0 = self.watched.stats() if self.watched else None

@@ -48,10 +48,11 @@ def unit_main_pid(unit: str) -> int | None:
     return pid if p.returncode == 0 and pid and target.watchable([pid]) else None
 
 
-def pids_of(master: int) -> list[int]:
+def pids_of(master: int, running=None) -> list[int]:
     """The master first, then the processes that hold the proxy's connections: its descendants with
-    its executable (varnish's cache process is named otherwise), else children with its name."""
-    running = proxies.identify(master)
+    its executable (varnish's cache process is named otherwise), else children with its name.
+    `running`: the master as proxies.identify() gave it (its config read), when the caller has it."""
+    running = running or proxies.identify(master)
     if running is None:
         return proc.resolve(master, None)
     rest = sorted(set(target.watchable(running.processes())) - {master})
@@ -67,6 +68,7 @@ class Locator:
         self.absent_said = False
         self.unit: str | None = None
         self.comm: str | None = None
+        self._identified: tuple | None = None          # ((pid, start), proxies.identify(pid)) of the master
         if unit is not None:
             spec = proxies.for_service(unit)
             if spec is None:
@@ -86,7 +88,7 @@ class Locator:
 
     def find(self) -> tuple[list[int], str | None]:
         if self.current and procfs.alive(*self.current):
-            return pids_of(self.current[0]), None
+            return pids_of(self.current[0], self._running()), None
         lost = self.current
         if lost and self.kind is None:          # a --pid that is no proxy: nothing to follow it by
             return self._absent(f"pid {lost[0]} exited; it is no proxy proxytune knows, so it cannot be followed")
@@ -105,6 +107,13 @@ class Locator:
                f"watching {self.what} master pid {pid}" + (f" (of {len(found)} masters, the first)"
                                                           if len(found) > 1 else ""))
         return pids_of(pid), say
+
+    def _running(self):
+        """The master watched, identified once while it lives (identify reads its config: the watcher
+        asks every window, and a reload's new config is read by the new session's doctor)."""
+        if self._identified is None or self._identified[0] != self.current:
+            self._identified = (self.current, proxies.identify(self.current[0]))
+        return self._identified[1]
 
     def _absent(self, line: str) -> tuple[list[int], str | None]:
         said, self.absent_said = self.absent_said, True

@@ -2,8 +2,8 @@
 buckets, conntrack entries, TCP memory, orphaned sockets.
 
 They are read in the TARGET's network namespace (a proxy in a container has
-its own): files under /proc/PID/net directly, sysctls through `nsenter -t
-PID -n`, since /proc/sys shows the namespace of whoever reads it. tcp_mem
+its own): files under /proc/PID/net directly, sysctls by a thread that
+enters its namespace, since /proc/sys shows the namespace of whoever reads it. tcp_mem
 and tcp_max_orphans are global (ipv4_table in net/ipv4/sysctl_net_ipv4.c,
 not ipv4_net_table): a child namespace has no such file, so they are read
 from the host's /proc/sys and said to be global. So are the `orphan` and
@@ -12,9 +12,9 @@ net/ipv4/proc.c); `inuse` and `tw` are the namespace's own.
 """
 
 import os
-import subprocess
 from pathlib import Path
 
+from proxytune.core import netns
 from proxytune.core.numbers import uint
 
 PER_NS = ("net.ipv4.tcp_max_tw_buckets", "net.ipv4.tcp_fin_timeout", "net.netfilter.nf_conntrack_count",
@@ -44,30 +44,31 @@ def _same_netns(pid: int) -> bool:
         return False
 
 
+def _per_ns() -> dict:
+    """PER_NS as this thread's network namespace has them (a name it lacks is left out)."""
+    out = {}
+    for name in PER_NS:
+        try:
+            out[name] = _number(Path(_path(name)).read_text())
+        except OSError:
+            pass
+    return out
+
+
 def sysctls(pid: int) -> tuple[dict, str | None]:
     """PER_NS read in pid's namespace, GLOBAL from /proc/sys; a name its namespace lacks is left out.
-    The second value says why the namespace could not be read at all."""
+    The second value says why the namespace could not be read at all. A file under /proc/sys/net is
+    the namespace of the task that opens it (net/sysctl_net.c: current->nsproxy->net_ns), so another
+    namespace's are read by a thread that enters it (core/netns.run_in), not by an nsenter process a
+    window (the watcher reads them every window)."""
     out, error = {}, None
     if _same_netns(pid):
-        for name in PER_NS:
-            try:
-                out[name] = _number(Path(_path(name)).read_text())
-            except OSError:
-                pass
+        out = _per_ns()
     else:
-        # grep -H prints "path:value" for the files that exist and skips the rest (-s): one nsenter for all.
         try:
-            p = subprocess.run(["nsenter", "-t", str(pid), "-n", "grep", "-s", "-H", ".", *map(_path, PER_NS)],
-                               capture_output=True, text=True, errors="replace", timeout=10)
-            paths = {_path(n): n for n in PER_NS}
-            for line in p.stdout.splitlines():
-                path, _, value = line.partition(":")
-                if path in paths:
-                    out[paths[path]] = _number(value)
-            if not out:
-                error = (p.stderr.strip().splitlines() or [f"nsenter exited {p.returncode}"])[-1]
-        except (OSError, subprocess.TimeoutExpired) as e:
-            error = f"nsenter: {e}"
+            out = netns.run_in(pid, _per_ns)
+        except OSError as e:
+            error = f"cannot enter its network namespace: {e.strerror or e}"
     for name in GLOBAL:
         try:
             out[name] = _number(Path(_path(name)).read_text())

@@ -20,14 +20,15 @@ import time
 from proxytune.core import procgroup
 
 from . import bpftrace, doctor, findings, target
-# The watcher samples sockets every TICK_S and fd counts every FINE_S, where the doctor's one look does
-# 4 and 100 times a second (connsample.py): each socket tick walks the kernel's whole established-socket
-# hash (a sock_diag dump, core/tcpdiag.py: 2 ms of CPU here) and each fd read wakes a thread, which a
-# look of seconds can pay and a watch of every hour cannot. A coarser tick widens the stated uncertainty
-# of the budget's sampled parts; a short fd peak between two reads is missed (the fd rules also read the
-# kernel's EMFILE counts when near the limit).
-TICK_S = 1.0
-FINE_S = 0.1
+# The watcher samples sockets TICKS_PER_WINDOW times a window (every 3.3 s of its default 10 s) and fd
+# counts every FINE_S, where the doctor's one look does 4 and 100 times a second (connsample.py): each
+# socket tick walks the kernel's whole established-socket hash (a sock_diag dump, core/tcpdiag.py: 5 to
+# 7 ms of CPU here beside a busy proxy) and each fd read wakes a thread, which a look of
+# seconds can pay and a watch of every hour cannot. Fewer ticks widen the stated uncertainty of the
+# budget's sampled parts (a mean of 3 samples); a peak of sockets between two ticks is missed, one of fds
+# between two reads too (the fd rules also read the kernel's EMFILE counts when near the limit).
+TICKS_PER_WINDOW = 3
+FINE_S = 0.25
 # A session's triage and audit are this old at most: then a new session settles them again.
 REFRESH_S = 600.0
 # A window that has not been dumped after this many window lengths is lost (a stuck or starved bpftrace).
@@ -63,9 +64,13 @@ class Session:
     def window(self) -> dict:
         """Watch until bpftrace's next dump, ticking the socket sampler; the doctor's result for it.
         An error (ProxytuneError) when bpftrace exits or misses its window: the caller starts anew."""
-        with self.probes.window(self.kids, use_perf=self.sample_next, tick_s=TICK_S, fine_s=FINE_S) as w:
+        tick_s = self.window_s / TICKS_PER_WINDOW
+        # no TIME-WAIT dump at the window's end (another walk of the hash): the ephemeral ports' headroom
+        # counts the connected ones only; running out is found by connect()'s EADDRNOTAVAIL, not by it
+        with self.probes.window(self.kids, use_perf=self.sample_next, tick_s=tick_s, fine_s=FINE_S,
+                                time_wait=False) as w:
             t0 = time.monotonic()
-            while (maps := self.standing.poll(TICK_S)) is None:
+            while (maps := self.standing.poll(tick_s)) is None:
                 elapsed = time.monotonic() - t0
                 if elapsed > LATE_WINDOWS * self.window_s:
                     self.standing.next_window(0)            # raises: no window by the deadline
