@@ -96,7 +96,7 @@ class Namespace:
 
     def __init__(self, pid: int | None = None):
         self.seq = 0
-        self.proc = f"/proc/{int(pid)}" if pid is not None else "/proc/self"
+        self.proc = f"/proc/{int(pid)}" if pid is not None else "/proc/thread-self"
         self.nl = netns.run_in(pid, _netlink) if pid is not None and not netns.same_as_ours(pid) else _netlink()
 
     def families(self, states: int) -> list[int]:

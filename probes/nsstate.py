@@ -37,13 +37,6 @@ def _number(text: str):
     return vals[0] if len(vals) == 1 else (vals or None)
 
 
-def _same_netns(pid: int) -> bool:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net")
-    except OSError:
-        return False
-
-
 def _per_ns() -> dict:
     """PER_NS as this thread's network namespace has them (a name it lacks is left out)."""
     out = {}
@@ -62,13 +55,10 @@ def sysctls(pid: int) -> tuple[dict, str | None]:
     namespace's are read by a thread that enters it (core/netns.run_in), not by an nsenter process a
     window (the watcher reads them every window)."""
     out, error = {}, None
-    if _same_netns(pid):
-        out = _per_ns()
-    else:
-        try:
-            out = netns.run_in(pid, _per_ns)
-        except OSError as e:
-            error = f"cannot enter its network namespace: {e.strerror or e}"
+    try:
+        out = _per_ns() if netns.same_as_ours(pid) else netns.run_in(pid, _per_ns)
+    except OSError as e:
+        error = f"cannot enter its network namespace: {e.strerror or e}"
     for name in GLOBAL:
         try:
             out[name] = _number(Path(_path(name)).read_text())
