@@ -175,12 +175,12 @@ class Sampler:
     """Call sample() every tick; summary() is the evidence."""
 
     def __init__(self, pids: list[int], port_range: str | None = None, thread_name: str | None = None,
-                 tick_s: float = TICK_S, fine_s: float = FINE_S, time_wait_at_end: bool = True):
+                 tick_s: float = TICK_S, fine_s: float = FINE_S, standing: bool = False):
         self.pids = list(dict.fromkeys(pids))
         self.thread_name = thread_name          # count this proxy's worker threads (varnish: cache-worker)
         self.ns = namespace_of(self.pids[0]) if self.pids else None
         self.range = parse_range(port_range)
-        self.time_wait_at_end = time_wait_at_end   # one dump with TIME-WAIT at the end (headroom only)
+        self.standing = standing                 # a watcher's window: no walk of the hash at its end
         self.n = 0
         self.per_pid: dict[int, dict] = {}
         self.ports: dict[str, dict] = {}
@@ -193,6 +193,7 @@ class Sampler:
         self.others: dict[int, dict] = {}        # inode -> the other processes' listeners, as the ticks saw them
         self.drops0 = self.drops1 = None         # listener_drops() at the window's start and end
         self.flight = Tally()                     # where its requests are at each tick (the time budget)
+        self.established: dict | None = None     # the last tick's: established sockets held, clients among them
 
     def sample(self) -> None:
         if self.n == 0:
@@ -207,7 +208,11 @@ class Sampler:
         rows = tcp_rows(self.ns, info=info)
         listening = {port for state, _, _, port, ino, _ in rows if state == "LISTEN" and ino in owner}
         counts = {pid: {"clients": 0, "upstream": 0} for pid in inv}
+        self.established = {"clients": 0, "total": 0}
         for state, recvq, sendq, port, ino, flow in rows:
+            if state == "ESTAB" and ino in owner:
+                self.established["total"] += 1
+                self.established["clients"] += port in listening
             if state == "LISTEN":
                 if ino in owner:
                     self._listener(port, recvq, sendq)
@@ -293,7 +298,7 @@ class Sampler:
 
     def ephemeral_now(self) -> tuple[int | None, str | None]:
         """Ephemeral ports in use toward the busiest destination now, TIME-WAIT included (one full dump)."""
-        if not self.range or not self.time_wait_at_end:
+        if not self.range or self.standing:
             return None, None
         rows = tcp_rows(self.ns, time_wait=True)
         return busiest_destination(rows, {port for state, _, _, port, _, _ in rows if state == "LISTEN"}, self.range)

@@ -122,13 +122,13 @@ class Probes:
 
     @contextlib.contextmanager
     def window(self, kids: procgroup.Children, use_perf: bool = True, tick_s: float = connsample.TICK_S,
-               fine_s: float = connsample.FINE_S, time_wait: bool = True):
+               fine_s: float = connsample.FINE_S, standing: bool = False):
         """Open a window: perf (when sampling), the proxy's stats and own clocks, /proc, TcpExt,
         conntrack and scheduler snapshots, the first socket sample (the caller samples every tick_s).
         Its clocks stop on any exit."""
         w = Window(sampler=connsample.Sampler(self.every, self.port_range,
                                               self.watched.worker_thread if self.watched else None, tick_s, fine_s,
-                                              time_wait))
+                                              standing))
         with own_clocks(self.watched) as w.clocks:
             w.rec = perf.Record(kids) if self.sampling.ok and use_perf else None
             w.stats0 = self.watched.stats() if self.watched else None
@@ -174,7 +174,10 @@ class Probes:
         ev["procs"], ev["cpu_cores"] = proc_figures(self.pids, w.before, after, seconds)
         ev["threads"] = proc.busiest_threads(w.threads0, threads1, self.pids[0])
         ev["listeners"] = sockets.listeners(self.pids)
-        ev["connections"] = sockets.connections({l["local"].rsplit(":", 1)[-1] for l in ev["listeners"]}, self.pids)
+        # a standing window takes them from its last tick, not from another walk of the hash
+        ev["connections"] = (w.sampler.established if w.sampler.standing and w.sampler.established is not None
+                             else sockets.connections({l["local"].rsplit(":", 1)[-1] for l in ev["listeners"]},
+                                                      self.pids))
         ev["conns"] = w.sampler.summary()
         ev["cache_dirs"] = observe.observe("", self.dirs, None)["cache_dirs"] if self.dirs else []
         ev["perf"] = prof

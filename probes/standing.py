@@ -65,10 +65,11 @@ class Session:
         """Watch until bpftrace's next dump, ticking the socket sampler; the doctor's result for it.
         An error (ProxytuneError) when bpftrace exits or misses its window: the caller starts anew."""
         tick_s = self.window_s / TICKS_PER_WINDOW
-        # no TIME-WAIT dump at the window's end (another walk of the hash): the ephemeral ports' headroom
-        # counts the connected ones only; running out is found by connect()'s EADDRNOTAVAIL, not by it
+        # standing: no walk of the hash at the window's end. The ephemeral ports' headroom counts the connected
+        # ones only (no TIME-WAIT dump: running out is found by connect()'s EADDRNOTAVAIL, not by it), and the
+        # established connections are the last tick's
         with self.probes.window(self.kids, use_perf=self.sample_next, tick_s=tick_s, fine_s=FINE_S,
-                                time_wait=False) as w:
+                                standing=True) as w:
             t0 = time.monotonic()
             while (maps := self.standing.poll(tick_s)) is None:
                 elapsed = time.monotonic() - t0

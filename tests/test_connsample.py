@@ -101,3 +101,24 @@ def test_each_listeners_own_drop_count_names_the_one_that_overflowed():
         assert s.summary()["ports"][port]["drops"] > 0
         for c in held:
             c.close()
+
+
+@pytest.mark.host  # reads this process's sockets through sock_diag (the tier: tests/tiers.py)
+def test_a_standing_window_s_last_tick_counts_the_connections_as_the_end_of_window_read_does():
+    """The watcher's windows take the established connections from their last tick (no other walk of
+    the kernel's hash): the same counts sockets.connections gives, and no TIME-WAIT dump at the end."""
+    from proxytune.core import sockets
+    with socket.socket() as lst:
+        lst.bind(("127.0.0.1", 0))
+        lst.listen(8)
+        port = lst.getsockname()[1]
+        clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        accepted = [lst.accept()[0] for _ in clients]
+        try:
+            s = connsample.Sampler([os.getpid()], "32768 60999", standing=True)
+            s.sample()
+            assert s.established == sockets.connections({str(port)}, [os.getpid()]) == {"clients": 3, "total": 6}
+            assert s.summary()["ephemeral"]["at_end_with_time_wait"] is None
+        finally:
+            for c in clients + accepted:
+                c.close()
