@@ -192,10 +192,12 @@ def owners(pids: list[int]) -> dict[int, list[int]]:
     return out
 
 
-def _dump(pid: int, states: int) -> list:
-    """The TCP sockets in `states` of pid's network namespace; none when it cannot be read."""
+def _dump(pid: int, states: int, ns: "tcpdiag.Namespace | None" = None) -> list:
+    """The TCP sockets in `states` of pid's network namespace (through `ns` when the caller holds one
+    for it); none when it cannot be read."""
     try:
-        ns = tcpdiag.Namespace(pid)
+        own = ns is None
+        ns = tcpdiag.Namespace(pid) if own else ns
     except OSError:
         return []
     try:
@@ -203,22 +205,23 @@ def _dump(pid: int, states: int) -> list:
     except OSError:
         return []
     finally:
-        ns.close()
+        if own:
+            ns.close()
 
 
-def listeners(pids: list[int]) -> list[dict]:
+def listeners(pids: list[int], ns: "tcpdiag.Namespace | None" = None) -> list[dict]:
     """The pids' listening TCP sockets with their accept queue and backlog, attributed by inode."""
     own = owners(pids)
     if not own:
         return []
     return [{"local": s.local, "queued": s.recvq, "backlog": s.sendq, "pids": sorted(own[s.inode])}
-            for s in _dump(pids[0], 1 << tcpdiag.TCP_LISTEN) if s.inode in own]
+            for s in _dump(pids[0], 1 << tcpdiag.TCP_LISTEN, ns) if s.inode in own]
 
 
-def connections(ports: set[str], pids: list[int]) -> dict:
+def connections(ports: set[str], pids: list[int], ns: "tcpdiag.Namespace | None" = None) -> dict:
     """Established TCP connections the pids hold: `clients` on `ports` (their listening ports), `total`."""
     own, n = owners(pids), {"clients": 0, "total": 0}
-    for s in _dump(pids[0], 1 << tcpdiag.TCP_ESTABLISHED) if own else ():
+    for s in _dump(pids[0], 1 << tcpdiag.TCP_ESTABLISHED, ns) if own else ():
         if s.inode in own:
             n["total"] += 1
             n["clients"] += s.local.rsplit(":", 1)[-1] in ports

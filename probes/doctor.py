@@ -173,11 +173,11 @@ class Probes:
         ev["all_exited"] = w.watch.all_gone
         ev["procs"], ev["cpu_cores"] = proc_figures(self.pids, w.before, after, seconds)
         ev["threads"] = proc.busiest_threads(w.threads0, threads1, self.pids[0])
-        ev["listeners"] = sockets.listeners(self.pids)
+        ev["listeners"] = sockets.listeners(self.pids, w.sampler.ns)      # the window's own sock_diag socket
         # a standing window takes them from its last tick, not from another walk of the hash
         ev["connections"] = (w.sampler.established if w.sampler.standing and w.sampler.established is not None
                              else sockets.connections({l["local"].rsplit(":", 1)[-1] for l in ev["listeners"]},
-                                                      self.pids))
+                                                      self.pids, w.sampler.ns))
         ev["conns"] = w.sampler.summary()
         ev["cache_dirs"] = observe.observe("", self.dirs, None)["cache_dirs"] if self.dirs else []
         ev["perf"] = prof
