@@ -67,6 +67,21 @@ def sysctls(pid: int) -> tuple[dict, str | None]:
     return out, error
 
 
+def port_range(pid: int) -> str | None:
+    """pid's net.ipv4.ip_local_port_range ("LOW HIGH"), a per-namespace setting read as sysctls() reads
+    them; ours when its namespace cannot be entered (an approximation the connect rules only print)."""
+    def read() -> str:
+        return " ".join(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    try:
+        return read() if netns.same_as_ours(pid) else netns.run_in(pid, read)
+    except OSError:
+        pass
+    try:
+        return read()
+    except OSError:
+        return None
+
+
 def sockstat(pid: int) -> dict | None:
     """The TCP line of /proc/PID/net/sockstat: inuse, orphan, tw, alloc, mem (pages)."""
     try:

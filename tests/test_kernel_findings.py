@@ -124,7 +124,7 @@ def test_unavailable_conntrack_is_no_finding_and_says_why():
     values = {"net.ipv4.tcp_max_tw_buckets": 131072}
     ct = nsstate.conntrack(values, None, None, None)
     assert ct == {"available": False, "reason": ct["reason"]} and "not loaded" in ct["reason"]
-    ct = nsstate.conntrack({}, "nsenter: No such process", None, None)
+    ct = nsstate.conntrack({}, "cannot enter its network namespace: No such process", None, None)
     assert not ct["available"] and "No such process" in ct["reason"]
     ev = evidence()
     ev["kernel"]["conntrack"] = nsstate.conntrack(values, None, None, None)
@@ -232,14 +232,18 @@ def test_the_report_shows_kernel_headroom_also_without_findings():
     assert "conntrack unavailable (nf_conntrack is not loaded" in render.kernel_headroom(k)
 
 
-@pytest.mark.skipif(not (IS_ROOT and shutil.which("unshare") and shutil.which("nsenter")), reason="needs root")
+@pytest.mark.skipif(not (IS_ROOT and shutil.which("unshare")), reason="needs root")
 def test_the_reading_is_the_targets_namespace_and_global_knobs_come_from_the_host():
     p, pid = start(["unshare", "-n", "sh", "-c",
-                    "echo 5 > /proc/sys/net/ipv4/tcp_max_tw_buckets && echo ready $$ && exec sleep 60"])
+                    "echo 5 > /proc/sys/net/ipv4/tcp_max_tw_buckets && "
+                    "echo '40000 40100' > /proc/sys/net/ipv4/ip_local_port_range && echo ready $$ && exec sleep 60"])
     try:
         k = nsstate.read(pid, nsstate.conntrack_stats(pid))
+        assert nsstate.port_range(pid) == "40000 40100"
     finally:
         stop(p)
+    ours = " ".join(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    assert nsstate.port_range(os.getpid()) == ours and nsstate.port_range(2 ** 22 + 1) == ours
     host = nsstate.read(os.getpid(), None)
     assert k["sysctl_error"] is None and k["sysctl"]["net.ipv4.tcp_max_tw_buckets"] == 5
     assert host["sysctl"]["net.ipv4.tcp_max_tw_buckets"] == int(Path("/proc/sys/net/ipv4/tcp_max_tw_buckets").read_text())
@@ -252,7 +256,7 @@ def test_the_reading_is_the_targets_namespace_and_global_knobs_come_from_the_hos
         assert not k["conntrack"]["available"] and "not loaded" in k["conntrack"]["reason"]
 
 
-@pytest.mark.host  # runs nsenter (the tier: tests/tiers.py)
+@pytest.mark.host  # enters namespaces by pid (the tier: tests/tiers.py)
 def test_a_namespace_that_cannot_be_entered_is_said_so():
     values, error = nsstate.sysctls(2 ** 22 + 1)                # above any pid_max: no such process
     assert error and not any(n in values for n in nsstate.PER_NS)
