@@ -16,7 +16,7 @@ import stat
 import struct
 import time
 
-from proxytune.core import netlink, procfs, tcpdiag
+from proxytune.core import netlink, netns, procfs, tcpdiag
 
 MAX_REPLY = 1 << 20
 TCP_LISTEN = "0A"
@@ -88,12 +88,19 @@ def _table(pid: int, name: str) -> list[str]:
         return []
 
 
-def listening_unix_files(inodes: set[int]) -> set[tuple[int, int, int]]:
+def _diag_socket() -> socket.socket:
+    return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, netlink.NETLINK_SOCK_DIAG)
+
+
+def listening_unix_files(inodes: set[int], pid: int | None = None) -> set[tuple[int, int, int]]:
     """(major, minor, inode) of the socket files the listening unix sockets among `inodes` are
-    bound to, from sock_diag (UNIX_DIAG_VFS): the file's identity, whatever name it has now."""
+    bound to, from sock_diag (UNIX_DIAG_VFS): the file's identity, whatever name it has now. Unix
+    sockets belong to a network namespace (net/unix/diag.c dumps sock_net's only), so the dump is
+    asked in pid's: a proxy in a container's namespace holds its stats socket there."""
     req = struct.pack("BBHIIIII", socket.AF_UNIX, 0, 0, 1 << 10, 0, UDIAG_SHOW_VFS, 0, 0)   # TCP_LISTEN
     out = set()
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, netlink.NETLINK_SOCK_DIAG) as nl:
+    ours = pid is None or netns.same_as_ours(pid)
+    with (_diag_socket() if ours else netns.run_in(pid, _diag_socket)) as nl:
         nl.settimeout(5)
         nl.send(struct.pack("IHHII", 16 + len(req), netlink.SOCK_DIAG_BY_FAMILY,
                             netlink.NLM_F_REQUEST | netlink.NLM_F_DUMP, 1, 0) + req)
@@ -114,7 +121,7 @@ def held_file(pid: int, fd: int, proc: int | None = None) -> bool:
     """The socket file open as fd is one a listening socket of the target's is bound to."""
     st = os.fstat(fd)
     return stat.S_ISSOCK(st.st_mode) and \
-        (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) in listening_unix_files(held([pid], proc))
+        (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) in listening_unix_files(held([pid], proc), pid)
 
 
 def _address(hexaddr: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
