@@ -18,7 +18,9 @@ ss -m's `d`).
 import os
 import socket
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from . import netns
 from .netlink import NETLINK_SOCK_DIAG, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, SOCK_DIAG_BY_FAMILY, \
@@ -36,6 +38,36 @@ MESSAGE = struct.Struct("=BBBB2H16s16sI8xIIIII")                # inet_diag_msg
 TCP_INFO_FIELDS = {"unacked": (24, "I"), "lastsnd": (44, "I"), "lastrcv": (52, "I"), "lastack": (56, "I"),
                    "bytes_received": (128, "Q"), "data_segs_in": (152, "I"), "bytes_sent": (200, "Q")}
 RECV_BYTES = 1 << 17
+_FIELD_STRUCTS = {name: (off, struct.Struct("=" + fmt)) for name, (off, fmt) in TCP_INFO_FIELDS.items()}
+
+
+class TcpInfo(Mapping):
+    """A socket's TCP_INFO fields, decoded on first look: a dump carries every socket of the namespace
+    and the sampler looks only at the proxy's (a watcher reads one every few seconds for months). As
+    ss, a field at 0 is left out, and so is one an older kernel's shorter struct lacks."""
+
+    def __init__(self, raw: bytes = b""):
+        self.raw = raw
+
+    @cached_property
+    def _fields(self) -> dict[str, int]:
+        out, raw = {}, self.raw
+        for name, (off, st) in _FIELD_STRUCTS.items():
+            if len(raw) >= off + st.size and (v := st.unpack_from(raw, off)[0]):
+                out[name] = v
+        return out
+
+    def __getitem__(self, key: str) -> int:
+        return self._fields[key]
+
+    def __iter__(self):
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def __repr__(self) -> str:
+        return repr(self._fields)
 
 
 @dataclass
@@ -46,7 +78,7 @@ class Sock:
     local: str              # as ss -n prints it: 127.0.0.1:8080, [::1]:8080, 0.0.0.0:*
     peer: str
     inode: int
-    info: dict[str, int] = field(default_factory=dict)
+    info: Mapping[str, int] = field(default_factory=dict)
     drops: int | None = None
 
 
@@ -55,24 +87,17 @@ def _address(family: int, raw: bytes, port: int) -> str:
     return f"{text if family == socket.AF_INET else '[' + text + ']'}:{port or '*'}"
 
 
-def _tcp_info(attr: bytes) -> dict[str, int]:
-    """The fields a kernel's TCP_INFO carries (an older kernel's is shorter: what it lacks is left out,
-    as ss leaves out a zero)."""
-    out = {}
-    for name, (off, fmt) in TCP_INFO_FIELDS.items():
-        size = struct.calcsize(fmt)
-        if len(attr) >= off + size and (v := struct.unpack_from("=" + fmt, attr, off)[0]):
-            out[name] = v
-    return out
+_ATTR = struct.Struct("=HH")
 
 
-def _attributes(data: bytes):
-    while len(data) >= 4:
-        alen, kind = struct.unpack_from("=HH", data)
+def _attributes(data: bytes, at: int = 0):
+    """(kind, payload) of each netlink attribute from offset `at` (4-byte aligned, as NLA_ALIGN)."""
+    while len(data) - at >= 4:
+        alen, kind = _ATTR.unpack_from(data, at)
         if alen < 4:
             return
-        yield kind, data[4:alen]
-        data = data[(alen + 3) & ~3:]
+        yield kind, data[at + 4:at + alen]
+        at += (alen + 3) & ~3
 
 
 def parse(family: int, body: bytes) -> Sock | None:
@@ -82,9 +107,9 @@ def parse(family: int, body: bytes) -> Sock | None:
     _, state, _, _, sport, dport, src, dst, _, _, rq, wq, _, ino = MESSAGE.unpack_from(body)
     s = Sock(STATE_NAMES.get(state, str(state)), rq, wq, _address(family, src, socket.ntohs(sport)),
              _address(family, dst, socket.ntohs(dport)), ino)
-    for kind, attr in _attributes(body[MESSAGE.size:]):
+    for kind, attr in _attributes(body, MESSAGE.size):
         if kind == INET_DIAG_INFO:
-            s.info = _tcp_info(attr)
+            s.info = TcpInfo(attr)
         elif kind == INET_DIAG_SKMEMINFO and len(attr) >= 4 * (SK_MEMINFO_DROPS + 1):
             s.drops = struct.unpack_from("=I", attr, 4 * SK_MEMINFO_DROPS)[0]
     return s

@@ -82,5 +82,5 @@ def test_a_shorter_tcp_info_gives_what_it_has():
     full = bytearray(232)
     struct.pack_into("=I", full, 44, 120)                # last_data_sent
     struct.pack_into("=Q", full, 200, 77)                # bytes_sent (Linux 4.19)
-    assert tcpdiag._tcp_info(bytes(full)) == {"lastsnd": 120, "bytes_sent": 77}
-    assert tcpdiag._tcp_info(bytes(full[:104])) == {"lastsnd": 120}
+    assert dict(tcpdiag.TcpInfo(bytes(full))) == {"lastsnd": 120, "bytes_sent": 77}
+    assert dict(tcpdiag.TcpInfo(bytes(full[:104]))) == {"lastsnd": 120}
