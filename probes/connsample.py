@@ -198,7 +198,8 @@ class Sampler:
     def sample(self) -> None:
         if self.n == 0:
             self.fine.start()
-            self.drops0 = listener_drops(self.ns)
+            if self.drops0 is None:                  # else handed on by the window before (standing)
+                self.drops0 = listener_drops(self.ns)
         inv = {p: got for p in self.pids if (got := fd_inventory(p)) is not None}
         owner: dict[int, list[int]] = {}
         for pid, (_, socks) in inv.items():

@@ -11,7 +11,7 @@ uprobes on its hot paths; every tracer is reaped on exit and on Ctrl-C.
 
 import contextlib
 import os
-import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,21 +29,6 @@ DEFAULT_SCRIPTS = ["loop_blocking", "fs_churn", "budget"]
 # Syscall scripts, each attached when the triage sees what it measures (or with --deep).
 TRIAGED_SCRIPTS = ["pollscan", "fd_errors", "sync_calls"]
 DEEP_SCRIPTS = ["connect_errors", "file_lifecycle", "epoll_events", "biolatency", "runqlat", "budget_reads"]
-
-
-def port_range(pid: int) -> str | None:
-    """The target's ip_local_port_range, read inside its network namespace."""
-    try:
-        p = subprocess.run(["nsenter", "-t", str(pid), "-n", "cat", "/proc/sys/net/ipv4/ip_local_port_range"],
-                           capture_output=True, text=True, errors="replace", timeout=10)
-        if p.returncode == 0:
-            return " ".join(p.stdout.split())
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        return " ".join(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-    except OSError:
-        return None
 
 
 def proxy_cache_dirs(watched) -> list[str]:
@@ -108,12 +93,13 @@ class Probes:
         self.comm = procfs.comm_of(pids[0])
         profile_ref, service = proxies.audit_as(self.watched, profile_ref, self.comm)
         self.dirs = list(cache_dirs or []) or proxy_cache_dirs(self.watched)
-        self.port_range = port_range(pids[0])
+        self.port_range = nsstate.port_range(pids[0])
         self.every = list(dict.fromkeys(pids + (self.watched.processes() if self.watched else [])))
         self.audit = (audit(host, profile_ref, service, self.dirs) if host is not None
                       else {"available": False, "reason": "not asked"})
         self.sampling = caps.perf_sampling() if use_perf else no("not asked (--no-perf)")
         self.nspath = f"/proc/{pids[0]}/net/netstat"
+        self.carry: dict | None = None      # a standing window's closing reads: the next one's opening reads
 
     def program(self, dump_every_ms: int | None = None) -> str:
         """The composed bpftrace program; standing (dumped every window) with dump_every_ms."""
@@ -126,16 +112,21 @@ class Probes:
         """Open a window: perf (when sampling), the proxy's stats and own clocks, /proc, TcpExt,
         conntrack and scheduler snapshots, the first socket sample (the caller samples every tick_s).
         Its clocks stop on any exit."""
+        carry, self.carry = (self.carry if standing else None), None
         w = Window(sampler=connsample.Sampler(self.every, self.port_range,
                                               self.watched.worker_thread if self.watched else None, tick_s, fine_s,
                                               standing))
         with own_clocks(self.watched) as w.clocks:
             w.rec = perf.Record(kids) if self.sampling.ok and use_perf else None
-            w.stats0 = self.watched.stats() if self.watched else None
             w.watch = target.Watch(self.pids)
-            w.before, w.ns0 = proc.snapshot(self.pids, w.watch.ids), netstat.snapshot(self.nspath)
-            w.threads0 = proc.thread_times(w.sampler.pids)
-            w.ct0, w.sched0 = nsstate.conntrack_stats(self.pids[0]), sched.snapshot(self.every)
+            if carry:                                       # back to back: the last window's end is this one's start
+                w.opened, w.stats0, w.before, w.ns0 = carry["at"], carry["stats"], carry["proc"], carry["netstat"]
+                w.threads0, w.sched0, w.sampler.drops0 = carry["threads"], carry["sched"], carry["drops"]
+            else:
+                w.stats0 = self.watched.stats() if self.watched else None
+                w.before, w.ns0 = proc.snapshot(self.pids, w.watch.ids), netstat.snapshot(self.nspath)
+                w.threads0, w.sched0 = proc.thread_times(w.sampler.pids), sched.snapshot(self.every)
+            w.ct0 = nsstate.conntrack_stats(self.pids[0])
             w.clocks.start()
             w.sampler.sample()
             yield w
@@ -143,6 +134,7 @@ class Probes:
     def close(self, w: "Window", seconds: float, maps_of) -> dict:
         """Close window w after `seconds`: the reads again, then `maps_of()` (stopping a one-window
         bpftrace, or the standing one's dump), perf's profile; returns the evidence dict."""
+        closed_at = time.monotonic()
         sched1 = sched.snapshot(self.every)
         w.clocks.stop()
         pids, nspath = self.pids, self.nspath
@@ -152,8 +144,12 @@ class Probes:
         ev: dict = {"pids": pids, "comm": self.comm, "skipped_scripts": self.skipped, "triage": self.triaged,
                     "scripts": [s.name for s in self.scripts], "port_range": self.port_range, "audit": self.audit,
                     "kernel": nsstate.read(pids[0], w.ct0)}   # sysctls, sockstat, conntrack of its namespace
-        ev["proxy"] = ({**self.watched.describe(), "stats_before": w.stats0, "stats_after": self.watched.stats(),
+        stats1 = self.watched.stats() if self.watched else None
+        ev["proxy"] = ({**self.watched.describe(), "stats_before": w.stats0, "stats_after": stats1,
                         "timing": w.clocks.result()} if self.watched else None)
+        if w.sampler.standing:
+            self.carry = {"at": closed_at, "stats": stats1, "proc": after, "netstat": ns1,
+                          "threads": threads1, "sched": sched1, "drops": w.sampler.drops1}
         maps = maps_of()
         if w.rec:
             prof = w.rec.stop(pids)
@@ -189,6 +185,7 @@ class Probes:
 class Window:
     """One window's opening reads (Probes.window) and what closes them."""
     sampler: connsample.Sampler
+    opened: float = field(default_factory=time.monotonic)    # when its opening reads were taken
     clocks: object = None
     rec: object = None
     watch: object = None

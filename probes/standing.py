@@ -70,7 +70,7 @@ class Session:
         # established connections are the last tick's
         with self.probes.window(self.kids, use_perf=self.sample_next, tick_s=tick_s, fine_s=FINE_S,
                                 standing=True) as w:
-            t0 = time.monotonic()
+            t0 = w.opened                                   # the last window's close, when they run back to back
             while (maps := self.standing.poll(tick_s)) is None:
                 elapsed = time.monotonic() - t0
                 if elapsed > LATE_WINDOWS * self.window_s:

@@ -31,9 +31,10 @@ frontend fe
 """
 
 
-def start_haproxy(tmp_path) -> subprocess.Popen:
+def start_haproxy(tmp_path, stats: bool = False) -> subprocess.Popen:
     cfg = tmp_path / "haproxy.cfg"
-    cfg.write_text(CONFIG)
+    sock = f"    stats socket {tmp_path}/haproxy.sock mode 600\n" if stats else ""
+    cfg.write_text(CONFIG.replace("global\n", "global\n" + sock, 1))
     p = subprocess.Popen(["unshare", "-n", "sh", "-c", 'ip link set lo up && exec haproxy -db -f "$1"', "sh",
                           str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_exec(p, "haproxy")
@@ -75,7 +76,7 @@ def test_the_locator_follows_a_restart_and_says_when_the_proxy_is_absent(tmp_pat
 
 
 def test_watch_records_windows_and_ctrl_c_exits_130(tmp_path, no_other_haproxy):
-    hp = start_haproxy(tmp_path)
+    hp = start_haproxy(tmp_path, stats=True)
     state = tmp_path / "state"
     w = None
     try:
@@ -97,6 +98,11 @@ def test_watch_records_windows_and_ctrl_c_exits_130(tmp_path, no_other_haproxy):
     body = recs[0]["body"]
     assert body["target"]["pids"][0] == hp.pid and recs[0]["proxy"] == "haproxy"
     assert 1.5 < body["window_s"] < 4 and body["verdict"] in ("no limit found", "limited")
+    # back to back: a window's opening reads are the last one's closing reads. HAProxy counts each
+    # `show info` on its stats socket in CumConns, so a read of its own would be one more
+    before, after = (recs[i]["body"]["evidence"]["proxy"] for i in (1, 0))
+    assert after["stats_after"]["available"] and after["stats_after"]["CumConns"] >= 2, after["stats_after"]
+    assert before["stats_before"] == after["stats_after"]
     assert procfs.read_stat(hp.pid) is None or procfs.read_stat(hp.pid).gone
     r = proxytune("--state-dir", str(state), "watch", "history", "--json")
     assert r.returncode in (0, 1), r.stderr
