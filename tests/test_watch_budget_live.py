@@ -3,7 +3,7 @@ module's own: a slow origin under load gives one `slow-origin` episode that star
 load, a healthy proxy (a fast origin, paced load) gives none, and a reload's new workers are followed.
 Run under the heavy lock: it starts proxies, wrk and bpftrace.
 
-The healthy span is HEALTHY_S (60 s of 2 s windows: 30 windows judged). The issue's ten minutes run with
+The healthy span is HEALTHY_S (30 s of 2 s windows: 15 windows judged). The issue's ten minutes run with
 PROXYTUNE_WATCH_HEALTHY_S=600; tests/watch_cost.py's busy hour reports the episodes of its span too."""
 
 import json
@@ -25,7 +25,7 @@ from proxytune.probes import recorder
 pytestmark = pytest.mark.skipif(not (IS_ROOT and shutil.which("bpftrace") and shutil.which("wrk")
                                      and shutil.which("nginx")), reason="needs root, bpftrace, wrk and nginx")
 WINDOW = 2.0
-HEALTHY_S = int(os.environ.get("PROXYTUNE_WATCH_HEALTHY_S", "60"))
+HEALTHY_S = int(os.environ.get("PROXYTUNE_WATCH_HEALTHY_S", "30"))
 SLOW = 'request = function() return wrk.format("GET", "/slow/" .. math.random(1000000000)) end\n'
 PACED = 'request = function() return wrk.format("GET", "/") end\ndelay = function() return 100 end\n'
 

@@ -88,15 +88,29 @@ def rss_mib(pid: int) -> float:
         return 0.0
 
 
+def anon_mib(pid: int) -> float:
+    """The part of RSS the host cannot take back without killing it: anonymous pages (RssAnon). The
+    rest is file pages (bpftrace's LLVM and clang libraries, mostly), clean and reclaimable."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def watcher_cpu(pid: int) -> float:
     return sum(watcher_parts(pid).values())
 
 
 def watcher_parts(pid: int) -> dict[str, float]:
-    """The watcher's CPU so far by where it went: itself, the children it reaped, each live descendant
-    by name (bpftrace, perf)."""
+    """The watcher's CPU so far by where it went: itself (in user space and in the kernel: sock_diag
+    walks and /proc reads are kernel time), the children it reaped, each live descendant by name
+    (bpftrace, perf)."""
     f = stat(pid) or ["0"] * 15
-    parts = {"watcher": (int(f[11]) + int(f[12])) / CLK, "reaped children": (int(f[13]) + int(f[14])) / CLK}
+    parts = {"watcher user": int(f[11]) / CLK, "watcher kernel": int(f[12]) / CLK,
+             "reaped children": (int(f[13]) + int(f[14])) / CLK}
     for k in descendants(pid):
         try:
             name = Path(f"/proc/{k}/comm").read_text().strip()
@@ -115,7 +129,7 @@ class BpfRunTime:
     programs loaded before the span count from their reading at its start, later ones from 0."""
 
     def __init__(self, watcher: int):
-        self.watcher, self.first, self.last = watcher, {}, {}
+        self.watcher, self.first, self.last, self.names = watcher, {}, {}, {}
 
     def read(self, baseline: bool = False) -> None:
         for pid in descendants(self.watcher):
@@ -123,12 +137,25 @@ class BpfRunTime:
                 continue
             for prog in bpfstats.programs(pid):
                 key = (pid, prog["id"])
-                self.last[key] = prog["run_time_ns"]
+                self.last[key] = (prog["run_time_ns"], prog["run_cnt"])
+                if prog["attached"] != "?":
+                    self.names[key] = prog["attached"]
                 if baseline:
-                    self.first[key] = prog["run_time_ns"]
+                    self.first[key] = self.last[key]
 
     def seconds(self) -> float:
-        return sum(ns - self.first.get(k, 0) for k, ns in self.last.items()) / 1e9
+        return sum(ns - self.first.get(k, (0, 0))[0] for k, (ns, _) in self.last.items()) / 1e9
+
+    def by_probe(self) -> dict[str, dict]:
+        """Per attach point over the span: runs, seconds, and ns a run (bpf_stats' own two clock reads in it)."""
+        out: dict[str, list[int]] = {}
+        for k, (ns, n) in self.last.items():
+            ns0, n0 = self.first.get(k, (0, 0))
+            got = out.setdefault(self.names.get(k, "?"), [0, 0])
+            got[0] += ns - ns0
+            got[1] += n - n0
+        return {name: {"runs": n, "seconds": round(ns / 1e9, 3), "ns_per_run": round(ns / n) if n else None}
+                for name, (ns, n) in sorted(out.items(), key=lambda kv: -kv[1][0])}
 
 
 def wrk_rate(load: subprocess.Popen) -> float | None:
@@ -172,13 +199,15 @@ def run(minutes: float, rate: int, window: float, conns: int) -> dict:
         bpf.read(baseline=True)
         t0, c0, p0 = time.monotonic(), watcher_cpu(w.pid), cpu_s(hp.pid)
         parts0 = watcher_parts(w.pid)
-        peak_self = peak_all = 0.0
+        peak_self = peak_all = peak_anon = 0.0
         while time.monotonic() - t0 < minutes * 60:
             time.sleep(1.0)
             if w.poll() is not None:
                 raise RuntimeError(f"the watcher exited: {w.stderr.read()[-500:]}")
             peak_self = max(peak_self, rss_mib(w.pid))
-            peak_all = max(peak_all, rss_mib(w.pid) + sum(rss_mib(k) for k in descendants(w.pid)))
+            tree = [w.pid, *descendants(w.pid)]
+            peak_all = max(peak_all, sum(rss_mib(k) for k in tree))
+            peak_anon = max(peak_anon, sum(anon_mib(k) for k in tree))
             if int(time.monotonic() - t0) % POLL_S == 0:
                 bpf.read()
         bpf.read()
@@ -190,7 +219,7 @@ def run(minutes: float, rate: int, window: float, conns: int) -> dict:
         bpf_s = bpf.seconds()
         return {"minutes": round(wall / 60, 2), "window_s": window, "rate_per_s": rate, "connections": conns,
                 "watcher_cpu_s": round(c1 - c0, 2), "watcher_cpu_by_part_s": parts,
-                "bpf_run_time_s": round(bpf_s, 2),
+                "bpf_run_time_s": round(bpf_s, 2), "bpf_by_probe": bpf.by_probe(),
                 "watcher_core_share": round((c1 - c0 + bpf_s) / wall, 5),
                 "wrk_requests_per_s": wrk_rate(load),
                 "proxy_core_share": round((p1 - p0) / wall, 4),
@@ -198,6 +227,7 @@ def run(minutes: float, rate: int, window: float, conns: int) -> dict:
                 # tracepoints add to what a request costs (an upper bound: some runs are other tasks')
                 "bpf_per_request_share": round(bpf_s / (p1 - p0), 4) if p1 > p0 else None,
                 "watcher_rss_peak_mib": round(peak_self, 1), "with_tracers_rss_peak_mib": round(peak_all, 1),
+                "with_tracers_anon_peak_mib": round(peak_anon, 1),
                 "recorder_bytes": du(tmp / "state" / "watch"), "recorder_files": files_,
                 **recorded(tmp / "state"), "watcher_said": err.strip().splitlines()[-5:]}
     finally:
