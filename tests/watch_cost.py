@@ -32,6 +32,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 import faulty_cli  # noqa: E402,F401  (the checkout as the proxytune package, no fault set)
 from proxytune.probes import bpfstats, episodes, recorder  # noqa: E402
+from proxytune.reports import fingerprint  # noqa: E402
 
 POLL_S = 5
 CLK = os.sysconf("SC_CLK_TCK")
@@ -259,7 +260,9 @@ def main() -> int:
         if why_not:
             print(f"BPF run time cannot be read: {why_not}", file=sys.stderr)
             return 2
-        result = run(a.minutes, a.rate, a.window, a.connections)
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        result = {"command": " ".join(["tests/watch_cost.py", *sys.argv[1:]]), "started_utc": started,
+                  "host": fingerprint.fingerprint(), **run(a.minutes, a.rate, a.window, a.connections)}
     text = json.dumps(result, indent=2)
     print(text)
     if a.out:
