@@ -2,37 +2,39 @@
 
 A watcher outlives the processes it watches: nginx reloads (new workers, the
 same master), a restart gives a new master pid, a stopped service leaves
-nothing. So the target is re-found at every window: a master is a process
-whose executable is a known proxy's (proxies.identify) and whose parent is
-not one of that proxy's processes; its workers come with it (proc.workers_of).
-A process is its pid plus its start time, so a recycled pid is a new master.
+nothing. So the target is re-found whenever the master watched is gone, by
+the one rule of what is a proxy (core/proxytree.py): its unit's cgroup where
+systemd runs it, else a tree under a root-started master running a root-owned
+executable. A name proves nothing: a user's copy of sleep called squid is
+never watched, nor preferred to the real proxy. A process is its pid plus its
+start time, so a recycled pid is a new master.
 """
 
 import os
 import subprocess
 
 from proxytune import proxies
-from proxytune.core import procfs
+from proxytune.core import procfs, proxytree
 from proxytune.core.errors import ProxytuneError
 from proxytune.core.numbers import uint
 
 from . import proc, target
 
 
-def masters(kind: str | None = None) -> list[int]:
-    """Every running proxy master (of `kind`, else of any kind), in the proxies' detection order."""
-    known = {}
-    for pid in procfs.all_pids():
-        running = proxies.identify(pid)
-        if running is not None and (kind is None or running.kind == kind):
-            known[pid] = running.kind
-    out = []
-    for pid, k in known.items():
-        st = procfs.read_stat(pid)
-        if st is not None and known.get(st.ppid) != k and target.watchable([pid]):
-            out.append(pid)
-    order = {s.kind: i for i, s in enumerate(proxies.KINDS)}
-    return sorted(out, key=lambda p: (order.get(known[p], 99), p))
+def masters(kind: str | None = None) -> tuple[list[int], str]:
+    """The running proxy's master of each kind (of `kind` only, when given), in the proxies' detection
+    order, and a line naming the processes left out (a user's namesake, a second tree), or ""."""
+    procs, units = proxytree.Processes(), proxytree.Units()
+    out, notes = [], []
+    for spec in proxies.KINDS:
+        if kind is not None and spec.kind != kind:
+            continue
+        choice = proxytree.find(proxies.identity(spec), procs, units)
+        if choice.tree and target.watchable([choice.tree.master]):
+            out.append(choice.tree.master)
+        if choice.note():
+            notes.append(choice.note())
+    return out, "; ".join(notes)
 
 
 def unit_main_pid(unit: str) -> int | None:
@@ -69,6 +71,7 @@ class Locator:
         self.unit: str | None = None
         self.comm: str | None = None
         self._identified: tuple | None = None          # ((pid, start), proxies.identify(pid)) of the master
+        self.note_said = ""                             # the last line said of processes left out
         if unit is not None:
             spec = proxies.for_service(unit)
             if spec is None:
@@ -84,7 +87,7 @@ class Locator:
 
     @property
     def what(self) -> str:
-        return self.kind or (self.comm and f"process {self.comm}") or "a proxy"
+        return self.kind or (self.comm and f"process {self.comm}") or "proxy"
 
     def find(self) -> tuple[list[int], str | None]:
         if self.current and procfs.alive(*self.current):
@@ -93,9 +96,15 @@ class Locator:
         if lost and self.kind is None:          # a --pid that is no proxy: nothing to follow it by
             return self._absent(f"pid {lost[0]} exited; it is no proxy proxytune knows, so it cannot be followed")
         main = unit_main_pid(self.unit) if self.unit else None
-        found = [main] if main else masters(self.kind)
+        found, note = ([main], "") if main else masters(self.kind)
+        if note and note != self.note_said:
+            self.note_said = note
+            say_note = proxytree.shown(note)
+        else:
+            say_note = None
         if not found:
-            return self._absent(f"no {self.what} is running; waiting for one")
+            absent = self._absent(f"no {self.what} is running; waiting for one")
+            return [], "; ".join(x for x in (absent[1], say_note) if x) or None
         pid, st = found[0], procfs.read_stat(found[0])
         if st is None:                          # gone since it was listed: next window
             return self._absent(f"no {self.what} is running; waiting for one")
@@ -104,9 +113,9 @@ class Locator:
         self.kind = self.kind or (running.kind if running else None)
         self.absent_said = False
         say = (f"{self.kind} restarted: following its new master pid {pid} (was {lost[0]})" if lost else
-               f"watching {self.what} master pid {pid}" + (f" (of {len(found)} masters, the first)"
+               f"watching {self.what} master pid {pid}" + (f" (of {len(found)} proxies, the first)"
                                                           if len(found) > 1 else ""))
-        return pids_of(pid), say
+        return pids_of(pid), "; ".join(x for x in (say, say_note) if x)
 
     def _running(self):
         """The master watched, identified once while it lives (identify reads its config: the watcher

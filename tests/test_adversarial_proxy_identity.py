@@ -359,3 +359,24 @@ def test_many_fakes_make_one_bounded_note(sandbox, procs, nobody_bin):
 def proxytree_shown() -> int:
     from proxytune.core import proxytree
     return proxytree.SHOWN
+
+
+# ---------------------------------------------------------------- the watcher
+
+def test_the_watcher_never_watches_a_users_namesake_nor_prefers_it(sandbox, procs, nobody_bin, root_bin):
+    """`proxytune watch` (the service's default: no --pid, no --unit) found masters by name: nobody's
+    copy of sleep called squid was watched, and beside root's nginx it was chosen first (squid comes
+    first in the detection order). Now the rule of core/proxytree.py decides, and the fake is named."""
+    from proxytune.probes import locate
+    others = locate.masters()[0]        # a real proxy of the host's (none in CI): then it may be the one watched
+    f = fake(procs, nobody_bin, "squid")
+    pids, line = locate.Locator().find()
+    assert f.pid not in pids and line and f"pid {f.pid}" in line and "ignored" in line, line   # named, with why
+    if not others:
+        assert pids == [] and line.startswith("no proxy is running; waiting for one; ")
+    assert f.pid not in locate.Locator(unit="squid").find()[0]                            # nor by its unit's name
+    master, worker = real(procs, root_bin, "nginx", user="www-data")
+    pids, line = locate.Locator().find()
+    assert f.pid not in pids, (pids, line)
+    if not others:
+        assert pids[0] == master and f"watching nginx master pid {master}" in line, (pids, line)

@@ -49,7 +49,7 @@ def stop(p: subprocess.Popen) -> None:
 
 @pytest.fixture
 def no_other_haproxy():
-    if locate.masters("haproxy"):
+    if locate.masters("haproxy")[0]:
         pytest.skip("another haproxy runs on this host: the follow-a-restart check would be ambiguous")
 
 
