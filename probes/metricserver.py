@@ -5,7 +5,11 @@ content type); anything else is 404, any other method 405. It binds to
 loopback unless told otherwise: the findings name the proxy's caps and
 config files, which is nothing to show the network by accident. A thread of
 http.server's ThreadingHTTPServer serves it; no request is logged to stderr
-(the watcher's own lines go there).
+(the watcher's own lines go there). Any local user can connect, so a client
+has CLIENT_TIMEOUT_S to send its request and read the answer, and at most
+MAX_CLIENTS are served at once (a scrape is one short request): the rest are
+closed at once. Held open, each would keep a thread and a file descriptor of
+root's watcher, and enough of them run it out of descriptors.
 """
 
 import ipaddress
@@ -17,6 +21,8 @@ from proxytune.core.errors import ProxytuneError
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DEFAULT_HOST = "127.0.0.1"
+MAX_CLIENTS = 8
+CLIENT_TIMEOUT_S = 5.0
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -36,7 +42,32 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, number
 
 
-class V6Server(ThreadingHTTPServer):
+class BoundedServer(ThreadingHTTPServer):
+    """A thread per client, MAX_CLIENTS at once; one over that is closed unanswered."""
+    daemon_threads = True
+
+    def __init__(self, *args, **kw):
+        self.slots = threading.BoundedSemaphore(MAX_CLIENTS)
+        super().__init__(*args, **kw)
+
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+class V6Server(BoundedServer):
     address_family = socket.AF_INET6
 
 
@@ -48,6 +79,8 @@ class Endpoint:
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = CLIENT_TIMEOUT_S                  # StreamRequestHandler: the client socket's timeout
+
             def do_GET(self):
                 if self.path.split("?", 1)[0] != "/metrics":
                     self.send_error(404, "only /metrics is here")
@@ -68,11 +101,10 @@ class Endpoint:
                 pass
 
         try:
-            self.server = (V6Server if ":" in host else ThreadingHTTPServer)((host, port), Handler)
+            self.server = (V6Server if ":" in host else BoundedServer)((host, port), Handler)
         except OSError as e:
             raise ProxytuneError(f"cannot listen on {host}:{port}: {e.strerror or e}",
                                  "pick a free port with --listen") from None
-        self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True)
         self.thread.start()
 

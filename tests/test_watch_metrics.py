@@ -4,6 +4,7 @@ doctor's answers to evidence the live matrix recorded from real proxies, replaye
 
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 
@@ -46,6 +47,28 @@ def test_a_busy_window_gives_its_finding_its_caps_and_its_budget():
     assert fams["proxytune_watch_episodes"].samples[0].value == 1
     assert fams["proxytune_watch_cpu_seconds"].samples[0].value == 1.25
     assert fams["proxytune_watch_last_window_end_timestamp_seconds"].samples[0].value == 1_800_000_010.0
+
+
+def test_cap_labels_stay_the_same_when_pids_and_threads_change():
+    """The cap label was the headroom row's text, with a pid and a tid in it: a new series whenever the
+    busiest thread or a worker changed (a reload, every window). Now a stable key, one series per cap;
+    several workers' fds are one series, the one nearest its limit."""
+    r = replayed(BUSY)
+    ev = r["evidence"]
+    labels = []
+    for pid, tid in ((ev["pids"][0], 11), (ev["pids"][0] + 100, 12)):
+        rows = [{"what": f"fds of pid {pid} (haproxy)", "key": "fds of a process", "used": 10, "limit": 100},
+                {"what": f"fds of pid {pid + 1} (haproxy)", "key": "fds of a process", "used": 90, "limit": 100},
+                {"what": f"CPU of its busiest thread (haproxy, pid {pid} tid {tid}), in cores",
+                 "key": "CPU of its busiest thread, in cores", "used": 0.5, "limit": 1}]
+        rec = windows.watched("r1", 1, 1.0, 2.0, {**r, "headroom": rows}, "haproxy")
+        used = {s.labels["cap"]: s.value for s in families(watchmetrics.text(rec, {}))["proxytune_watch_cap_used"].samples}
+        assert used == {"fds of a process": 90, "CPU of its busiest thread, in cores": 0.5}, used
+        labels.append(set(used))
+    assert labels[0] == labels[1]
+    # and the doctor's own rows carry such keys: none of them holds a pid
+    keys = [row.get("key") for row in r["headroom"]]
+    assert all(keys) and not any("pid" in k for k in keys), r["headroom"]
 
 
 def test_an_absent_proxy_s_window_has_no_findings_and_a_hostile_cap_name_stays_one_label():
@@ -106,6 +129,34 @@ def test_the_endpoint_serves_metrics_and_nothing_else():
         with pytest.raises(ProxytuneError, match="cannot listen on 127.0.0.1"):
             metricserver.Endpoint("127.0.0.1", int(e.address.rsplit(":", 1)[1]))
     finally:
+        e.close()
+
+
+def test_clients_that_hold_the_endpoint_open_cost_a_bounded_number_of_threads_and_fds(monkeypatch):
+    """Any local user can connect: 100 idle connections kept 100 threads and fds of root's watcher
+    and ran it out of descriptors. Now at most MAX_CLIENTS are served, each for CLIENT_TIMEOUT_S, and
+    a scrape still gets through once they time out."""
+    import socket
+    import threading
+    monkeypatch.setattr(metricserver, "CLIENT_TIMEOUT_S", 1.0)
+    e = metricserver.Endpoint("127.0.0.1", 0)
+    host, port = e.address.rsplit(":", 1)
+    threads0, fds0 = threading.active_count(), len(os.listdir("/proc/self/fd"))
+    idle = []
+    try:
+        e.update("proxytune_watch_episodes_total 0\n")
+        for _ in range(100):
+            idle.append(socket.create_connection((host, int(port)), timeout=5))
+        time.sleep(0.5)
+        # ours: 100 client sockets; the server's: MAX_CLIENTS served, the rest closed as they come
+        assert threading.active_count() - threads0 <= metricserver.MAX_CLIENTS
+        assert len(os.listdir("/proc/self/fd")) - fds0 <= 100 + metricserver.MAX_CLIENTS + 2
+        time.sleep(metricserver.CLIENT_TIMEOUT_S + 1.0)        # the idle ones time out
+        with urllib.request.urlopen(f"http://{e.address}/metrics", timeout=5) as resp:
+            assert resp.read() == b"proxytune_watch_episodes_total 0\n"
+    finally:
+        for c in idle:
+            c.close()
         e.close()
 
 
