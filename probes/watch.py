@@ -43,6 +43,7 @@ class Loop:
     counts: dict = field(default_factory=dict)        # windows by status
     episodes_started: int = 0
     publish_said: set = field(default_factory=set)
+    failure_said: str | None = None                   # the last failure said (each new one is said)
 
     def forever(self, windows_max: int | None = None) -> None:
         while windows_max is None or self.seq < windows_max:
@@ -51,10 +52,18 @@ class Loop:
     def once(self) -> dict:
         """Watch one window, record it, log episode edges; returns the record."""
         t0 = time.time()
-        pids, line = self.locator.find()
+        try:
+            pids, line = self.locator.find()
+        except OSError as e:                            # /proc unreadable now (out of fds, say): the next window looks again
+            pids, line = None, None
+            why = f"cannot look for the proxy: {e.strerror or e}: {e.filename or ''}"
         if line:
             self.say(line)
-        if not pids:
+        if pids is None:
+            self._say_failure(why)
+            time.sleep(self.window_s)
+            rec = windows.unwatched(self.run, self.seq, t0, time.time(), windows.FAILED, why, self.locator.kind)
+        elif not pids:
             self._detach()
             time.sleep(self.window_s)
             rec = windows.unwatched(self.run, self.seq, t0, time.time(), windows.ABSENT,
@@ -89,14 +98,26 @@ class Loop:
     def _diagnose(self, pids: list[int], t0: float) -> dict:
         try:
             result = self._session(pids).window()
-        except (ProxytuneError, OSError) as e:
+        except Exception as e:                          # noqa: BLE001 (a flight recorder outlives one bad window)
             self._detach()                              # a new session settles everything again
-            why = e.message if isinstance(e, ProxytuneError) else f"{e.strerror or e}: {e.filename or ''}"
+            if isinstance(e, ProxytuneError):
+                why = e.message
+            elif isinstance(e, OSError):
+                why = f"{e.strerror or e}: {e.filename or ''}"
+            else:                                       # a defect of ours: recorded and said, not the end
+                why = f"internal error: {type(e).__name__}: {e}"
             status = windows.ABSENT if isinstance(e, target.TargetGone) else windows.FAILED
             if status == windows.FAILED:
-                self.say(f"window {self.seq}: the doctor failed: {why}")
+                self._say_failure(f"the doctor failed: {why}")
             return windows.unwatched(self.run, self.seq, t0, time.time(), status, why, self.locator.kind)
+        self.failure_said = None
         return windows.watched(self.run, self.seq, t0, time.time(), result, self.locator.kind)
+
+    def _say_failure(self, why: str) -> None:
+        """A failure said once while it repeats (a doctor failing every window would fill the journal)."""
+        if why != self.failure_said:
+            self.say(f"window {self.seq}: {why}")
+            self.failure_said = why
 
     def _session(self, pids: list[int]):
         """The attached probes for these pids: a new session when they changed or the old one is stale."""

@@ -117,6 +117,42 @@ def test_a_failing_doctor_is_a_recorded_window_not_the_end(tmp_path, monkeypatch
     assert any("the doctor failed: bpftrace is not installed" in s for s in said)
 
 
+def test_a_failure_that_repeats_is_said_once_and_a_defect_of_ours_is_a_failed_window(tmp_path, monkeypatch):
+    """A doctor failing every window said one line per window (the journal fills over a night); a bug
+    of ours (an exception that is no OSError) ended the flight recorder."""
+    from proxytune.core.errors import ProxytuneError
+    errors = iter([ProxytuneError("bpftrace is not installed")] * 3 + [KeyError("t0")] * 2)
+
+    def fails(pids, window_s, **kw):
+        raise next(errors)
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    said = []
+    with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
+        loop = watch.Loop(r, Seq([([10], None)] * 5), 1.0, say=said.append, open_session=fails)
+        recs = [loop.once() for _ in range(5)]
+    assert [x["status"] for x in recs] == [windows.FAILED] * 5
+    assert recs[4]["reason"] == "internal error: KeyError: 't0'"
+    assert said == ["window 0: the doctor failed: bpftrace is not installed",
+                    "window 3: the doctor failed: internal error: KeyError: 't0'"]
+
+
+def test_a_proc_that_cannot_be_read_is_a_failed_window_not_the_end(tmp_path, monkeypatch):
+    """Out of fds (a flood of metrics clients, say), looking for the proxy raised EMFILE out of the loop."""
+    class NoFds:
+        what, kind = "proxy", None
+
+        def find(self):
+            raise OSError(24, "Too many open files", "/proc")
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    said = []
+    with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
+        loop = watch.Loop(r, NoFds(), 1.0, say=said.append, open_session=None)
+        recs = [loop.once(), loop.once()]
+    assert [x["status"] for x in recs] == [windows.FAILED] * 2
+    assert recs[0]["reason"] == "cannot look for the proxy: Too many open files: /proc"
+    assert said == ["window 0: cannot look for the proxy: Too many open files: /proc"]
+
+
 def test_stopping_ends_the_open_episodes_in_the_journal(tmp_path, monkeypatch):
     monkeypatch.setattr(time, "sleep", lambda s: None)
     j, said = journal_socket(tmp_path, monkeypatch), []
