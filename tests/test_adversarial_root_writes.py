@@ -51,6 +51,32 @@ def test_a_swapped_textfile_directory_with_a_planted_file_is_refused_unread(sand
     assert planted.stat().st_size == 256 << 20 and planted.stat().st_uid == 65534
 
 
+def test_a_textfile_planted_in_a_sticky_directory_does_not_hand_its_owner_root_s_file(sandbox, tmp_path):
+    """A sticky directory anyone writes (/tmp, as an operator's -o /tmp/x.prom): nobody plants x.prom
+    mode 0666 first. Root's write kept the planted file's owner and mode, so nobody then rewrote root's
+    metrics at will (a forged severity="high" series pages). Now the file is root's, mode 0644."""
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    nobody("umask 0 && echo planted > x.prom && chmod 0666 x.prom", sticky)
+    assert (sticky / "x.prom").stat().st_uid == 65534
+    r = proxytune(*TEXTFILE, "-o", str(sticky / "x.prom"))
+    assert r.returncode in (0, 1), r.stderr
+    st = (sticky / "x.prom").stat()
+    assert (st.st_uid, st.st_mode & 0o777) == (0, 0o644), (st.st_uid, oct(st.st_mode))
+    assert "proxytune_" in (sticky / "x.prom").read_text()
+    # an admin's choice in a directory of root's is kept: the file chowned to another account stays its
+    own = tmp_path / "rootdir"
+    own.mkdir(mode=0o755)
+    (own / "x.prom").write_text("old\n")
+    os.chown(own / "x.prom", 65534, 65534)
+    os.chmod(own / "x.prom", 0o640)
+    r = proxytune(*TEXTFILE, "-o", str(own / "x.prom"))
+    assert r.returncode in (0, 1), r.stderr
+    st = (own / "x.prom").stat()
+    assert (st.st_uid, st.st_mode & 0o777) == (65534, 0o640), (st.st_uid, oct(st.st_mode))
+
+
 def test_a_relative_textfile_path_with_dotdot_is_written(sandbox, tmp_path):
     """`-o ../x.prom` was refused ("not a file path"), though every other -o takes it."""
     work = tmp_path / "work"

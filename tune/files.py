@@ -89,12 +89,17 @@ def write_output(path: Path, data: str | bytes, mode: int = NEW_FILE_MODE, keep:
     which another user may own): no symlink followed on the way, written atomically, into a
     directory that is ours (made PRIVATE_DIR_MODE when we make it) and that no one else can write
     (a sticky one like /tmp aside: no one can rename our file there). keep: a file there keeps its
-    mode and owner (the admin's chmod of a textfile; by fstat: nothing of it is read). Returns the path."""
+    mode and owner (the admin's chmod of a textfile; by fstat: nothing of it is read), unless another
+    user could have put it there (a sticky directory others write: its owner would get our file, to
+    rewrite at will). Returns the path."""
     path = _absolute(path)
     try:
         with _parent(path, Path("/"), create=True, dir_mode=PRIVATE_DIR_MODE) as (dfd, name, _):
             _refuse_foreign_dir(dfd, path.parent, sticky_ok=True)
-            _replace_in(dfd, name, path, data, _identity_of(dfd, name) if keep else None, mode)
+            like = _identity_of(dfd, name) if keep else None
+            if like is not None and like.uid not in (0, os.geteuid()) and _open_to_others(os.fstat(dfd)):
+                like = None
+            _replace_in(dfd, name, path, data, like, mode)
     except ProxytuneError:
         raise
     except OSError as e:
@@ -456,6 +461,11 @@ def _refuse_non_file(dfd: int, name: str, path: Path) -> None:
         raise ProxytuneError(f"refusing to write {path}: not a regular file", "nothing was changed")
 
 
+def _open_to_others(st: os.stat_result) -> bool:
+    """A directory anyone, or a group other than ours, can write."""
+    return bool(st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getegid()))
+
+
 def _refuse_foreign_dir(dfd: int, where: Path, sticky_ok: bool) -> None:
     """A directory another user owns, or that others can write (group other than ours, or
     anyone) without the sticky bit, lets them swap what we put there: refused."""
@@ -463,8 +473,7 @@ def _refuse_foreign_dir(dfd: int, where: Path, sticky_ok: bool) -> None:
     if st.st_uid not in (0, os.geteuid()):
         raise ProxytuneError(f"refusing to use {where}: it is owned by uid {st.st_uid}, not by root or us",
                              "use a directory of ours (for a report or result: -o DIR); nothing was written")
-    open_to_others = st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getegid())
-    if open_to_others and not (sticky_ok and st.st_mode & stat.S_ISVTX):
+    if _open_to_others(st) and not (sticky_ok and st.st_mode & stat.S_ISVTX):
         raise ProxytuneError(f"refusing to use {where}: it is writable by others",
                              "use a directory only we can write (for a report or result: -o DIR); "
                              "nothing was written")
