@@ -544,7 +544,7 @@ def cpu_headroom(ev: dict) -> dict | None:
         return None
     top = t["busiest"][0]
     row = {"what": f"CPU of its busiest thread ({top['comm']}, pid {top['pid']} tid {top['tid']}), in cores",
-           "used": top["cores"], "limit": 1,
+           "key": "CPU of its busiest thread, in cores", "used": top["cores"], "limit": 1,
            "where": f"/proc/{top['pid']}/task/{top['tid']}/stat; from {HOTSPOT_LOOP_BUSY} of a core its requests "
                     "wait on its CPU (cpu-hotspot)"}
     p = ev.get("perf") or {}

@@ -84,15 +84,19 @@ def finding(cap: Cap, ev: dict, generic: dict) -> Finding | None:
 def headroom(caps: list[Cap], ev: dict) -> list[dict]:
     """How far the proxy is from each of its caps and the kernel's limits, for the answer
     'no limit found'."""
-    rows = [{"what": f"{c.proxy} {c.what}", "used": c.used, "limit": c.limit, "stops_at": c.refuses_at,
-             "where": c.where} for c in caps]
+    # "key": the row's name without what changes from window to window (a pid, a destination), for
+    # a metric's label: a label that changes is a new series each time
+    rows = [{"what": f"{c.proxy} {c.what}", "key": f"{c.proxy} {c.what}", "used": c.used, "limit": c.limit,
+             "stops_at": c.refuses_at, "where": c.where} for c in caps]
     for p in (ev.get("procs") or {}).values():
         if isinstance(p.get("nofile_soft"), int):
-            rows.append({"what": f"fds of pid {p['pid']} ({p.get('comm')})", "used": p.get("fds_open"),
+            rows.append({"what": f"fds of pid {p['pid']} ({p.get('comm')})", "key": "fds of a process",
+                         "used": p.get("fds_open"),
                          "limit": p["nofile_soft"], "where": "its soft RLIMIT_NOFILE"})
     q = accept_queue(ev)
     for port, l in q["listeners"].items():
-        rows.append({"what": f"accept queue of port {port}", "used": l["queued_peak"], "limit": l["backlog"],
+        rows.append({"what": f"accept queue of port {port}", "key": f"accept queue of port {port}",
+                     "used": l["queued_peak"], "limit": l["backlog"],
                      "where": "listen backlog (capped by net.core.somaxconn)"})
     eph = (ev.get("conns") or {}).get("ephemeral")
     if eph and eph.get("range_size"):
@@ -100,7 +104,7 @@ def headroom(caps: list[Cap], ev: dict) -> list[dict]:
         toward = eph.get("at_end_toward") if used == eph.get("at_end_with_time_wait") else eph.get("peak_toward")
         rows.append({"what": "ephemeral ports toward its namespace's busiest destination"
                              + (f" ({toward})" if toward else "") + " (TIME-WAIT counted at the end)",
-                     "used": used, "limit": eph["range_size"],
+                     "key": "ephemeral ports", "used": used, "limit": eph["range_size"],
                      "where": f"net.ipv4.ip_local_port_range {ev.get('port_range')}"})
     if cpu := cpu_headroom(ev):
         rows.append(cpu)

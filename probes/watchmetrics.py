@@ -47,6 +47,19 @@ def text(last: dict | None, run: dict) -> str:
     return m.text()
 
 
+def _caps(rows: list[dict]) -> dict[str, dict]:
+    """Each cap by its stable key (no pid or tid in a label: each would be a new series), the row
+    nearest its limit where several share one (every worker's fds)."""
+    out: dict[str, dict] = {}
+    for row in rows:
+        used, limit = row.get("used"), row.get("limit")
+        if isinstance(used, (int, float)) and isinstance(limit, (int, float)) and limit > 0:
+            key = str(row.get("key") or row.get("what"))
+            if key not in out or used / limit > out[key]["used"] / out[key]["limit"]:
+                out[key] = row
+    return out
+
+
 def _window(m: monitoring.Metrics, rec: dict) -> None:
     counts: dict[tuple[str, str], int] = {}
     for f in rec.get("findings") or []:
@@ -55,10 +68,9 @@ def _window(m: monitoring.Metrics, rec: dict) -> None:
     for (fid, sev), n in counts.items():
         m.add("proxytune_watch_findings", "", {"id": fid, "severity": sev}, n)
     body = rec.get("body") or {}
-    for row in body.get("headroom") or []:
-        if isinstance(row.get("used"), (int, float)) and isinstance(row.get("limit"), (int, float)):
-            m.add("proxytune_watch_cap_used", "", {"cap": row["what"]}, row["used"])
-            m.add("proxytune_watch_cap_limit", "", {"cap": row["what"]}, row["limit"])
+    for cap, row in _caps(body.get("headroom") or []).items():
+        m.add("proxytune_watch_cap_used", "", {"cap": cap}, row["used"])
+        m.add("proxytune_watch_cap_limit", "", {"cap": cap}, row["limit"])
     for part, p in ((body.get("budget") or {}).get("parts") or {}).items():
         if p.get("measurable") and p.get("ms") is not None:
             m.add("proxytune_watch_request_seconds", "", {"part": part}, round(p["ms"] / 1000, 6))
