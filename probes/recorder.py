@@ -231,6 +231,9 @@ def _holder(dfd: int) -> str:
     return f" (pid {text})" if is_uint(text) else ""
 
 
+SINCE_SLACK_S = 60.0
+
+
 @dataclass
 class Reading:
     """Every intact record of a ring, oldest first, and what had to be dropped to get them."""
@@ -239,9 +242,12 @@ class Reading:
     dropped_bytes: int
 
 
-def read(path: Path, whole: bool = True) -> Reading:
+def read(path: Path, whole: bool = True, since: float | None = None) -> Reading:
     """Read a ring (no lock needed: a watcher may be writing; its unfinished record is dropped).
-    Without `whole`, each record is its head and `_at` ([segment, offset]) for load()."""
+    Without `whole`, each record is its head and `_at` ([segment, offset]) for load(). With `since`
+    (Unix time), a segment last written before it is not read: each record is appended after its
+    window ends, so none of its windows ends later (`watch status` over 15 minutes of a full ring
+    read the whole 256 MiB). SINCE_SLACK_S allows for the file system's clock granularity."""
     path = Path(path)
     try:
         os.lstat(path)
@@ -258,6 +264,9 @@ def read(path: Path, whole: bool = True) -> Reading:
                 continue
             if fd is None:
                 continue            # removed by the writer's trim while we listed
+            if since is not None and os.fstat(fd).st_mtime < since - SINCE_SLACK_S:
+                os.close(fd)
+                continue
             with os.fdopen(fd, "rb") as fh:
                 found = scan(fh.read(), whole)
             for r in found.records if not whole else ():
