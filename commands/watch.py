@@ -1,6 +1,7 @@
 """`proxytune watch`: the doctor always on, as a flight recorder; `watch history` and `watch show`."""
 
 import contextlib
+import math
 import os
 import re
 import signal
@@ -12,7 +13,7 @@ from pathlib import Path
 import click
 
 from proxytune.core import signals
-from proxytune.core.errors import ProxytuneError
+from proxytune.core.errors import ProxytuneError, one_line
 from proxytune.core.invocation import require_root
 from proxytune.probes.target import duration_option
 
@@ -21,7 +22,7 @@ from .output import emit_json, emit_metrics, emit_result
 
 RING = "watch"
 _SIZE = re.compile(r"(\d+)\s*([KMG]?)i?B?", re.I)
-_AGO = re.compile(r"(\d+)\s*([smhd])", re.I)
+_AGO = re.compile(r"(\d{1,9})\s*([smhd])", re.I)      # 999,999,999 days back at most: beyond it is no time
 
 
 def ring_dir(host) -> Path:
@@ -37,6 +38,21 @@ def parse_size(ctx, param, value) -> int:
     return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
 
 
+def window_s(value) -> float:
+    """A window of at least a second: bpftrace dumps its maps every window (an interval in whole ms),
+    and what a window reads costs the same however short it is."""
+    s = duration_option(None, None, value)
+    if s < 1.0:
+        raise click.BadParameter(f"a window is at least 1 second, not {s:g}")
+    return s
+
+
+def finite_minutes(ctx, param, value: float) -> float:
+    if not math.isfinite(value):
+        raise click.BadParameter(f"{value} is no number of minutes")
+    return value
+
+
 def parse_time(ctx, param, value) -> float | None:
     """An ISO time (UTC unless it says otherwise: 2026-11-26T03:12, '2026-11-26 03:12:00+01:00'), an
     epoch second, or an age: 90m, 2h, 1d (ago)."""
@@ -44,7 +60,7 @@ def parse_time(ctx, param, value) -> float | None:
         return None
     text = value.strip()
     if m := _AGO.fullmatch(text):
-        return time.time() - int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2).lower()]
+        return max(0.0, time.time() - int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2).lower()])
     if re.fullmatch(r"\d{9,11}(\.\d+)?", text):
         return float(text)
     try:
@@ -58,8 +74,8 @@ def parse_time(ctx, param, value) -> float | None:
 @click.group(invoke_without_command=True)
 @click.option("--pid", type=int, metavar="PID", help="Watch this proxy master (followed when it restarts).")
 @click.option("--unit", metavar="NAME", help="Watch this proxy service (e.g. haproxy, nginx, squid).")
-@click.option("--window", "-w", default="10", show_default=True, metavar="S", callback=duration_option,
-              help="Length of each window, seconds.")
+@click.option("--window", "-w", default="10", show_default=True, metavar="S", callback=lambda c, p, v: window_s(v),
+              help="Length of each window, seconds (1 or more).")
 @click.option("--max-size", default="256M", show_default=True, metavar="SIZE", callback=parse_size,
               help="Cap of the recorder on disk (STATE_DIR/watch); the oldest windows go first.")
 @click.option("--profile", "-p", "profile_ref", default=DEFAULT_PROFILE, show_default=True, metavar="NAME|PATH",
@@ -141,7 +157,9 @@ def _stop(signum, frame):
 
 
 def _say(line: str) -> None:
-    click.echo(f"{time.strftime('%H:%M:%S')} {line}", err=True)
+    """One line to stderr (the journal's under the unit): a finding's title can carry a thread's name,
+    which its process chose, so control characters are written as escapes."""
+    click.echo(f"{time.strftime('%H:%M:%S')} {one_line(line)}", err=True)
 
 
 def _episodes(host) -> tuple[list[dict], object]:
@@ -182,21 +200,25 @@ def history(host, since, until, as_json):
 
 def history_lines(shown: list[dict], reading, stamp) -> list[str]:
     from proxytune.core.console import term_text
-    if not reading.records:
+    from proxytune.probes.windows import is_window
+    recs = [r for r in reading.records if is_window(r)]      # another version's records are left out
+    if not recs:
         return ["no windows recorded yet (run `proxytune watch`)"]
-    out = [f"{len(reading.records)} window(s) recorded, {stamp(reading.records[0]['t0'])} to "
-           f"{stamp(reading.records[-1]['t1'])}; {len(shown)} episode(s)"]
+    out = [f"{len(recs)} window(s) recorded, {stamp(recs[0]['t0'])} to "
+           f"{stamp(recs[-1]['t1'])}; {len(shown)} episode(s)"]
     if reading.damaged_segments:
         out.append(f"damaged records dropped in {', '.join(reading.damaged_segments)}")
     for e in shown:
         end = "ongoing" if e["ongoing"] else stamp(e["end"])
         out.append(term_text(f"{e['id']}  {e['severity']:<6} {e['finding']}  {stamp(e['start'])} to {end} "
-                             f"({e['windows']} window(s)), {e.get('proxy') or e.get('comm') or '?'}: {e['title']}"))
+                             f"({e['windows']} window(s)), {e.get('proxy') or e.get('comm') or '?'}: {e['title']}",
+                             markup=False))
     return out
 
 
 @watch.command()
 @click.option("--minutes", "-m", default=15.0, show_default=True, type=click.FloatRange(min=0.1, max=7 * 24 * 60),
+              callback=finite_minutes,
               help="How far back to look.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "nagios"]), default="text", show_default=True,
               help="text for a terminal, json for automation, nagios for a Nagios/Icinga check.")
@@ -220,7 +242,7 @@ def status(host, minutes, fmt, as_json, critical):
     """
     from proxytune.probes import recorder, watchstatus
     now = time.time()
-    reading = recorder.read(ring_dir(host), whole=False)
+    reading = recorder.read(ring_dir(host), whole=False, since=now - minutes * 60)   # the span's segments only
     s = watchstatus.summarise(reading.records, now - minutes * 60, now)
     if fmt == "nagios":
         state, line = watchstatus.nagios(s, minutes, critical)
@@ -236,9 +258,9 @@ def status(host, minutes, fmt, as_json, critical):
                    f"{st['failed']} failed")
         for f in s["findings"]:
             click.echo(term_text(f"  {f['severity']:<6} {f['id']}  in {f['windows']} window(s), last "
-                                 f"{windows.stamp(f['last'])}: {f['title']}"))
+                                 f"{windows.stamp(f['last'])}: {f['title']}", markup=False))
         for why in s["failed_reasons"]:
-            click.echo(term_text(f"  failed: {why}"))
+            click.echo(term_text(f"  failed: {why}", markup=False))
     sys.exit(1 if s["findings"] or s["by_status"]["absent"] else 0)
 
 
