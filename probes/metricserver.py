@@ -15,6 +15,7 @@ root's watcher, and enough of them run it out of descriptors.
 import ipaddress
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from proxytune.core.errors import ProxytuneError
@@ -43,28 +44,58 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 class BoundedServer(ThreadingHTTPServer):
-    """A thread per client, MAX_CLIENTS at once; one over that is closed unanswered."""
+    """A thread per client, MAX_CLIENTS at once (one over that is closed unanswered), each client's
+    whole exchange within CLIENT_TIMEOUT_S: the handler's timeout bounds each read only, and a client
+    sending a byte every few seconds would hold its slot for ever, so one reaper thread shuts the
+    sockets past their deadline."""
     daemon_threads = True
+    request_queue_size = 64                         # listen backlog: a burst is accepted, then bounded here
 
     def __init__(self, *args, **kw):
         self.slots = threading.BoundedSemaphore(MAX_CLIENTS)
+        self.deadlines: dict = {}                   # client socket -> when it is shut
+        self.lock = threading.Lock()
+        self.closing = threading.Event()
         super().__init__(*args, **kw)
+        threading.Thread(target=self._reap, daemon=True, name="metrics-reaper").start()
 
     def process_request(self, request, client_address):
         if not self.slots.acquire(blocking=False):
             self.shutdown_request(request)
             return
+        with self.lock:
+            self.deadlines[request] = time.monotonic() + CLIENT_TIMEOUT_S
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self.slots.release()
+            self._done(request)
             raise
 
     def process_request_thread(self, request, client_address):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.slots.release()
+            self._done(request)
+
+    def _done(self, request) -> None:
+        with self.lock:
+            self.deadlines.pop(request, None)
+        self.slots.release()
+
+    def _reap(self) -> None:
+        while not self.closing.wait(0.25):
+            now = time.monotonic()
+            with self.lock:
+                late = [s for s, t in self.deadlines.items() if t < now]
+            for s in late:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)        # its handler's read ends; a closed socket raises
+                except OSError:
+                    pass
+
+    def server_close(self) -> None:
+        self.closing.set()
+        super().server_close()
 
 
 class V6Server(BoundedServer):

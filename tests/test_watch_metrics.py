@@ -145,15 +145,33 @@ def test_clients_that_hold_the_endpoint_open_cost_a_bounded_number_of_threads_an
     idle = []
     try:
         e.update("proxytune_watch_episodes_total 0\n")
-        for _ in range(100):
+        for _ in range(40):
             idle.append(socket.create_connection((host, int(port)), timeout=5))
         time.sleep(0.5)
-        # ours: 100 client sockets; the server's: MAX_CLIENTS served, the rest closed as they come
+        # ours: 40 client sockets; the server's: MAX_CLIENTS served, the rest closed as they come
         assert threading.active_count() - threads0 <= metricserver.MAX_CLIENTS
-        assert len(os.listdir("/proc/self/fd")) - fds0 <= 100 + metricserver.MAX_CLIENTS + 2
+        assert len(os.listdir("/proc/self/fd")) - fds0 <= 40 + metricserver.MAX_CLIENTS + 2
         time.sleep(metricserver.CLIENT_TIMEOUT_S + 1.0)        # the idle ones time out
         with urllib.request.urlopen(f"http://{e.address}/metrics", timeout=5) as resp:
             assert resp.read() == b"proxytune_watch_episodes_total 0\n"
+        # a trickle (4 bytes a second, each read well inside the timeout) is cut at the whole deadline
+        slow = socket.create_connection((host, int(port)), timeout=5)
+        slow.settimeout(None)                  # blocking mode: MSG_DONTWAIT below must not wait (timeout mode would)
+        idle.append(slow)
+        t0, cut_after = time.monotonic(), None
+        for ch in b"GET /metrics HTTP/1.0\r\nX-Long: " + b"a" * 60:       # 22 s of trickle in all
+            try:
+                slow.sendall(bytes([ch]))
+                if slow.recv(1, socket.MSG_DONTWAIT) == b"":            # the server shut it: end of file
+                    cut_after = time.monotonic() - t0
+                    break
+            except BlockingIOError:
+                pass
+            except OSError:                                            # reset: cut too
+                cut_after = time.monotonic() - t0
+                break
+            time.sleep(0.25)
+        assert cut_after is not None and cut_after < metricserver.CLIENT_TIMEOUT_S + 2, cut_after
     finally:
         for c in idle:
             c.close()
