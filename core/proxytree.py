@@ -229,7 +229,22 @@ def not_root_started(pid: int, procs: Processes) -> str:
         return "it exited"
     if any(uids):
         return "its master does not run as root (a user started it)"
-    return untrusted_exe(pid, procs.exe(pid))
+    if why := untrusted_exe(pid, procs.exe(pid)):
+        return why
+    # the reads above were by pid, after the snapshot: a user's process that exited while they ran
+    # could have left its pid to a root process, whose uids and executable then passed for it
+    return "" if _unchanged(pid, procs) else "it changed while it was checked (exited, its pid reused, or exec'd)"
+
+
+def _unchanged(pid: int, procs: Processes) -> bool:
+    """pid is still the process of the snapshot: its start time (a reused pid has a later one) and its
+    executable (an exec keeps both pid and start time) as they were."""
+    st = procfs.read_stat(pid)
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return False
+    return st is not None and not st.gone and st.start == procs.stat[pid].start and exe == procs.exe(pid)
 
 
 def untrusted_exe(pid: int, exe: str) -> str:

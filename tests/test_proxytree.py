@@ -5,6 +5,7 @@ name=systemd hierarchy, the process really moved into it) and without (one
 root-started master tree with a root-owned executable). Also: several trees,
 executables a user could swap, system users from login.defs."""
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -88,6 +89,25 @@ def test_a_tree_a_user_could_start_or_swap_does_not_count(spawn, bindir, how, wh
     c = find()
     assert c.tree is None or c.tree.master != p.pid, c
     assert any(f"pid {p.pid}" in r and why in r for r in c.refused), c.refused
+
+
+def test_a_pid_reused_while_it_is_checked_does_not_count(spawn, bindir, monkeypatch):
+    """A user's squid in a sticky directory exits while root's scan reads it; a root process takes its
+    pid: the uids and the executable read after the snapshot were the root process's, and the user's
+    older start time made it the oldest tree, displacing root's squid. Here the reuse is the stand-in:
+    from the uids read on, /proc says another process (a later start time) holds the pid."""
+    squid = bindir("squid", sub="sticky", mode=0o1777)
+    p = spawn([str(squid), "600"], "squid")
+    procs = proxytree.Processes()
+    real_read = proxytree.procfs.read_stat
+
+    def recycled(pid):
+        st = real_read(pid)
+        return dataclasses.replace(st, start=st.start + 1) if st is not None and pid == p.pid else st
+    monkeypatch.setattr(proxytree.procfs, "read_stat", recycled)
+    c = proxytree.find(SQUID, procs, NoUnits())
+    assert c.tree is None or c.tree.master != p.pid, c
+    assert any(f"pid {p.pid}" in r and "changed while it was checked" in r for r in c.refused), c.refused
 
 
 def test_a_sticky_directory_like_tmp_is_no_reason_to_refuse(spawn, bindir):
