@@ -21,9 +21,10 @@ from proxytune.core.numbers import uint
 from . import proc, target
 
 
-def masters(kind: str | None = None) -> tuple[list[int], str]:
-    """The running proxy's master of each kind (of `kind` only, when given), in the proxies' detection
-    order, and a line naming the processes left out (a user's namesake, a second tree), or ""."""
+def masters(kind: str | None = None) -> tuple[list[tuple[int, int]], str]:
+    """The running proxy's master of each kind (of `kind` only, when given) as (pid, start time), in
+    the proxies' detection order, and a line naming the processes left out (a user's namesake, a
+    second tree), or ""."""
     procs, units = proxytree.Processes(), proxytree.Units()
     out, notes = [], []
     for spec in proxies.KINDS:
@@ -31,7 +32,7 @@ def masters(kind: str | None = None) -> tuple[list[int], str]:
             continue
         choice = proxytree.find(proxies.identity(spec), procs, units)
         if choice.tree and target.watchable([choice.tree.master]):
-            out.append(choice.tree.master)
+            out.append((choice.tree.master, choice.tree.start))
         if choice.note():
             notes.append(choice.note())
     return out, "; ".join(notes)
@@ -91,12 +92,16 @@ class Locator:
 
     def find(self) -> tuple[list[int], str | None]:
         if self.current and procfs.alive(*self.current):
-            return pids_of(self.current[0], self._running()), None
+            try:
+                return pids_of(self.current[0], self._running()), None
+            except ProxytuneError:              # it exited since: the next window follows what comes
+                return [], None
         lost = self.current
         if lost and self.kind is None:          # a --pid that is no proxy: nothing to follow it by
             return self._absent(f"pid {lost[0]} exited; it is no proxy proxytune knows, so it cannot be followed")
         main = unit_main_pid(self.unit) if self.unit else None
-        found, note = ([main], "") if main else masters(self.kind)
+        st = procfs.read_stat(main) if main else None
+        found, note = ([(main, st.start)] if st else [], "") if main else masters(self.kind)
         if note and note != self.note_said:
             self.note_said = note
             say_note = proxytree.shown(note)
@@ -105,17 +110,23 @@ class Locator:
         if not found:
             absent = self._absent(f"no {self.what} is running; waiting for one")
             return [], "; ".join(x for x in (absent[1], say_note) if x) or None
-        pid, st = found[0], procfs.read_stat(found[0])
-        if st is None:                          # gone since it was listed: next window
+        pid, start = found[0]
+        st = procfs.read_stat(pid)
+        if st is None or st.gone or st.start != start:   # gone (or its pid reused) since it was judged
             return self._absent(f"no {self.what} is running; waiting for one")
         running = proxies.identify(pid)
-        self.current, self.comm = (pid, st.start), st.comm
+        self.current, self.comm = (pid, start), st.comm
         self.kind = self.kind or (running.kind if running else None)
         self.absent_said = False
         say = (f"{self.kind} restarted: following its new master pid {pid} (was {lost[0]})" if lost else
                f"watching {self.what} master pid {pid}" + (f" (of {len(found)} proxies, the first)"
                                                           if len(found) > 1 else ""))
-        return pids_of(pid), "; ".join(x for x in (say, say_note) if x)
+        try:
+            pids = pids_of(pid, running)
+        except ProxytuneError:                  # it exited while it was read: next window looks again
+            self.current = lost
+            return self._absent(f"no {self.what} is running; waiting for one")
+        return pids, "; ".join(x for x in (say, say_note) if x)
 
     def _running(self):
         """The master watched, identified once while it lives (identify reads its config: the watcher

@@ -54,9 +54,10 @@ class Loop:
         t0 = time.time()
         try:
             pids, line = self.locator.find()
-        except OSError as e:                            # /proc unreadable now (out of fds, say): the next window looks again
+        except (OSError, ProxytuneError) as e:          # /proc unreadable now (out of fds, say): the next window looks again
             pids, line = None, None
-            why = f"cannot look for the proxy: {e.strerror or e}: {e.filename or ''}"
+            why = "cannot look for the proxy: " + (e.message if isinstance(e, ProxytuneError)
+                                                   else f"{e.strerror or e}: {e.filename or ''}")
         if line:
             self.say(line)
         if pids is None:

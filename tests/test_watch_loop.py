@@ -231,3 +231,26 @@ def test_a_proxy_that_exits_in_its_window_is_absent_and_a_dead_tracer_is_a_failu
     with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
         watch.Loop(r, Seq([([10], None)] * 2), 1.0, say=lambda l: None, open_session=Sessions(look)).forever(2)
     assert [x["status"] for x in recorder.read(tmp_path / "ring").records] == ["absent", "failed"]
+
+
+def test_a_master_that_goes_or_is_replaced_while_it_is_judged_is_absent_not_the_end(monkeypatch):
+    """masters() judged a process; it exited, and its pid was reused, before find() took it: the new
+    process was followed for good. Or it exited while its workers were read: ProxytuneError ended
+    the watch. Both are an absent window now; the next window looks again."""
+    import os
+    from proxytune.core import procfs
+    from proxytune.core.errors import ProxytuneError
+    from proxytune.probes import locate
+    me = procfs.read_stat(os.getpid())
+    monkeypatch.setattr(locate, "masters", lambda kind=None: ([(os.getpid(), me.start - 1)], ""))
+    loc = locate.Locator()
+    loc.kind = "haproxy"
+    assert loc.find() == ([], "no haproxy is running; waiting for one")     # another process holds the pid now
+
+    def gone(master, running=None):
+        raise ProxytuneError(f"no process with pid {master}")
+    monkeypatch.setattr(locate, "masters", lambda kind=None: ([(os.getpid(), me.start)], ""))
+    monkeypatch.setattr(locate, "pids_of", gone)
+    loc = locate.Locator()
+    loc.kind = "haproxy"
+    assert loc.find() == ([], "no haproxy is running; waiting for one") and loc.current is None
