@@ -56,6 +56,7 @@ class BoundedServer(ThreadingHTTPServer):
         self.deadlines: dict = {}                   # client socket -> when it is shut
         self.lock = threading.Lock()
         self.closing = threading.Event()
+        self.client_errors = 0
         super().__init__(*args, **kw)
         threading.Thread(target=self._reap, daemon=True, name="metrics-reaper").start()
 
@@ -92,6 +93,12 @@ class BoundedServer(ThreadingHTTPServer):
                     s.shutdown(socket.SHUT_RDWR)        # its handler's read ends; a closed socket raises
                 except OSError:
                     pass
+
+    def handle_error(self, request, client_address) -> None:
+        """A client's reset or garbage is its own affair: socketserver printed a traceback for each
+        (twenty lines; a reset storm from any local user would flood root's journal past its rate
+        limit and push out the episode lines). Counted, not printed."""
+        self.client_errors += 1
 
     def server_close(self) -> None:
         self.closing.set()

@@ -178,6 +178,28 @@ def test_clients_that_hold_the_endpoint_open_cost_a_bounded_number_of_threads_an
         e.close()
 
 
+def test_clients_that_reset_print_nothing(capfd):
+    """A reset after connect, mid-request or after a whole one printed a traceback each (socketserver's
+    handle_error): 20 lines a reset, and a storm of them floods root's journal past its rate limit."""
+    import socket
+    import struct
+    e = metricserver.Endpoint("127.0.0.1", 0)
+    host, port = e.address.rsplit(":", 1)
+    try:
+        for payload in (b"", b"GET /metr", b"GET /metrics HTTP/1.0\r\n\r\n") * 7:
+            c = socket.create_connection((host, int(port)), timeout=5)
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))   # close = RST
+            if payload:
+                c.sendall(payload)
+            c.close()
+        time.sleep(0.5)
+        with urllib.request.urlopen(f"http://{e.address}/metrics", timeout=5) as resp:
+            assert resp.status == 200
+    finally:
+        e.close()
+    assert capfd.readouterr().err == ""
+
+
 def test_the_watcher_s_cpu_counts_its_own_and_its_reaped_children_s():
     before = watchmetrics.watcher_cpu_seconds()
     t = os.times()
