@@ -65,6 +65,16 @@ def test_a_textfile_planted_in_a_sticky_directory_does_not_hand_its_owner_root_s
     st = (sticky / "x.prom").stat()
     assert (st.st_uid, st.st_mode & 0o777) == (0, 0o644), (st.st_uid, oct(st.st_mode))
     assert "proxytune_" in (sticky / "x.prom").read_text()
+    # a hard link nobody plants to a root file it can write (0666): root's write kept that mode
+    (tmp_path / "shared").write_text("root's, writable by all\n")
+    os.chmod(tmp_path / "shared", 0o666)
+    (sticky / "x.prom").unlink()
+    os.link(tmp_path / "shared", sticky / "x.prom")        # (as nobody it needs protected_hardlinks=0 or a 0666 file)
+    r = proxytune(*TEXTFILE, "-o", str(sticky / "x.prom"))
+    assert r.returncode in (0, 1), r.stderr
+    st = (sticky / "x.prom").stat()
+    assert (st.st_uid, st.st_mode & 0o777, st.st_nlink) == (0, 0o644, 1), (st.st_uid, oct(st.st_mode))
+    assert (tmp_path / "shared").read_text() == "root's, writable by all\n"
     # an admin's choice in a directory of root's is kept: the file chowned to another account stays its
     own = tmp_path / "rootdir"
     own.mkdir(mode=0o755)

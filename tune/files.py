@@ -90,15 +90,15 @@ def write_output(path: Path, data: str | bytes, mode: int = NEW_FILE_MODE, keep:
     directory that is ours (made PRIVATE_DIR_MODE when we make it) and that no one else can write
     (a sticky one like /tmp aside: no one can rename our file there). keep: a file there keeps its
     mode and owner (the admin's chmod of a textfile; by fstat: nothing of it is read), unless another
-    user could have put it there (a sticky directory others write: its owner would get our file, to
-    rewrite at will). Returns the path."""
+    user could have put it there (a sticky directory others write: its owner, or whoever can write
+    the file it is a hard link to, would get our file to rewrite at will). Returns the path."""
     path = _absolute(path)
     try:
         with _parent(path, Path("/"), create=True, dir_mode=PRIVATE_DIR_MODE) as (dfd, name, _):
             _refuse_foreign_dir(dfd, path.parent, sticky_ok=True)
-            like = _identity_of(dfd, name) if keep else None
-            if like is not None and like.uid not in (0, os.geteuid()) and _open_to_others(os.fstat(dfd)):
-                like = None
+            # in a directory others write, what is there may be theirs: a planted file, or a hard link to
+            # any file they can write (root's 0666 one too): nothing of it is kept there
+            like = _identity_of(dfd, name) if keep and not _open_to_others(os.fstat(dfd)) else None
             _replace_in(dfd, name, path, data, like, mode)
     except ProxytuneError:
         raise
