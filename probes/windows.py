@@ -58,8 +58,15 @@ def as_result(record: dict) -> dict:
 def is_window(record: dict) -> bool:
     """A record this version can use (read as untrusted: a ring may hold older or damaged ones)."""
     return (isinstance(record, dict) and record.get("v") == VERSION and isinstance(record.get("run"), str)
-            and isinstance(record.get("seq"), int) and isinstance(record.get("t0"), (int, float))
-            and isinstance(record.get("t1"), (int, float)) and isinstance(record.get("findings"), list))
+            and isinstance(record.get("seq"), int) and _time(record.get("t0")) and _time(record.get("t1"))
+            and isinstance(record.get("findings"), list)
+            and all(isinstance(f, dict) and isinstance(f.get("id"), str) and isinstance(f.get("severity"), str)
+                    for f in record["findings"]))
+
+
+def _time(t) -> bool:
+    """A Unix time gmtime() can render: finite, from 1970 to the year 9999."""
+    return isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t < 253402300800
 
 
 def stamp(t: float) -> str:

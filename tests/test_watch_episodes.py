@@ -68,6 +68,11 @@ def test_two_findings_overlap_as_two_episodes_and_the_last_is_ongoing():
 def test_damaged_and_foreign_records_are_skipped():
     recs = [window(BUSY, 0), {"v": 99}, {"v": 1, "run": 3}, "junk", window(BUSY, 1)]
     assert [e["windows"] for e in episodes.fold(recs)] == [2]
+    # this version's shape with values no window has: history printed a traceback for each
+    odd = [dict(window(BUSY, 2), t0=1e20), dict(window(BUSY, 3), t1=float("nan")), dict(window(BUSY, 4), t0=True),
+           dict(window(BUSY, 5), findings=[{"id": "x", "severity": None}]), dict(window(BUSY, 6), findings=["x"])]
+    assert not any(windows.is_window(r) for r in odd)
+    assert [e["windows"] for e in episodes.fold(recs + odd)] == [2]
 
 
 def test_between_keeps_the_overlapping_episodes():
