@@ -41,7 +41,10 @@ def parse_size(ctx, param, value) -> int:
 def window_s(value) -> float:
     """A window of at least a second: bpftrace dumps its maps every window (an interval in whole ms),
     and what a window reads costs the same however short it is."""
-    s = duration_option(None, None, value)
+    try:
+        s = duration_option(None, None, value)
+    except ProxytuneError:
+        raise click.BadParameter(f"{value!r} is no length in seconds (1 or more)") from None
     if s < 1.0:
         raise click.BadParameter(f"a window is at least 1 second, not {s:g}")
     return s
