@@ -178,6 +178,34 @@ class Namespace:
         self.nl.close()
 
 
+EXACT = struct.Struct("=BBBxI2H16s16sI8s")                  # inet_diag_req_v2 naming one socket
+NO_COOKIE = b"\xff" * 8                                       # INET_DIAG_NOCOOKIE: look it up by address
+
+
+def owner_uid(local: tuple, remote: tuple) -> int | None:
+    """The uid owning the TCP socket of this (our) namespace whose local end is `local` and peer
+    `remote` ((address, port) each): for a connection accepted here, the client's socket is the one
+    with local = its peer, remote = our end (inet_diag_find_one_icsk looks the id up as a packet to
+    it would be). None when there is none here (a remote client) or it cannot be told."""
+    try:
+        family = socket.AF_INET6 if ":" in local[0] else socket.AF_INET
+        src, dst = (socket.inet_pton(family, a) for a in (local[0], remote[0]))
+    except (OSError, ValueError, TypeError, IndexError):
+        return None
+    req = EXACT.pack(family, socket.IPPROTO_TCP, 0, ALL_STATES, socket.htons(local[1]), socket.htons(remote[1]),
+                     src.ljust(16, b"\0"), dst.ljust(16, b"\0"), 0, NO_COOKIE)
+    try:
+        with _netlink() as nl:
+            nl.send(struct.pack("=IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, 1, 0) + req)
+            for kind, _, body in messages(nl.recv(RECV_BYTES)):
+                if kind == SOCK_DIAG_BY_FAMILY and len(body) >= MESSAGE.size:
+                    return MESSAGE.unpack_from(body)[-2]
+                return None                             # NLMSG_ERROR: ENOENT, no such socket here
+    except OSError:
+        return None
+    return None
+
+
 def _netlink() -> socket.socket:
     nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_SOCK_DIAG)
     nl.settimeout(5)

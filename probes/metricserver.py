@@ -7,8 +7,8 @@ config files, which is nothing to show the network by accident. A thread of
 http.server's ThreadingHTTPServer serves it; no request is logged to stderr
 (the watcher's own lines go there). Any local user can connect, so a client
 has CLIENT_TIMEOUT_S to send its request and read the answer, and at most
-MAX_CLIENTS are served at once (a scrape is one short request): the rest are
-closed at once. Held open, each would keep a thread and a file descriptor of
+MAX_CLIENTS are served at once, MAX_PER_PEER of one local user's (a scrape is
+one short request): the rest are closed at once. Held open, each would keep a thread and a file descriptor of
 root's watcher, and enough of them run it out of descriptors.
 """
 
@@ -18,11 +18,13 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from proxytune.core import tcpdiag
 from proxytune.core.errors import ProxytuneError
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DEFAULT_HOST = "127.0.0.1"
 MAX_CLIENTS = 8
+MAX_PER_PEER = 2            # served at once for one local uid (or one remote address)
 CLIENT_TIMEOUT_S = 5.0
 
 
@@ -54,6 +56,7 @@ class BoundedServer(ThreadingHTTPServer):
     def __init__(self, *args, **kw):
         self.slots = threading.BoundedSemaphore(MAX_CLIENTS)
         self.deadlines: dict = {}                   # client socket -> when it is shut
+        self.peers: dict = {}                       # client socket -> its peer key (uid, or address)
         self.lock = threading.Lock()
         self.closing = threading.Event()
         self.client_errors = 0
@@ -61,11 +64,15 @@ class BoundedServer(ThreadingHTTPServer):
         threading.Thread(target=self._reap, daemon=True, name="metrics-reaper").start()
 
     def process_request(self, request, client_address):
-        if not self.slots.acquire(blocking=False):
+        peer = self._peer(request, client_address)
+        with self.lock:
+            crowded = sum(1 for p in self.peers.values() if p == peer) >= MAX_PER_PEER
+        if crowded or not self.slots.acquire(blocking=False):
             self.shutdown_request(request)
             return
         with self.lock:
             self.deadlines[request] = time.monotonic() + CLIENT_TIMEOUT_S
+            self.peers[request] = peer
         try:
             super().process_request(request, client_address)
         except BaseException:
@@ -81,7 +88,18 @@ class BoundedServer(ThreadingHTTPServer):
     def _done(self, request) -> None:
         with self.lock:
             self.deadlines.pop(request, None)
+            self.peers.pop(request, None)
         self.slots.release()
+
+    @staticmethod
+    def _peer(request, client_address) -> tuple:
+        """Who a client is: the uid owning its socket when it is on this host (sock_diag), so one local
+        user holding connections open cannot keep Prometheus's scrape out; else its address."""
+        try:
+            uid = tcpdiag.owner_uid(request.getpeername()[:2], request.getsockname()[:2])
+        except OSError:
+            uid = None
+        return ("uid", uid) if uid is not None else ("address", client_address[0])
 
     def _reap(self) -> None:
         while not self.closing.wait(0.25):

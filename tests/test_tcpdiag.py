@@ -84,3 +84,20 @@ def test_a_shorter_tcp_info_gives_what_it_has():
     struct.pack_into("=Q", full, 200, 77)                # bytes_sent (Linux 4.19)
     assert dict(tcpdiag.TcpInfo(bytes(full))) == {"lastsnd": 120, "bytes_sent": 77}
     assert dict(tcpdiag.TcpInfo(bytes(full[:104]))) == {"lastsnd": 120}
+
+
+def test_the_owner_of_a_connection_s_other_end_on_this_host():
+    """Who holds the client socket of a connection we accepted (the metrics endpoint's per-user cap);
+    None for an end that is not on this host."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    cli = socket.create_connection(srv.getsockname())
+    conn, _ = srv.accept()
+    try:
+        assert tcpdiag.owner_uid(conn.getpeername(), conn.getsockname()) == os.geteuid()
+        assert tcpdiag.owner_uid(("127.0.0.1", 1), conn.getsockname()) is None
+        assert tcpdiag.owner_uid(("no address", 1), ("127.0.0.1", 2)) is None
+    finally:
+        for s in (conn, cli, srv):
+            s.close()

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import matrix
 from test_watch_loop import Seq, Sessions
+from conftest import NOBODY, needs_root
 from proxytune.core.errors import ProxytuneError
 from proxytune.probes import doctor, metricserver, recorder, watch, watchmetrics, windows
 
@@ -175,6 +176,32 @@ def test_clients_that_hold_the_endpoint_open_cost_a_bounded_number_of_threads_an
     finally:
         for c in idle:
             c.close()
+        e.close()
+
+
+@needs_root
+def test_one_local_user_holding_connections_does_not_keep_a_scrape_out():
+    """nobody keeps 20 connections open (reconnecting as they are cut): with 8 slots for all, a scrape
+    from another user waited for them. Each local uid is served MAX_PER_PEER at once (the uid owning
+    the client's socket, from sock_diag), so the scrape is answered at once."""
+    import subprocess
+    e = metricserver.Endpoint("127.0.0.1", 0)
+    host, port = e.address.rsplit(":", 1)
+    hog = subprocess.Popen([*NOBODY, "/usr/bin/python3", "-c", (
+        "import socket, time\n"
+        f"held = [socket.create_connection(({host!r}, {port}), timeout=5) for _ in range(20)]\n"
+        "print('held', flush=True)\n"
+        "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert hog.stdout.readline().strip() == "held"
+        e.update("proxytune_watch_episodes_total 3\n")
+        t0 = time.monotonic()
+        with urllib.request.urlopen(f"http://{e.address}/metrics", timeout=5) as resp:
+            assert resp.read() == b"proxytune_watch_episodes_total 3\n"
+        assert time.monotonic() - t0 < metricserver.CLIENT_TIMEOUT_S / 2
+    finally:
+        hog.kill()
+        hog.wait()
         e.close()
 
 
