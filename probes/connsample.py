@@ -90,7 +90,8 @@ def busiest_destination(rows, listening: set[str], span: tuple[int, int]) -> tup
     and it cannot exceed the range (a count over all destinations can)."""
     per: dict[str, int] = {}
     for state, _, _, port, _, flow in rows:
-        if state != "LISTEN" and port not in listening and span[0] <= int(port) <= span[1]:
+        # a socket with no local port yet (or none any more) is listed with port "*", as ss prints it
+        if state != "LISTEN" and port not in listening and port.isdigit() and span[0] <= int(port) <= span[1]:
             per[flow] = per.get(flow, 0) + 1
     flow = max(per, key=per.get, default=None)
     return (per[flow], flow) if flow else (0, None)

@@ -57,6 +57,10 @@ def test_ephemeral_ports_are_counted_per_destination_and_never_above_the_range()
     assert n == 5 and flow in ("127.0.0.1>127.0.0.1:8080", "127.0.0.1>127.0.0.1:9090")
     assert connsample.busiest_destination(rows, set(), (40000, 40005))[0] == 6
     assert connsample.busiest_destination([], set(), (40000, 40005)) == (0, None)
+    # a socket listed without a local port (ss's "*") is no ephemeral port: the doctor crashed on
+    # int("*") beside nginx and Traffic Server under load (CI of h-watch b4ee4ee)
+    unbound = [("SYN-SENT", 0, 0, "*", 9, "0.0.0.0>127.0.0.1:8080"), ("UNCONN", 0, 0, "*", 10, "0.0.0.0>0.0.0.0:*")]
+    assert connsample.busiest_destination(rows + unbound, set(), (40000, 40005))[0] == 6
 
 
 def _overflow(port: int, n: int = 20) -> list:
