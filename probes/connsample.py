@@ -38,6 +38,7 @@ import re
 import threading
 
 from proxytune.core import procfs, tcpdiag
+from proxytune.core.numbers import uint
 from proxytune.core.sockets import fd_inventory
 
 from .inflight import Tally
@@ -91,7 +92,7 @@ def busiest_destination(rows, listening: set[str], span: tuple[int, int]) -> tup
     per: dict[str, int] = {}
     for state, _, _, port, _, flow in rows:
         # a socket with no local port yet (or none any more) is listed with port "*", as ss prints it
-        if state != "LISTEN" and port not in listening and port.isdigit() and span[0] <= int(port) <= span[1]:
+        if state != "LISTEN" and port not in listening and (n := uint(port)) is not None and span[0] <= n <= span[1]:
             per[flow] = per.get(flow, 0) + 1
     flow = max(per, key=per.get, default=None)
     return (per[flow], flow) if flow else (0, None)
