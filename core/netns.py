@@ -43,8 +43,30 @@ def _enter_private_netns() -> None:
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True, capture_output=True, timeout=10)
 
 
+@contextlib.contextmanager
+def _parent_interrupted_once():
+    """The parent too takes Ctrl-C once while its child runs: a terminal sends SIGINT to both, and a
+    second one (an impatient user) raised while the parent is on its way into _stop would end the
+    parent, and PR_SET_PDEATHSIG would then SIGKILL the child in the middle of its cleanup. The
+    handler itself switches to ignore, so there is no window between the two."""
+    ours = (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    if ours:
+        signal.signal(signal.SIGINT, _interrupt_once)
+    try:
+        yield
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def call(fn, *args, **kwargs):
     """fn(*args, **kwargs) in a private network namespace; its JSON-able result, or ProxytuneError."""
+    with _parent_interrupted_once():
+        return _call(fn, *args, **kwargs)
+
+
+def _call(fn, *args, **kwargs):
     rd, wr = os.pipe()
     pid = os.fork()
     if pid == 0:                                   # the child: never returns into the caller's code
