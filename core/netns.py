@@ -124,9 +124,20 @@ def run_in(pid: int, fn):
     """fn() on a short-lived thread inside pid's network namespace (setns(2) moves the calling thread
     only, so no other thread of ours leaves its namespace): what it opens there (a socket, a file under
     /proc/sys/net) belongs to that namespace and stays so after. Its result, or the OSError it raised
-    (also when the namespace cannot be entered: the process is gone, or CAP_SYS_ADMIN is missing)."""
+    (also when the namespace cannot be entered: the process is gone, or CAP_SYS_ADMIN is missing).
+    In pid's namespace already (a proxy on the host, pid None for ours), fn() runs here: no thread."""
+    if pid is None:
+        return fn()
     got: dict = {}
     target = os.open(f"/proc/{int(pid)}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        theirs, ours = os.fstat(target), os.stat("/proc/thread-self/ns/net")
+    except OSError:
+        os.close(target)
+        raise
+    if (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino):
+        os.close(target)
+        return fn()
 
     def enter_and_run():
         try:
@@ -146,8 +157,3 @@ def run_in(pid: int, fn):
     if "error" in got:
         raise got["error"]
     return got["result"]
-
-
-def same_as_ours(pid: int) -> bool:
-    """pid's network namespace is this thread's."""
-    return os.stat(f"/proc/{int(pid)}/ns/net").st_ino == os.stat("/proc/thread-self/ns/net").st_ino

@@ -88,10 +88,6 @@ def _table(pid: int, name: str) -> list[str]:
         return []
 
 
-def _diag_socket() -> socket.socket:
-    return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, netlink.NETLINK_SOCK_DIAG)
-
-
 def listening_unix_files(inodes: set[int], pid: int | None = None) -> set[tuple[int, int, int]]:
     """(major, minor, inode) of the socket files the listening unix sockets among `inodes` are
     bound to, from sock_diag (UNIX_DIAG_VFS): the file's identity, whatever name it has now. Unix
@@ -99,9 +95,7 @@ def listening_unix_files(inodes: set[int], pid: int | None = None) -> set[tuple[
     asked in pid's: a proxy in a container's namespace holds its stats socket there."""
     req = struct.pack("BBHIIIII", socket.AF_UNIX, 0, 0, 1 << 10, 0, UDIAG_SHOW_VFS, 0, 0)   # TCP_LISTEN
     out = set()
-    ours = pid is None or netns.same_as_ours(pid)
-    with (_diag_socket() if ours else netns.run_in(pid, _diag_socket)) as nl:
-        nl.settimeout(5)
+    with netns.run_in(pid, tcpdiag.diag_socket) as nl:
         nl.send(struct.pack("IHHII", 16 + len(req), netlink.SOCK_DIAG_BY_FAMILY,
                             netlink.NLM_F_REQUEST | netlink.NLM_F_DUMP, 1, 0) + req)
         while True:

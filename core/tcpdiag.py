@@ -122,7 +122,7 @@ class Namespace:
     def __init__(self, pid: int | None = None):
         self.seq = 0
         self.proc = f"/proc/{int(pid)}" if pid is not None else "/proc/thread-self"
-        self.nl = netns.run_in(pid, _netlink) if pid is not None and not netns.same_as_ours(pid) else _netlink()
+        self.nl = netns.run_in(pid, diag_socket)
 
     def families(self, states: int) -> list[int]:
         """The address families worth a dump. A dump walks the kernel's whole established-socket hash,
@@ -195,7 +195,7 @@ def owner_uid(local: tuple, remote: tuple) -> int | None:
     req = EXACT.pack(family, socket.IPPROTO_TCP, 0, ALL_STATES, socket.htons(local[1]), socket.htons(remote[1]),
                      src.ljust(16, b"\0"), dst.ljust(16, b"\0"), 0, NO_COOKIE)
     try:
-        with _netlink() as nl:
+        with diag_socket() as nl:
             nl.send(struct.pack("=IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, 1, 0) + req)
             for kind, _, body in messages(nl.recv(RECV_BYTES)):
                 if kind == SOCK_DIAG_BY_FAMILY and len(body) >= MESSAGE.size:
@@ -206,7 +206,9 @@ def owner_uid(local: tuple, remote: tuple) -> int | None:
     return None
 
 
-def _netlink() -> socket.socket:
+def diag_socket() -> socket.socket:
+    """A sock_diag socket in the calling thread's network namespace; a kernel that does not answer
+    within 5 s is an OSError (socket.timeout), not a watcher stuck for good."""
     nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_SOCK_DIAG)
     nl.settimeout(5)
     return nl

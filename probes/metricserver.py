@@ -55,8 +55,7 @@ class BoundedServer(ThreadingHTTPServer):
 
     def __init__(self, *args, **kw):
         self.slots = threading.BoundedSemaphore(MAX_CLIENTS)
-        self.deadlines: dict = {}                   # client socket -> when it is shut
-        self.peers: dict = {}                       # client socket -> its peer key (uid, or address)
+        self.clients: dict = {}                     # client socket -> (when it is shut, its peer key)
         self.lock = threading.Lock()
         self.closing = threading.Event()
         self.client_errors = 0
@@ -66,13 +65,12 @@ class BoundedServer(ThreadingHTTPServer):
     def process_request(self, request, client_address):
         peer = self._peer(request, client_address)
         with self.lock:
-            crowded = sum(1 for p in self.peers.values() if p == peer) >= MAX_PER_PEER
+            crowded = sum(1 for _, p in self.clients.values() if p == peer) >= MAX_PER_PEER
         if crowded or not self.slots.acquire(blocking=False):
             self.shutdown_request(request)
             return
         with self.lock:
-            self.deadlines[request] = time.monotonic() + CLIENT_TIMEOUT_S
-            self.peers[request] = peer
+            self.clients[request] = (time.monotonic() + CLIENT_TIMEOUT_S, peer)
         try:
             super().process_request(request, client_address)
         except BaseException:
@@ -87,8 +85,7 @@ class BoundedServer(ThreadingHTTPServer):
 
     def _done(self, request) -> None:
         with self.lock:
-            self.deadlines.pop(request, None)
-            self.peers.pop(request, None)
+            self.clients.pop(request, None)
         self.slots.release()
 
     @staticmethod
@@ -105,7 +102,7 @@ class BoundedServer(ThreadingHTTPServer):
         while not self.closing.wait(0.25):
             now = time.monotonic()
             with self.lock:
-                late = [s for s, t in self.deadlines.items() if t < now]
+                late = [s for s, (t, _) in self.clients.items() if t < now]
             for s in late:
                 try:
                     s.shutdown(socket.SHUT_RDWR)        # its handler's read ends; a closed socket raises

@@ -56,7 +56,7 @@ def sysctls(pid: int) -> tuple[dict, str | None]:
     window (the watcher reads them every window)."""
     out, error = {}, None
     try:
-        out = _per_ns() if netns.same_as_ours(pid) else netns.run_in(pid, _per_ns)
+        out = netns.run_in(pid, _per_ns)
     except OSError as e:
         error = f"cannot enter its network namespace: {e.strerror or e}"
     for name in GLOBAL:
@@ -73,7 +73,7 @@ def port_range(pid: int) -> str | None:
     def read() -> str:
         return " ".join(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
     try:
-        return read() if netns.same_as_ours(pid) else netns.run_in(pid, read)
+        return netns.run_in(pid, read)
     except OSError:
         pass
     try:

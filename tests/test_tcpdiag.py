@@ -101,3 +101,23 @@ def test_the_owner_of_a_connection_s_other_end_on_this_host():
     finally:
         for s in (conn, cli, srv):
             s.close()
+
+
+def test_run_in_runs_here_in_our_own_namespace_and_on_a_thread_in_another():
+    """setns(2) is needed only for another namespace: in ours (a proxy on the host) no thread is made,
+    and a gone pid is an OSError."""
+    import threading
+    from proxytune.core import netns as ns
+    here = threading.get_ident()
+    assert ns.run_in(os.getpid(), threading.get_ident) == here
+    assert ns.run_in(None, threading.get_ident) == here
+    other = subprocess.Popen(["unshare", "-n", "sleep", "30"])
+    try:
+        assert wait_for(lambda: os.readlink(f"/proc/{other.pid}/ns/net") != os.readlink("/proc/self/ns/net"), 10)
+        assert ns.run_in(other.pid, threading.get_ident) != here
+        assert ns.run_in(other.pid, lambda: sorted(n for _, n in socket.if_nameindex())) == ["lo"]
+    finally:
+        other.kill()
+        other.wait()
+    with pytest.raises(OSError):
+        ns.run_in(other.pid, threading.get_ident)

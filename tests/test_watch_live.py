@@ -165,9 +165,10 @@ def test_a_proxy_driven_into_its_cap_twice_gives_two_episodes_that_start_and_end
                            str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_exec(hp, "haproxy")
     state, window, edges, w = tmp_path / "state", 2.0, [], None
+    prom = tmp_path / "watch.prom"
     try:
         w = subprocess.Popen([*proxytune_argv(), "--state-dir", str(state), "watch", "--pid", str(hp.pid),
-                              "--window", str(window), "--no-perf", "--max-size", "1M"],
+                              "--window", str(window), "--no-perf", "--max-size", "1M", "--textfile", str(prom)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert wait_for(lambda: len(recorder.read(state / "watch").records) >= 2, timeout=120), _tail(w)
         for _ in range(2):
@@ -192,6 +193,35 @@ def test_a_proxy_driven_into_its_cap_twice_gives_two_episodes_that_start_and_end
     for e, (on, off) in zip(eps, edges):
         assert abs(e["start"] - on) <= window + 1.0 and abs(e["end"] - off) <= window + 1.0, (e, on, off, seen)
     assert sum(x["status"] == "failed" for x in recs) == 0, [x.get("reason") for x in recs]
+    _keep_evidence(state, prom)
+    _metrics_say_the_same(prom.read_text(), recs, seen)
+
+
+def _metrics_say_the_same(text: str, recs: list[dict], seen) -> None:
+    """The textfile as node_exporter's consumer (prometheus_client's parser) reads it: the episodes
+    counted, every window counted by its status, and the maxconn cap among its cap series."""
+    from prometheus_client.parser import text_string_to_metric_families
+    samples = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            samples.setdefault(s.name, []).append((s.labels, s.value))
+    assert [v for _, v in samples["proxytune_watch_episodes_total"]][0] >= 2, (text, seen)
+    by_status = {lab["status"]: v for lab, v in samples["proxytune_watch_windows_total"]}
+    assert by_status.get("watched", 0) >= sum(r["status"] == "watched" for r in recs) - 1, (by_status, seen)
+    caps = {lab["cap"]: v for lab, v in samples.get("proxytune_watch_cap_limit", [])}
+    assert any("maxconn" in c and v == 50 for c, v in caps.items()), caps
+
+
+def _keep_evidence(state, prom) -> None:
+    """PROXYTUNE_WATCH_EVIDENCE=DIR keeps what an operator would see (history, the metrics file)."""
+    import os
+    from pathlib import Path
+    keep = os.environ.get("PROXYTUNE_WATCH_EVIDENCE")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        r = proxytune("--state-dir", str(state), "watch", "history")
+        (Path(keep) / "history.txt").write_text(r.stdout)
+        (Path(keep) / "watch.prom").write_text(prom.read_text())
 
 
 FULL_STATE = """
