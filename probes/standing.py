@@ -8,9 +8,12 @@ each window with the same reads and rules as the doctor (doctor.Probes,
 doctor.answer), so a watched window and a doctor run read alike.
 
 What a session settles at its start (the triage's syscall scripts, the
-proxy's processes, the host audit) is refreshed by starting a new one:
-when the proxy's processes change (a reload's new workers, a restart) and
-every REFRESH_S. perf samples a window only when the one before showed the
+proxy's processes, the host audit) is settled again every REFRESH_S, in
+place while the program it composes is the same text (the attached one
+stays: a new bpftrace costs ~3.3 s of CPU to compile and attach, which six
+times an hour was 56 % of the watcher's cost over a busy hour), by a new
+session when it is not, or when the proxy's processes change (a reload's
+new workers, a restart). perf samples a window only when the one before showed the
 proxy at HOTSPOT_MIN_CPU or more: below it cpu-hotspot cannot fire
 (findings.py), so a sample buys nothing the rules read.
 """
@@ -39,14 +42,15 @@ class Session:
     """One attached set of probes on `pids`; window() returns each window's doctor result."""
 
     def __init__(self, pids: list[int], window_s: float, use_perf: bool = True, **probes_kw):
-        self.pids, self.window_s, self.use_perf = list(pids), window_s, use_perf
+        self.pids, self.window_s, self.use_perf, self.probes_kw = list(pids), window_s, use_perf, probes_kw
         self.started = time.monotonic()
         self.kids = procgroup.Children()
         self.kids.__enter__()
         self.standing = None
         try:
             self.probes = doctor.Probes(self.pids, use_perf=use_perf, **probes_kw)
-            run = bpftrace.Run(self.kids, self.probes.program(dump_every_ms=int(window_s * 1000)))
+            self.text = self.probes.program(dump_every_ms=int(window_s * 1000))
+            run = bpftrace.Run(self.kids, self.text)
             run.wait_attached()
             self.standing = bpftrace.Standing(run)
             # the program's first interval began while it attached, before any window was open: its dump
@@ -60,6 +64,16 @@ class Session:
     @property
     def stale(self) -> bool:
         return time.monotonic() - self.started >= REFRESH_S
+
+    def refresh(self) -> bool:
+        """Settle the triage, the proxy's processes and the audit again. True when that composes the
+        program already attached (kept, with the last window's closing reads for the next); False
+        when the caller must start a new session for the new program."""
+        probes = doctor.Probes(self.pids, use_perf=self.use_perf, **self.probes_kw)
+        if probes.program(dump_every_ms=int(self.window_s * 1000)) != self.text:
+            return False
+        probes.carry, self.probes, self.started = self.probes.carry, probes, time.monotonic()
+        return True
 
     def window(self) -> dict:
         """Watch until bpftrace's next dump, ticking the socket sampler; the doctor's result for it.

@@ -121,8 +121,11 @@ class Loop:
             self.failure_said = why
 
     def _session(self, pids: list[int]):
-        """The attached probes for these pids: a new session when they changed or the old one is stale."""
-        if self.session is not None and (self.session.pids != list(pids) or self.session.stale):
+        """The attached probes for these pids: a new session when they changed, or when a stale one's
+        settling again composes another program (else it is refreshed in place)."""
+        if self.session is not None and self.session.pids != list(pids):
+            self._detach()
+        elif self.session is not None and self.session.stale and not self.session.refresh():
             self._detach()
         if self.session is None:
             self.session = self.open_session(list(pids), self.window_s, **self.diagnose_kw)

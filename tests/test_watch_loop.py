@@ -5,6 +5,8 @@ test_watch_episodes.py); only the locator's finding of pids is scripted here."""
 import socket
 import time
 
+import pytest
+
 from test_watch_episodes import BUSY, HEALTHY, answer
 from proxytune.probes import episodes, recorder, watch, windows
 
@@ -12,8 +14,9 @@ from proxytune.probes import episodes, recorder, watch, windows
 class Sessions:
     """Stands in for standing.Session: each window's answer from `looks` (a list, or one callable);
     it notes which sessions were opened (their pids) and closed."""
-    def __init__(self, looks):
-        self.looks, self.opened, self.closed = looks, [], 0
+    def __init__(self, looks, same_program: bool = True):
+        self.looks, self.opened, self.closed, self.refreshed = looks, [], 0, 0
+        self.same_program = same_program
 
     def __call__(self, pids, window_s, **kw):
         self.opened.append(pids)
@@ -27,6 +30,11 @@ class Sessions:
 
             def window(self):
                 return outer.looks(pids) if callable(outer.looks) else outer.looks.pop(0)
+
+            def refresh(self):
+                outer.refreshed += 1
+                self.stale = False
+                return outer.same_program
 
             def close(self):
                 outer.closed += 1
@@ -197,17 +205,48 @@ def test_a_reload_s_new_workers_get_a_new_session(tmp_path, monkeypatch):
     assert sessions.opened == [[10, 12], [10, 13]] and sessions.closed == 1
 
 
-def test_a_stale_session_is_replaced_so_its_triage_and_audit_are_settled_again(tmp_path, monkeypatch):
-    """standing.REFRESH_S: a session older than that is closed and a new one attached for the same pids."""
+@pytest.mark.parametrize("same_program", [True, False])
+def test_a_stale_session_is_settled_again_in_place_or_replaced_when_its_program_changed(
+        tmp_path, monkeypatch, same_program):
+    """standing.REFRESH_S: a session older than that settles its triage and audit again; it stays attached
+    when they compose the same program, else it is closed and a new one attached for the same pids."""
     monkeypatch.setattr(time, "sleep", lambda s: None)
-    sessions = Sessions(lambda pids: answer(HEALTHY))
+    sessions = Sessions(lambda pids: answer(HEALTHY), same_program)
     with recorder.Recorder(tmp_path / "ring", 1 << 20) as r:
         loop = watch.Loop(r, Seq([([10], None)] * 3), 1.0, say=lambda l: None, open_session=sessions)
         loop.once()
         loop.session.stale = True
         loop.once()
         loop.once()
-    assert sessions.opened == [[10], [10]] and sessions.closed == 1
+    assert sessions.refreshed == 1
+    if same_program:
+        assert sessions.opened == [[10]] and sessions.closed == 0
+    else:
+        assert sessions.opened == [[10], [10]] and sessions.closed == 1
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_refresh_keeps_the_attached_program_only_when_the_new_triage_composes_the_same(monkeypatch, same):
+    """A kept program keeps the last window's closing reads (windows stay back to back) and ages anew."""
+    from proxytune.probes import standing
+
+    class Probes:
+        def __init__(self, pids, use_perf=True, **kw):
+            self.pids, self.carry = pids, None
+
+        def program(self, dump_every_ms=None):
+            return f"program {dump_every_ms}" if same else "another program"
+    monkeypatch.setattr(standing.doctor, "Probes", Probes)
+    s = standing.Session.__new__(standing.Session)
+    s.pids, s.window_s, s.use_perf, s.probes_kw, s.text = [10], 10.0, False, {}, "program 10000"
+    s.probes, s.started = Probes([10]), time.monotonic() - standing.REFRESH_S - 1
+    s.probes.carry = {"at": 1.0}
+    old = s.probes
+    assert s.refresh() is same
+    if same:
+        assert s.probes is not old and s.probes.carry == {"at": 1.0} and not s.stale
+    else:
+        assert s.probes is old and s.stale
 
 
 def test_standing_sessions_age_by_refresh_s(monkeypatch):

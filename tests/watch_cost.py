@@ -11,8 +11,8 @@ span's share of one core is (last - first) / wall. Its BPF programs run in the c
 task hits their tracepoint (the proxy, wrk, the kernel's threads), so their cost is read apart, from
 the kernel's own counters (kernel.bpf_stats_enabled = 1 for the run, restored after; it adds two
 clock reads per program run, so the figure is an upper bound): run_time_ns of every program a
-tracer of the watcher holds, read every POLL_S (a session replaced every REFRESH_S takes up to
-POLL_S of its old programs' runs with it: under 1 % of the hour). The proxy's CPU is beside it.
+tracer of the watcher holds, read every POLL_S (a session replaced, at a reload or when its program
+changes, takes up to POLL_S of its old programs' runs with it: under 1 % of the hour). The proxy's CPU is beside it.
 The recorder is then read back: windows by status and the episodes a healthy proxy should not have.
 """
 
