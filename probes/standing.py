@@ -11,7 +11,7 @@ What a session settles at its start (the triage's syscall scripts, the
 proxy's processes, the host audit) is settled again every REFRESH_S, in
 place while the program it composes is the same text (the attached one
 stays: a new bpftrace costs ~3.3 s of CPU to compile and attach, which six
-times an hour was 56 % of the watcher's cost over a busy hour), by a new
+times an hour was 54 % of the watcher's cost over a busy hour), by a new
 session when it is not, or when the proxy's processes change (a reload's
 new workers, a restart). perf samples a window only when the one before showed the
 proxy at HOTSPOT_MIN_CPU or more: below it cpu-hotspot cannot fire
@@ -68,11 +68,15 @@ class Session:
     def refresh(self) -> bool:
         """Settle the triage, the proxy's processes and the audit again. True when that composes the
         program already attached (kept, with the last window's closing reads for the next); False
-        when the caller must start a new session for the new program."""
+        when the caller must start a new session for the new program. The kept program keeps the
+        proxy's object too: the carried stats were read through it, and it holds their cursors (nginx
+        counts its error log's lines from where that object first read it: a new one would start at
+        0 and make the window's count negative)."""
         probes = doctor.Probes(self.pids, use_perf=self.use_perf, **self.probes_kw)
         if probes.program(dump_every_ms=int(self.window_s * 1000)) != self.text:
             return False
-        probes.carry, self.probes, self.started = self.probes.carry, probes, time.monotonic()
+        probes.carry, probes.watched = self.probes.carry, self.probes.watched
+        self.probes, self.started = probes, time.monotonic()
         return True
 
     def window(self) -> dict:

@@ -227,24 +227,26 @@ def test_a_stale_session_is_settled_again_in_place_or_replaced_when_its_program_
 
 @pytest.mark.parametrize("same", [True, False])
 def test_refresh_keeps_the_attached_program_only_when_the_new_triage_composes_the_same(monkeypatch, same):
-    """A kept program keeps the last window's closing reads (windows stay back to back) and ages anew."""
+    """A kept program keeps the last window's closing reads (windows stay back to back), the proxy's object
+    they were read through (its log cursors: nginx's error-log count), and ages anew."""
     from proxytune.probes import standing
 
     class Probes:
         def __init__(self, pids, use_perf=True, **kw):
-            self.pids, self.carry = pids, None
+            self.pids, self.carry, self.watched, self.kw = pids, None, object(), (use_perf, kw)
 
         def program(self, dump_every_ms=None):
             return f"program {dump_every_ms}" if same else "another program"
     monkeypatch.setattr(standing.doctor, "Probes", Probes)
     s = standing.Session.__new__(standing.Session)
-    s.pids, s.window_s, s.use_perf, s.probes_kw, s.text = [10], 10.0, False, {}, "program 10000"
+    s.pids, s.window_s, s.use_perf, s.probes_kw, s.text = [10], 10.0, False, {"deep": True}, "program 10000"
     s.probes, s.started = Probes([10]), time.monotonic() - standing.REFRESH_S - 1
     s.probes.carry = {"at": 1.0}
     old = s.probes
     assert s.refresh() is same
     if same:
-        assert s.probes is not old and s.probes.carry == {"at": 1.0} and not s.stale
+        assert s.probes is not old and s.probes.carry == {"at": 1.0} and s.probes.watched is old.watched
+        assert s.probes.kw == (False, {"deep": True}) and not s.stale
     else:
         assert s.probes is old and s.stale
 
