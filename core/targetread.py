@@ -92,15 +92,18 @@ def _become(creds: Creds, keep: tuple[int, ...]) -> None:
 
 def _reader(out: int, dirfd: int, path: str, start: int, cap: int, creds: Creds) -> None:
     """The child: open as the target (O_NONBLOCK: a FIFO opens at once), regular files only,
-    write 'SIZE\\n' and at most `cap` bytes from `start` to `out`; 'ERR why' on failure."""
+    write 'SIZE\\n' and at most `cap` bytes from `start` to `out`, none past SIZE (a writer may append
+    while we read: SIZE is then exactly where the next read from it starts); 'ERR why' on failure."""
     try:
         _become(creds, (out, dirfd))
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=dirfd)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(0, "it is not a regular file")
-        os.lseek(fd, max(st.st_size + start, 0) if start < 0 else (start if start <= st.st_size else 0), 0)
+        pos = max(st.st_size + start, 0) if start < 0 else (start if start <= st.st_size else 0)
+        os.lseek(fd, pos, 0)
         os.write(out, b"%d\n" % st.st_size)
+        cap = min(cap, st.st_size - pos)
         while cap > 0 and (block := os.read(fd, min(cap, 1 << 16))):
             os.write(out, block)
             cap -= len(block)

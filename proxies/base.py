@@ -292,7 +292,7 @@ class Running:
 
     def __init__(self, pid: int, exe: str, argv: list[str]):
         self.pid, self.exe, self.argv = pid, exe, argv
-        self.logs: dict[str, int] = {}           # log path -> its size when first read (the window start)
+        self.logs: dict[tuple, int] = {}         # (cursor, log path) -> its size when the cursor was set
         self.proc = targetread.open_proc(pid)      # every read is for this process only, never a recycled pid
         if self.proc is not None:
             weakref.finalize(self, os.close, self.proc)
@@ -331,15 +331,19 @@ class Running:
                 "threads": thread_count(self.pid), "nofile": list(procfs.nofile_limits(self.pid) or []),
                 "directives": self.conf}
 
-    def appended(self, path: str) -> str:
-        """What the log at `path` gained in the window: the first call notes its size (the window
-        start) and returns nothing; later ones read from there, capped (from 0 if it was rotated)."""
-        start = self.logs.get(path)
-        if start is None:
-            got = targetread.read(self.pid, path, cap=0, proc=self.proc)
+    def appended(self, path: str, window: bool = False) -> str:
+        """What the log at `path` gained: the first call notes its size and returns nothing; later ones
+        read from there, capped (from 0 if it was rotated). A count read so (the stats' error-log lines)
+        grows from the first call; window=True is a window's own cursor instead, moved to the end at
+        each call, so a standing session's windows each read only their own lines."""
+        key = ("window" if window else "since first", path)
+        start = self.logs.get(key)
+        if start is None or window:
+            got = targetread.read(self.pid, path, start=start or 0, cap=0 if start is None else
+                                  targetread.MAX_BYTES, proc=self.proc)
             if got.size is not None:
-                self.logs[path] = got.size
-            return ""
+                self.logs[key] = got.size
+            return "" if start is None else (got.text or "")
         return targetread.read(self.pid, path, start=start, proc=self.proc).text or ""
 
     def status_page(self, host_port: str, path: str) -> str:

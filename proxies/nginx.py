@@ -285,10 +285,10 @@ class Clock(Window):
     def begin(self):
         self.data["log"] = {k: v for k, v in self.log.items() if k != "text"}
         self.data["upstreams"] = upstream_lines(self.proxy.lines)
-        self.proxy.appended(self.log["path"])
+        self.proxy.appended(self.log["path"], window=True)
 
     def end(self):
-        self.data["lines"] = read_lines(self.proxy.appended(self.log["path"]), self.log["text"])
+        self.data["lines"] = read_lines(self.proxy.appended(self.log["path"], window=True), self.log["text"])
 
 
 def upstream_lines(lines) -> dict:

@@ -284,7 +284,7 @@ class Clock(Window):
         self.source = f"{log['path']} (logformat {log['format']}) and the cache manager"
 
     def begin(self):
-        self.proxy.appended(self.log["path"])
+        self.proxy.appended(self.log["path"], window=True)
         self.data.update({"log": {k: self.log[k] for k in ("path", "format", "format_where", "where")},
                           "helpers_configured": helpers(self.proxy.lines), "peers": peers(self.proxy.lines)})
         # the manager answers on its http_port only when http_access allows it; an accelerator forwards the
@@ -294,7 +294,7 @@ class Clock(Window):
         self.data["helpers_start"] = self._helpers()
 
     def end(self):
-        text = self.proxy.appended(self.log["path"])
+        text = self.proxy.appended(self.log["path"], window=True)
         self.data["lines"] = read_lines(text, self.log["text"])
         self.data["helpers_end"] = self._helpers()
         self.data["in_flight"] = self._active()

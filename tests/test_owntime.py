@@ -314,3 +314,30 @@ def test_squid_names_a_cache_peer_by_its_configured_port():
     t = {"available": True, "lines": lines, "log": {"path": "/l", "format": "x"}, "peers": squid.peers(cfg)}
     fb = squid.clock_parts({"timing": t})["parts"]["origin_first_byte"]
     assert list(fb["by_origin"]) == ["127.0.0.1:8080"] and fb["by_origin"]["127.0.0.1:8080"]["where"] == "/etc/x.conf:1"
+
+
+def test_a_window_s_log_cursor_reads_only_that_window_s_lines_and_the_stats_count_grows(tmp_path):
+    """The own clocks read a log by a window cursor: in a standing session (the watcher), each window
+    reads the lines written since the last, not all since the session's first (which made its budget
+    an average since then). The stats' error-log count keeps reading from its first call."""
+    import subprocess
+    from proxytune.probes.proxies import Running
+    log = tmp_path / "access.log"
+    log.write_text("old\n")
+    proc = subprocess.Popen(["sleep", "60"], cwd=tmp_path)
+    try:
+        target = Running(proc.pid, "/usr/sbin/squid", ["squid"])
+        assert target.appended(str(log), window=True) == "" and target.appended(str(log)) == ""
+        with log.open("a") as fh:
+            fh.write("one\n")
+        assert target.appended(str(log), window=True) == "one\n"
+        with log.open("a") as fh:
+            fh.write("two\n")
+        assert target.appended(str(log), window=True) == "two\n"
+        assert target.appended(str(log), window=True) == ""
+        assert target.appended(str(log)) == "one\ntwo\n"
+        log.write_text("rotated\n")                                 # smaller: read from 0
+        assert target.appended(str(log), window=True) == "rotated\n"
+    finally:
+        proc.kill()
+        proc.wait()
