@@ -338,13 +338,11 @@ class Running:
         each call, so a standing session's windows each read only their own lines."""
         key = ("window" if window else "since first", path)
         start = self.logs.get(key)
-        if start is None or window:
-            got = targetread.read(self.pid, path, start=start or 0, cap=0 if start is None else
-                                  targetread.MAX_BYTES, proc=self.proc)
-            if got.size is not None:
-                self.logs[key] = got.size
-            return "" if start is None else (got.text or "")
-        return targetread.read(self.pid, path, start=start, proc=self.proc).text or ""
+        got = targetread.read(self.pid, path, start=start or 0, cap=0 if start is None else targetread.MAX_BYTES,
+                              proc=self.proc)
+        if got.size is not None and (start is None or window):
+            self.logs[key] = got.size
+        return "" if start is None else (got.text or "")
 
     def status_page(self, host_port: str, path: str) -> str:
         """The body of the target's own HTTP status page at host:port, within STATS_SECONDS;
