@@ -13,14 +13,15 @@ place while the program it composes is the same text (the attached one
 stays: a new bpftrace costs ~3.3 s of CPU to compile and attach, which six
 times an hour was 54 % of the watcher's cost over a busy hour), by a new
 session when it is not, or when the proxy's processes change (a reload's
-new workers, a restart). perf samples a window only when the one before showed the
+new workers, a restart). Once attached, bpftrace's compiler pages are given
+back (core/pageout.py). perf samples a window only when the one before showed the
 proxy at HOTSPOT_MIN_CPU or more: below it cpu-hotspot cannot fire
 (findings.py), so a sample buys nothing the rules read.
 """
 
 import time
 
-from proxytune.core import procgroup
+from proxytune.core import pageout, procgroup
 
 from . import bpftrace, doctor, findings, target
 # The watcher samples sockets TICKS_PER_WINDOW times a window (every 3.3 s of its default 10 s) and fd
@@ -52,6 +53,9 @@ class Session:
             self.text = self.probes.program(dump_every_ms=int(window_s * 1000))
             run = bpftrace.Run(self.kids, self.text)
             run.wait_attached()
+            # attached, bpftrace never runs its compiler again: its LLVM and clang pages go back
+            # (~70 MiB of its ~110 MiB RSS; core/pageout.py), None where the kernel does not allow it
+            self.paged_out = pageout.page_out_files(run.proc.pid)
             self.standing = bpftrace.Standing(run)
             # the program's first interval began while it attached, before any window was open: its dump
             # is dropped, so each window's reads and its dump cover the same span
