@@ -108,7 +108,7 @@ def print_rows(title: str, headers: list[str], rows: list[list]) -> None:
 
 
 STATUS_STYLE = {"met": "green", "drift": "yellow", "n/a": "dim", "waived": "dim", "error": "red", "ok": "green", "warn": "yellow",
-                "holds": "green", "reversed": "red"}
+                "holds": "green", "reversed": "red", "inconclusive here": "dim"}
 
 
 def rich_table(table: SectionTable, cell=None) -> Table:

@@ -30,9 +30,17 @@ ENGINES = ["sync", "threads", "posix-aio", "io_uring"]
 FS_STORES = ["ufs", "largefile"]
 # quick: the headline effects in about 20 s here (docs/BENCHMARKS.md "report time per section"):
 # a smaller cache, fewer requests, and each fio limit once, only the patterns that bound a phase
-QUICK = {"fs": ["ext4"], "capacity_mb": 32, "requests": 6000, "reps": 1, "fio_runtime": 2, "fio_reps": 1,
-         "fio_all_patterns": False}
-FULL = {"fs": ["ext2", "ext4", "xfs", "btrfs"], "capacity_mb": 128, "requests": 40000, "reps": 2, "fio_runtime": 10, "fio_reps": 5, "fio_all_patterns": True}
+QUICK = {"fs": ["ext4"], "capacity_mb": 32, "requests": 6000, "reps": 1, "seed_reps": 3, "fio_runtime": 2,
+         "fio_reps": 1, "fio_all_patterns": False}
+FULL = {"fs": ["ext2", "ext4", "xfs", "btrfs"], "capacity_mb": 128, "requests": 40000, "reps": 2, "seed_reps": 5,
+        "fio_runtime": 10, "fio_reps": 5, "fio_all_patterns": True}
+# The cells the report's seed rows read (reports/seeds.py), on the first filesystem, with one engine:
+# threads, Squid's aufs (the noatime row's paper measured aufs). Their A and B alternate round by
+# round, seed_reps rounds: large file against file per object (steady), noatime against relatime (hits).
+SEED_ENGINE = "threads"
+SEED_RUNS = (("relatime", "ufs"), ("relatime", "largefile"), ("noatime", "ufs"))
+SEED_PAIRS = {"largefile": (("relatime", "ufs"), ("relatime", "largefile"), "steady"),
+              "noatime": (("relatime", "ufs"), ("noatime", "ufs"), "hit")}
 
 
 def disk_stat(dev: str) -> dict:
@@ -80,9 +88,13 @@ def filesystems(listed: str | None) -> list[str] | None:
 
 
 def run(quick: bool = False, fss: list[str] | None = None, device: str | None = None, force: bool = False,
-        engines: list[str] | None = None, quiet: bool = False) -> dict:
+        engines: list[str] | None = None, quiet: bool = False, seeds_only: bool = False) -> dict:
+    """seeds_only (the quick report): the seed cells alone, their engine's fio limit, no raw device
+    unless one is given."""
     plan = dict(QUICK if quick else FULL)
     engines = engines or ENGINES
+    if seeds_only:
+        plan["reps"], engines = 0, [SEED_ENGINE]
     image_mb = plan["capacity_mb"] * 3 + 64
     read_mb = max(plan["capacity_mb"], int(plan["requests"] * 10.6 / 1024))     # steady phase: ~10.6 KB per request
     if device is not None:
@@ -94,16 +106,19 @@ def run(quick: bool = False, fss: list[str] | None = None, device: str | None = 
     with devices.Sandbox() as sb, contextlib.ExitStack() as held:
         for line in sb.reaped:
             print(f"proxytune: {line}", file=sys.stderr)
-        claimed = held.enter_context(rawdev.claim(sb.loop(image_mb, "rawdev") if device is None else device, force))
+        raw = not seeds_only or device is not None
+        claimed = held.enter_context(rawdev.claim(sb.loop(image_mb, "rawdev") if device is None else device,
+                                                  force)) if raw else None
         exe, syscalls, result, usable = _prepare(plan, fss or plan["fs"], quick, engines)
         result["reaped_leftovers"] = sb.reaped
         n_fio = lambda direct: len(fio.patterns(direct, plan["fio_all_patterns"])) * len(engines)
-        reps = plan["reps"]
-        total = len(usable) * (2 * len(FS_STORES) * len(engines) * reps + n_fio(0)) + len(engines) * reps + n_fio(1)
+        total = sum(len(cells(plan, engines, seeds=i == 0)) + n_fio(0) for i in range(len(usable))) \
+            + (len(engines) * plan["reps"] + n_fio(1) if raw else 0)
         bar = held.enter_context(progress(quiet))
         task = bar.add_task("bench storage", total=total)
         _bench_filesystems(result, sb, bar, task, exe, usable, plan, image_mb, read_mb, engines, syscalls)
-        _bench_rawdev(result, sb, bar, task, exe, claimed, device, plan, read_mb, engines, syscalls)
+        if raw:
+            _bench_rawdev(result, sb, bar, task, exe, claimed, device, plan, read_mb, engines, syscalls)
     result.update(derive(result))
     return result
 
@@ -113,7 +128,7 @@ def _prepare(plan: dict, fss: list[str], quick: bool, engines: list[str]):
     exe = build(HARNESS)
     syscalls = perf_counts("raw_syscalls:sys_enter")
     result = {"bench": "storage", "quick": quick, "capacity_mb": plan["capacity_mb"], "requests": plan["requests"],
-              "reps": plan["reps"],
+              "reps": plan["reps"], "seed_reps": plan["seed_reps"], "seed_engine": SEED_ENGINE,
               "syscall_counting": "perf stat -e raw_syscalls:sys_enter" if syscalls.ok else f"unavailable: {syscalls.why}",
               "fs_skipped": {}, "runs": [], "fio": [], "bssplit": fio.mix_bssplit(),
               "fio_family": {e: dict(zip(("ioengine", "iodepth", "numjobs"), fio.FAMILY[e])) for e in engines}}
@@ -127,22 +142,33 @@ def _prepare(plan: dict, fss: list[str], quick: bool, engines: list[str]):
     return exe, syscalls, result, usable
 
 
+def cells(plan: dict, engines: list[str], seeds: bool = True) -> list[tuple[int, str, str, str]]:
+    """(round, atime, store, engine) in the order they run on a filesystem, round by round: the seed
+    cells (with `seeds`, on the first filesystem) for seed_reps rounds, every other cell for reps
+    rounds. Each round runs in the reverse order of the one before (ABBA...: a drift of the host
+    moves a seed row's A and B alike)."""
+    seed = [(a, s, SEED_ENGINE) for a, s in SEED_RUNS if SEED_ENGINE in engines] if seeds else []
+    others = [(a, s, e) for a in ("relatime", "noatime") for s in FS_STORES for e in engines if (a, s, e) not in seed]
+    seed_reps = max(plan["seed_reps"], plan["reps"]) if seed else 0
+    out = []
+    for r in range(max(seed_reps, plan["reps"])):
+        batch = (seed if r < seed_reps else []) + (others if r < plan["reps"] else [])
+        out += [(r, *c) for c in (batch if r % 2 == 0 else batch[::-1])]
+    return out
+
+
 def _bench_filesystems(result, sb, bar, task, exe, usable, plan, image_mb, read_mb, engines, syscalls) -> None:
-    """ufs and largefile on each filesystem, relatime then noatime, each run on a filesystem of its
-    own; fio's buffered limit on each filesystem."""
-    for fs in usable:
-        for atime in ("relatime", "noatime"):
-            for store in FS_STORES:
-                for engine in engines:
-                    for rep in range(plan["reps"]):
-                        bar.update(task, description=f"{fs} {atime} {store} {engine} #{rep + 1}")
-                        dev, mp = sb.fresh(fs, image_mb, f"{fs}-{atime}-{store}-{engine}-{rep}", atime)
-                        try:
-                            result["runs"].append(_fs_run(sb, exe, dev, mp, fs, atime, store, engine, rep, plan,
-                                                          syscalls))
-                        finally:
-                            sb.discard(dev, mp)
-                        bar.advance(task)
+    """ufs and largefile on each filesystem, relatime and noatime, each run on a filesystem of its
+    own (cells(): the seed rows' cells on the first); fio's buffered limit on each filesystem."""
+    for i, fs in enumerate(usable):
+        for rep, atime, store, engine in cells(plan, engines, seeds=i == 0):
+            bar.update(task, description=f"{fs} {atime} {store} {engine} #{rep + 1}")
+            dev, mp = sb.fresh(fs, image_mb, f"{fs}-{atime}-{store}-{engine}-{rep}", atime)
+            try:
+                result["runs"].append(_fs_run(sb, exe, dev, mp, fs, atime, store, engine, rep, plan, syscalls))
+            finally:
+                sb.discard(dev, mp)
+            bar.advance(task)
         bar.update(task, description=f"fio (buffered, on {fs})")          # each filesystem's own limit
         dev, mp = sb.fresh(fs, image_mb, f"{fs}-fio", "relatime")
         for engine in engines:
@@ -207,6 +233,25 @@ def _median(runs, phase, key):
     return stats.summary(vals)["median"] if vals else None
 
 
+def seed_pairs(runs: list[dict]) -> dict:
+    """Each seed row's A and B, round by round (cells()), on the first filesystem with SEED_ENGINE:
+    objects/s of the row's phase, and B / A per round. A round where either side did not run is left out."""
+    fs = next((x["fs"] for x in runs if x["fs"] != "raw"), None)
+    out = {}
+    for name, (a, b, phase) in SEED_PAIRS.items():
+        per = {}
+        for x in runs:
+            if (x["fs"], x["engine"]) == (fs, SEED_ENGINE) and (x["atime"], x["store"]) in (a, b) \
+                    and (x.get(phase) or {}).get("available") and x[phase].get("objects_per_s"):
+                per.setdefault(x["rep"], {})[(x["atime"], x["store"])] = x[phase]["objects_per_s"]
+        rounds = [per[k] for k in sorted(per) if a in per[k] and b in per[k]]
+        if rounds:
+            out[name] = {"fs": fs, "engine": SEED_ENGINE, "phase": phase, "a": " ".join(a), "b": " ".join(b),
+                         "a_objects_per_s": [p[a] for p in rounds], "b_objects_per_s": [p[b] for p in rounds],
+                         "ratios": [p[b] / p[a] for p in rounds]}
+    return out
+
+
 def derive(r: dict) -> dict:
     """The headline numbers: largefile vs ufs fill, the noatime effect, fractions of fio."""
     out: dict = {"combos": [], "fill_ratio_largefile_over_ufs": {}, "noatime_effect": {}, "fraction_of_fio": {}}
@@ -245,6 +290,7 @@ def derive(r: dict) -> dict:
                     "noatime_hit_write_ios": noa["hit_write_ios"],
                     "relatime_syscalls_per_object": rel["hit_syscalls_per_object"],
                     "noatime_syscalls_per_object": noa["hit_syscalls_per_object"]}
+    out["seed_pairs"] = seed_pairs(r["runs"])
     limits = {(f.get("fs"), f["name"]): f for f in r["fio"] if f.get("available")}
     for c in out["combos"]:
         if not c["available"]:

@@ -14,7 +14,7 @@ body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:
 table{border-collapse:collapse;margin:.6em 0 1.4em;display:block;overflow-x:auto;max-width:100%}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}.met,.ok{color:#17802c}.drift,.warn{color:#a66300;font-weight:600}.error{color:#b00020;font-weight:600}
-.na{color:#888}.holds{color:#17802c}.grew{color:#1b5fa8;font-weight:600}.shrank{color:#a66300}.reversed{color:#b00020;font-weight:600}code{background:#f5f5f5;padding:0 3px}h1{margin-bottom:0}.sub{color:#666}
+.na{color:#888}.holds{color:#17802c}.grew{color:#1b5fa8;font-weight:600}.shrank{color:#a66300}.reversed{color:#b00020;font-weight:600}.inconclusive{color:#666;font-style:italic}code{background:#f5f5f5;padding:0 3px}h1{margin-bottom:0}.sub{color:#666}
 @media (max-width:700px){body{margin:1em .5em;font-size:13px}td,th{padding:2px 4px}
 table.cards,.cards tbody,.cards tr,.cards td{display:block}.cards tr:first-child{display:none}
 .cards tr{border:1px solid #ccc;margin:0 0 .6em}.cards td{border:0;border-top:1px solid #eee}
@@ -39,7 +39,7 @@ def table(t: Table, level: str = "h3") -> str:
     for r in t.rows:
         cells = []
         for i, c in enumerate(r):
-            cls = {"n/a": "na", "not measurable here": "na"}.get(c, c) if i == t.status_col else ""
+            cls = {"n/a": "na", "not measurable here": "na", "inconclusive here": "inconclusive"}.get(c, c) if i == t.status_col else ""
             label = f' data-label="{html_text(t.headers[i])}"' if cards and i < len(t.headers) else ""
             klass = f' class="{html_text(cls)}"' if cls else ""
             cells.append(f"<td{label}{klass}>{html_text(c)}</td>")

@@ -114,7 +114,7 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 ("comm_select variants: ns per call", compare.fdscan_rows), "bench_fdscan", None,
                 ((2, seeds.mogul, part_of("fdscan")),), True),
     Measurement("storage", "object stores: file per object, large file, raw device, atime", (22, 1050), "benches",
-                lambda r: storage.run(quick=not r.full, quiet=r.quiet), "bench storage", storage.HARNESS,
+                lambda r: storage.run(quick=not r.full, quiet=r.quiet, seeds_only=not r.full), "bench storage", storage.HARNESS,
                 tables.storage_section, ("Object stores (ext4, relatime; rawdev)", compare.storage_rows), None,
                 summary.from_storage,
                 ((4, seeds.largefile, part_of("storage")), (5, seeds.noatime, part_of("storage"))), True),

@@ -3,56 +3,53 @@
 Every row is computed from the sections measured in this report; the papers'
 figures are the only constants here, each quoted with the file it comes from.
 A verdict compares today's effect (a ratio >= 1 means the classic advice still
-pays) with the original effect, as effect sizes on a log scale (ln of the
-ratio), so that x1.2 against x2 (a 20% gain against 100%) and x209 against x79
-(both two orders of magnitude) compare as a reader would:
-
-- holds: today's ln(ratio) is within a factor of two of the original's;
-- grew / shrank: more than twice / less than half the original's, still beyond noise;
-- reversed: the advice now costs more than it saves, beyond noise;
-- shrank (to noise): the effect is inside the run's own spread;
-- not measurable here: this run has no data for it, with the reason.
+pays) with the original effect, as effect sizes on a log scale, from repetitions
+and their interval: the rule is reports/verdicts.py's, stated there once. Each
+row names the cells and repetitions it was computed from.
 """
 
-import math
+import statistics
 
 from proxytune.core.sections import RENDER_ERRORS, unrenderable
 
-NOISE = 0.10          # relative spread assumed for a median when the data carries none
+from . import verdicts
+
 # 30% of CPU before, 0.54% after, the rest (70 units) unchanged: 30 / (0.0054 * 70 / 0.9946)
 MOGUL_COST_RATIO = 30 / (0.0054 * 70 / (1 - 0.0054))
 
 
-def verdict(today: float | None, original: float, noise: float = NOISE, against: str = "then") -> tuple[str, str]:
-    """(verdict, why) for a benefit ratio measured today against the paper's."""
-    if today is None or not math.isfinite(today):
-        return "not measurable here", "no measurement in this run"
-    if today < 1 / (1 + noise):
-        return "reversed", f"x{today:.2f}: the classic choice is slower here"
-    if today <= 1 + noise:
-        return "shrank", f"x{today:.2f} is inside the ±{noise:.0%} noise band of a median"
-    size = math.log(today) / math.log(original)
-    word = "grew" if size > 2 else "shrank" if size < 0.5 else "holds"
-    return word, f"x{today:.2f} today against x{original:.2f} {against}"
-
-
-def row(seed, claim, original, today, ratio, original_ratio, reason, noise=NOISE, forced=None, against="then",
-        among: list[float] | None = None) -> dict:
-    """One seed row; `among`: the ratios the median `ratio` was taken from (one per engine). When
-    their extremes get different verdicts the row says so: the verdict is the median's, but a
-    single repetition per engine can put it on either side of a boundary next time."""
-    v, why = forced or verdict(ratio, original_ratio, noise, against)
-    if among and not forced:
-        lo, hi = verdict(min(among), original_ratio, noise)[0], verdict(max(among), original_ratio, noise)[0]
-        if lo != hi:
-            why += f"; uncertain: the engines range x{min(among):.2f} to x{max(among):.2f}, which reads {lo} to {hi}"
+def row(seed, claim, original, today, measured, original_ratio, reason, cells: str = "", forced=None,
+        against="then") -> dict:
+    """One seed row: `measured` (reports/verdicts.py: median, interval, pairs) decides the verdict;
+    `cells` names what it was computed from."""
+    v, why = forced or verdicts.decide(measured, original_ratio, against)
+    m = measured or {}
     return {"seed": seed, "claim": claim, "original": original, "today": today,
-            "ratio": None if ratio is None else round(ratio, 3), "verdict": v,
+            "ratio": None if not m else round(m["median"], 3),
+            "interval": None if not m else [round(x, 3) for x in m["interval"]],
+            "reps": m.get("reps", 0), "cells": cells, "verdict": v,
             "reason": f"{why}; {reason}" if reason else why}
 
 
 def _not_here(seed, claim, original, why) -> dict:
     return row(seed, claim, original, "-", None, 1, "", forced=("not measurable here", why))
+
+
+def _hot_k1(ev: dict, backend: str, n: int) -> dict | None:
+    """The ns-per-call summary of an idle-scan point of bench events (k = 1 ready, hot)."""
+    for p in ev.get("idle", []):
+        if (p.get("backend"), p.get("n"), p.get("k"), p.get("ready")) == (backend, n, 1, "hot") and p.get("available"):
+            return p["ns_per_call"]
+    return None
+
+
+def _growth(ev: dict, backend: str) -> dict | None:
+    """A backend's cost per call at its largest N over N=100, with the interval of the two medians."""
+    sc = ev.get("scaling", {}).get(backend)
+    if not sc:
+        return None
+    return verdicts.quotient(verdicts.of_summary(_hot_k1(ev, backend, sc["n_large"])),
+                             verdicts.of_summary(_hot_k1(ev, backend, sc["n_small"])))
 
 
 def select_poll(ev: dict | None) -> dict:
@@ -67,7 +64,8 @@ def select_poll(ev: dict | None) -> dict:
     flat = ", ".join(f"{b} x{sc[b]['ratio']:.2f}" for b in ("epoll", "io_uring") if b in sc)
     today = (f"poll x{p['ratio']:.0f}, select x{sc.get('select', {}).get('ratio', float('nan')):.0f} "
              f"for x{n_growth:.0f} descriptors; {flat}")
-    return row(seed, claim, original, today, p["ratio"], n_growth, flat or "no O(1) mechanism ran",
+    cells = f"bench events: poll, 1 ready of N={p['n_small']:,} and of N={p['n_large']:,}, hot"
+    return row(seed, claim, original, today, _growth(ev, "poll"), n_growth, flat or "no O(1) mechanism ran", cells,
                against="for a linear scan")
 
 
@@ -82,11 +80,10 @@ def mogul(fd: dict | None) -> dict:
     if 1 not in at or 5 not in at:
         return _not_here(seed, claim, original, "variants 1 and 5 were not both measured")
     v1, v5 = at[1]["ns_per_call"], at[5]["ns_per_call"]
-    ratio = v1["median"] / v5["median"]
-    noise = max(v1.get("iqr_rel", NOISE), v5.get("iqr_rel", NOISE), NOISE)
     today = f"variant 1 {v1['median']:,.0f} ns -> variant 5 {v5['median']:,.0f} ns per call at N={n:,}"
-    return row(seed, claim, original, today, ratio, MOGUL_COST_RATIO,
-               f"same scan, cost per call (not share of CPU) at N={n:,}", noise)
+    return row(seed, claim, original, today, verdicts.quotient(verdicts.of_summary(v1), verdicts.of_summary(v5)),
+               MOGUL_COST_RATIO, f"same scan, cost per call (not share of CPU) at N={n:,}",
+               f"bench fdscan: variants 1 and 5 at N={n:,}")
 
 
 def kqueue(ev: dict | None) -> dict:
@@ -96,9 +93,10 @@ def kqueue(ev: dict | None) -> dict:
     kq = backends.get("kqueue")
     sc = (ev or {}).get("scaling", {})
     if kq and kq.get("available") and "kqueue" in sc and "select" in sc:
-        ratio = sc["select"]["ratio"] / sc["kqueue"]["ratio"]
         return row(seed, claim, original, f"select x{sc['select']['ratio']:.0f}, kqueue x{sc['kqueue']['ratio']:.2f}",
-                   ratio, 450 / 400, "growth of cost per call with idle descriptors, select over kqueue")
+                   verdicts.quotient(_growth(ev, "select"), _growth(ev, "kqueue")), 450 / 400,
+                   "growth of cost per call with idle descriptors, select over kqueue",
+                   "bench events: select and kqueue, 1 ready of N=100 and of the largest N, hot")
     why = kq["reason"] if kq else "bench events did not run"
     stand_in = ", ".join(f"{b} x{sc[b]['ratio']:.2f}" for b in ("epoll", "io_uring") if b in sc)
     out = _not_here(seed, claim, original, why)
@@ -107,80 +105,106 @@ def kqueue(ev: dict | None) -> dict:
     return out
 
 
-def _combo(st: dict, fs: str, atime: str, store: str, engine: str) -> dict | None:
-    for c in st.get("combos", []):
-        if (c["fs"], c["atime"], c["store"], c["engine"]) == (fs, atime, store, engine) and c["available"]:
-            return c
-    return None
+def _pairs_cells(p: dict, reps: int) -> str:
+    return (f"bench storage: {p['fs']} {p['engine']}, {p['a']} and {p['b']}, {p['phase']} phase, "
+            f"{reps} rounds alternating")
 
 
 def largefile(st: dict | None) -> dict:
     claim, seed = "one large file with async I/O beats one file per object", "large file vs file per object"
     original = ("60/140 -> 450 req/s (squid-perf-issues-2002...); coss 326 vs ufs 55 xact/s, x5.9 "
                 "(squid-definitive-guide-appendix-d-filesystems.txt)")
-    pairs = []
-    for c in (st or {}).get("combos", []):
-        if c["store"] == "ufs" and c["atime"] == "relatime" and c["available"]:
-            lf = _combo(st, c["fs"], "relatime", "largefile", c["engine"])
-            if lf and c.get("steady_objects_per_s") and lf.get("steady_objects_per_s"):
-                pairs.append((c["fs"], c["engine"], lf["steady_objects_per_s"] / c["steady_objects_per_s"],
-                              lf["fill_objects_per_s"] / c["fill_objects_per_s"]))
-    if not pairs:
+    p = (st or {}).get("seed_pairs", {}).get("largefile")
+    if not p:
         return _not_here(seed, claim, original, "bench storage did not run (it needs root)")
-    steady = sorted(p[2] for p in pairs)[len(pairs) // 2]
-    fill = sorted(p[3] for p in pairs)[len(pairs) // 2]
-    today = "; ".join(f"{fs}/{eng}: steady x{s:.1f}, fill x{f:.1f}" for fs, eng, s, f in pairs)
-    return row(seed, claim, original, today, steady, 326 / 55,
-               f"median over engines, steady (hits and misses) largefile / ufs; fill x{fill:.1f}",
-               among=[p[2] for p in pairs])
+    m = verdicts.paired(p["ratios"])
+    a, b = p["a_objects_per_s"], p["b_objects_per_s"]
+    today = (f"{p['fs']}/{p['engine']}: file per object {statistics.median(a):,.0f} -> large file "
+             f"{statistics.median(b):,.0f} objects/s (medians)")
+    fill = (st.get("fill_ratio_largefile_over_ufs") or {}).get(f"{p['fs']}/{p['engine']}")
+    return row(seed, claim, original, today, m, 326 / 55,
+               "steady hits and misses, large file / file per object" + (f"; fill x{fill:.1f}" if fill else ""),
+               _pairs_cells(p, len(p["ratios"])))
 
 
 def noatime(st: dict | None) -> dict:
     claim, seed = "noatime speeds up a file-per-object cache", "noatime"
     original = "aufs 110 -> 168 xact/s, x1.53 (squid-definitive-guide-appendix-d-filesystems.txt)"
-    effects = (st or {}).get("noatime_effect", {})
-    if not effects:
+    p = (st or {}).get("seed_pairs", {}).get("noatime")
+    if not p:
         return _not_here(seed, claim, original, "bench storage did not run (it needs root)")
-    gains = sorted(e["gain"] + 1 for e in effects.values())
-    ratio = gains[len(gains) // 2]
-    writes = "; ".join(f"{k}: device writes {e['relatime_hit_write_ios']} -> {e['noatime_hit_write_ios']}"
-                       for k, e in effects.items())
-    today = "; ".join(f"{k}: {e['relatime_hit_objects_per_s']:,.0f} -> {e['noatime_hit_objects_per_s']:,.0f} obj/s"
-                      for k, e in effects.items())
-    return row(seed, claim, original, today, ratio, 168 / 110,
-               f"relatime already limits atime writes to one per file; {writes}", among=gains)
+    e = (st.get("noatime_effect") or {}).get(f"{p['fs']}/{p['engine']}") or {}
+    writes = (f"; device writes {e['relatime_hit_write_ios']} -> {e['noatime_hit_write_ios']} (medians)"
+              if "relatime_hit_write_ios" in e else "")
+    today = (f"{p['fs']}/{p['engine']}: {statistics.median(p['a_objects_per_s']):,.0f} -> "
+             f"{statistics.median(p['b_objects_per_s']):,.0f} hits/s (medians)")
+    return row(seed, claim, original, today, verdicts.paired(p["ratios"]), 168 / 110,
+               f"relatime already limits atime writes to one per file{writes}", _pairs_cells(p, len(p["ratios"])))
 
 
 def cooper(px: dict | None) -> dict:
+    """Served goodput after / before, per round (microbench/hostsettings.capacity: a run that refused
+    clients is credited only the share it served); a result of one before and one after (bench proxy
+    --compare-profile) is one pair, by its req/s."""
     claim, seed = "host settings double a tuned Squid's throughput", "Cooper's host settings"
     original = "about 50 -> over 100 req/s, x2 (high-performance-squid-tuning-cooper.txt)"
     if not px or not px.get("compare_profile") or len(px.get("stores", [])) < 2:
         return _not_here(seed, claim, original,
                          "the report ran no before/after proxy load (bench proxy --compare-profile)")
-    before, after = px["stores"][0], px["stores"][1]
-    ratio = after["steady"]["rps"] / before["steady"]["rps"]
+    stores = px["stores"]
+    rounds = px.get("rounds")
+    if rounds and all("capacity" in stores[r["before"]] and "capacity" in stores[r["after"]] for r in rounds):
+        return _cooper_rounds(seed, claim, original, px, [(stores[r["before"]], stores[r["after"]]) for r in rounds])
+    before, after = stores[0], stores[1]
+    ratio = after["steady"]["rps"] / before["steady"]["rps"] if before["steady"]["rps"] else None
     today = (f"{before['steady']['rps']:,.0f} -> {after['steady']['rps']:,.0f} req/s, errors "
              f"{before['error_count']:,} -> {after['error_count']:,} with {px['compare_profile']}")
-    fd = [s.get("fd") for s in (before, after)]
-    if all(fd):
-        today += (f"; Squid's own fd zone at nofile {before['nofile'][0]:,}: {fd[0]['pressure']} "
-                  f"(peak {fd[0]['peak']:,}), then {fd[1]['pressure']} (peak {fd[1]['peak']:,})")
-    return row(seed, claim, original, today, ratio, 2.0,
-               "same squid and load, before and after the profile, one run each (req/s carries no spread)")
+    return row(seed, claim, original, today, verdicts.paired([ratio]), 2.0,
+               "same squid and load, before and after the profile", "bench proxy: squid ufs, before then after, once")
+
+
+def _cooper_rounds(seed, claim, original, px, pairs) -> dict:
+    med = lambda side, key: statistics.median(p[side]["capacity"][key] for p in pairs)
+    lat = lambda side, q: statistics.median(p[side]["capacity"]["latency_us"][q] for p in pairs) / 1000
+    b, a = 0, 1
+    today = (f"clients served {med(b, 'served_share'):.0%} -> {med(a, 'served_share'):.0%} of "
+             f"{pairs[0][0]['capacity']['clients']:,}; goodput {med(b, 'goodput_rps'):,.0f} -> "
+             f"{med(a, 'goodput_rps'):,.0f} responses/s; served goodput {med(b, 'served_goodput_rps'):,.0f} -> "
+             f"{med(a, 'served_goodput_rps'):,.0f}; p50 {lat(b, 'p50'):,.1f} -> {lat(a, 'p50'):,.1f} ms, "
+             f"p99 {lat(b, 'p99'):,.1f} -> {lat(a, 'p99'):,.1f} ms (medians) with {px['compare_profile']}")
+    ratios = [p[a]["capacity"]["served_goodput_rps"] / p[b]["capacity"]["served_goodput_rps"]
+              if p[b]["capacity"]["served_goodput_rps"] else None for p in pairs]
+    pin = px.get("cpus")
+    where = f"squid on CPU {pin['squid']}, the load on {','.join(map(str, pin['load']))}" if pin else "one CPU shared"
+    return row(seed, claim, original, today, verdicts.paired(ratios), 2.0,
+               "served goodput (successful responses/s x the share of clients served: refused or dropped clients "
+               "count against the run that refused them)",
+               f"bench proxy: squid ufs, {len(pairs)} rounds of before and after alternating, {where}")
+
+
+def _split(doc: dict | None) -> dict | None:
+    split = (((doc or {}).get("evidence") or {}).get("loop") or {}).get("cpu_split")
+    return split if split and split.get("proxy") else None
 
 
 def cpu_split(doc: dict | None) -> dict:
+    """Kernel over the proxy's own cycles; a result with "repeats" (one perf window per after run of
+    the Cooper rounds) is one pair per window."""
     claim, seed = "a proxy's CPU goes mostly to the kernel", "CPU per request split"
     original = "kernel 55-74% of cycles per request, proxy 12-18% (enterprise-proxies-cern-vs-squid-1997.txt)"
-    split = (((doc or {}).get("evidence") or {}).get("loop") or {}).get("cpu_split")
-    if not split or not split.get("proxy"):
+    split = _split(doc)
+    if not split:
         return _not_here(seed, claim, original, "no doctor run watched a proxy in this report (report --with-proxy "
                                                 "watches one it starts; --from takes a doctor --json result)")
-    today = ", ".join(f"{k} {v:.0%}" for k, v in sorted(split.items(), key=lambda kv: -kv[1]))
+    windows = [s for s in (_split(d) for d in doc.get("repeats") or [doc]) if s]
+    ratios = [s.get("kernel", 0.0) / s["proxy"] for s in windows]
+    med = sorted(windows, key=lambda s: s.get("kernel", 0.0) / s["proxy"])[len(windows) // 2]
+    today = ", ".join(f"{k} {v:.0%}" for k, v in sorted(med.items(), key=lambda kv: -kv[1]))
     today = f"{doc['proxy']}: {today}" if doc.get("proxy") else today
-    ratio = split.get("kernel", 0.0) / split["proxy"]
-    return row(seed, claim, original, today, ratio, 0.645 / 0.15,
-               "kernel cycles over the proxy's own, against the paper's midpoints 64.5% / 15%")
+    return row(seed, claim, original, today + (" (the median window)" if len(windows) > 1 else ""),
+               verdicts.paired(ratios), 0.645 / 0.15,
+               "kernel cycles over the proxy's own, against the paper's midpoints 64.5% / 15%",
+               f"{len(windows)} perf window(s) on the proxy" + (", one per after run" if len(windows) > 1 else ""))
 
 
 def rows(sections: dict) -> list[dict]:

@@ -96,6 +96,16 @@ def fdscan_section(r: dict) -> Section:
     return sec
 
 
+def _storage_reps(r: dict) -> str:
+    reps, seed = r.get("reps", 1), r.get("seed_reps")
+    others = "one repetition each: no spread" if reps == 1 else f"medians of {reps} repetitions"
+    if not seed:                          # a result from before the seed rounds
+        return others
+    if not reps:
+        return f"the seed rows' cells only, medians of {seed} rounds: the other cells run in report --full"
+    return f"the seed rows' cells ({r.get('seed_engine')}): medians of {seed} rounds; the others: {others}"
+
+
 def storage_section(r: dict) -> Section:
     sec = Section("Object stores: ufs vs largefile vs rawdev",
                   f"PolyMix-3 mix, {r['capacity_mb']} MiB cache; fill writes it twice (final sync timed), steady "
@@ -112,8 +122,7 @@ def storage_section(r: dict) -> Section:
                      fmt((c["steady_latency_us"] or {}).get("p99")), fmt(c["fill_syscalls_per_object"], "{:.2f}"),
                      fmt(c["steady_syscalls_per_object"], "{:.2f}"), fmt(c["steady_cpu_us_per_object"], "{:.1f}"),
                      fio.cell(c, "fill"), fio.cell(c, "steady"), rep_spread(r["runs"], c)])
-    sec.tables.append(Table("Throughput and cost per object (" + (f"medians of {r['reps']} repetitions)" if r.get("reps", 1) > 1
-                                                   else "one repetition: no spread measured)"),
+    sec.tables.append(Table(f"Throughput and cost per object ({_storage_reps(r)})",
                             ["fs", "atime", "store", "engine", "fill obj/s", "steady obj/s", "hit ratio",
                              "steady p99 us", "syscalls/obj fill", "syscalls/obj steady", "cpu us/obj steady", "fill / fio",
                              "steady / fio", "max/min over reps, fill · steady"], rows))
@@ -209,15 +218,26 @@ def summary_section(items: list[dict]) -> Section:
     return sec
 
 
+def _interval(x: dict) -> str:
+    if not x.get("interval"):
+        return "-"
+    lo, hi = x["interval"]
+    return f"x{lo:,.2f} to x{hi:,.2f} ({x.get('reps', 0)} pairs)"
+
+
 def seeds_section(r: dict) -> Section:
     sec = Section("The classic results, today",
-                  "Each headline of the reference papers against this run's own measurements, effects compared on a log "
-                  "scale (ln of the ratio). Verdicts: holds "
-                  "(within x2 of the original effect), grew / shrank (beyond x2), reversed, or not measurable here.")
-    sec.tables.append(Table("Seeds", ["seed", "claim", "original", "today", "ratio", "verdict", "reason"],
+                  "Each headline of the reference papers against this run's own measurements, A and B alternating in "
+                  "pairs; the ratio is the pairs' median, with their interval. Effects compare on a log scale: holds "
+                  "(within x2 of the original effect), grew / shrank (beyond x2), reversed (the advice costs over 10%). "
+                  "A verdict only when the whole interval lies in its range; else inconclusive here, as with fewer than "
+                  "3 pairs (docs/BENCHMARKS.md \"The verdict rule\").")
+    sec.tables.append(Table("Seeds", ["seed", "claim", "original", "today", "ratio", "interval", "verdict", "reason",
+                                      "computed from"],
                             [[x["seed"], x["claim"], x["original"], x["today"],
-                              "-" if x["ratio"] is None else f"x{x['ratio']:,.2f}", x["verdict"], x["reason"]]
-                             for x in r["rows"]], status_col=5))
+                              "-" if x["ratio"] is None else f"x{x['ratio']:,.2f}", _interval(x), x["verdict"],
+                              x["reason"], x.get("cells") or "-"]
+                             for x in r["rows"]], status_col=6))
     return sec
 
 

@@ -11,7 +11,7 @@ from conftest import REPO
 from proxytune.core.sections import Section, Table
 from proxytune.microbench import build
 from proxytune.microbench.runner import run_json
-from proxytune.reports import build as report_build, compare, measurements, progress, seeds, summary, tables
+from proxytune.reports import build as report_build, compare, measurements, progress, seeds, summary, tables, verdicts
 from proxytune.reports.measurements import Measurement, Run
 
 HARNESS_C = r'''#include <stdio.h>
@@ -38,7 +38,8 @@ def dummy_spec(tmp_path) -> Measurement:
         ("Dummy values", lambda d: {"value": str(d["value"])}), None,
         lambda d: [{"rank_key": (2, -1.0), "what": "dummy advice", "why": f"value {d['value']}", "command": "true",
                     "source": "bench dummy"}] if d else [],
-        ((8, lambda d: seeds.row("dummy seed", "dummies exist", "x2", str(d["value"]), d["value"] / 21, 2.0, ""),
+        ((8, lambda d: seeds.row("dummy seed", "dummies exist", "x2", str(d["value"]),
+                                      verdicts.paired([d["value"] / 21] * 3), 2.0, "", "the dummy, 3 times"),
           measurements.part_of("dummy")),), False)
 
 

@@ -1,0 +1,96 @@
+"""The seed table's verdict rule, stated once: a verdict from an interval, never from one run.
+
+A seed row's effect is a benefit ratio (>= 1: the classic advice still pays here). It is measured
+as paired repetitions, A and B interleaved (ABABAB: a drift of the host moves both sides of a pair
+alike), one ratio per pair. The row carries their median and an interval:
+
+- the range of the pairs' ratios [min, max]: for n pairs it holds the true median ratio with
+  probability 1 - 2 * 0.5**n (75 % at 3, 94 % at 5), whatever the noise's shape (order statistics);
+- or, for a ratio of two medians each measured many times in one process (the microbenchmarks),
+  the ratio of their 95 % intervals, lo_a / hi_b to hi_a / lo_b (it holds when both do: >= 90 %).
+
+The ratio's axis is cut into the verdicts' ranges by the effect's size against the paper's,
+s = ln(ratio) / ln(original):
+
+- reversed: ratio < 1 / (1 + EQUIVALENT): the advice costs more than it saves;
+- shrank:   s < 0.5, down to 1 / (1 + EQUIVALENT) (an effect within EQUIVALENT of none has shrunk to nothing);
+- holds:    0.5 <= s <= 2;
+- grew:     s > 2.
+
+A verdict is printed only when the whole interval lies inside one range. Otherwise the row is
+"inconclusive here", with its interval and what would settle it; so is a row of fewer than
+MIN_REPS pairs (one run is an anecdote).
+"""
+
+import math
+import statistics
+
+EQUIVALENT = 0.10          # a ratio within 10 % below 1 counts as no effect, not as the advice reversed
+MIN_REPS = 3
+SHRANK_BELOW, GREW_ABOVE = 0.5, 2.0
+INCONCLUSIVE = "inconclusive here"
+SETTLE = "more pairs would settle it (report --full), or a quieter host"
+
+
+def range_of(ratio: float, original: float) -> str:
+    """The verdict whose range holds this one ratio."""
+    if ratio < 1 / (1 + EQUIVALENT):
+        return "reversed"
+    if ratio <= 1:
+        return "shrank"
+    size = math.log(ratio) / math.log(original)
+    return "grew" if size > GREW_ABOVE else "shrank" if size < SHRANK_BELOW else "holds"
+
+
+def edges(original: float) -> dict[str, float]:
+    """The ratios where the verdicts' ranges meet, for this paper's effect."""
+    return {"reversed|shrank": 1 / (1 + EQUIVALENT), "shrank|holds": original ** SHRANK_BELOW,
+            "holds|grew": original ** GREW_ABOVE}
+
+
+def paired(ratios: list[float]) -> dict | None:
+    """The pairs' median and range; None when there is no usable pair."""
+    vals = sorted(r for r in ratios if r is not None and math.isfinite(r) and r > 0)
+    if not vals:
+        return None
+    return {"median": statistics.median(vals), "interval": [vals[0], vals[-1]], "reps": len(vals),
+            "coverage": 1 - 2 * 0.5 ** len(vals) if len(vals) > 1 else 0.0}
+
+
+def of_summary(a: dict) -> dict | None:
+    """A stats.summary() result (many repetitions in one process) as a measured value with its 95 % interval."""
+    if not a or not a.get("median") or a["median"] <= 0:
+        return None
+    lo, hi = a.get("ci95") or [a["median"]] * 2
+    return {"median": a["median"], "interval": [lo, hi], "reps": a.get("n", 1),
+            "coverage": 0.95 if a.get("n", 1) >= MIN_REPS else 0.0}
+
+
+def quotient(a: dict | None, b: dict | None) -> dict | None:
+    """a / b of two measured values: the interval from the extremes of theirs (lo_a / hi_b to hi_a / lo_b)."""
+    if a is None or b is None or min(b["interval"]) <= 0:
+        return None
+    return {"median": a["median"] / b["median"], "interval": [a["interval"][0] / b["interval"][1],
+                                                              a["interval"][1] / b["interval"][0]],
+            "reps": min(a["reps"], b["reps"]),      # both intervals hold: at least 1 - (1 - ca) - (1 - cb)
+            "coverage": max(0.0, a.get("coverage", 0.0) + b.get("coverage", 0.0) - 1)}
+
+
+def decide(m: dict | None, original: float, against: str = "then") -> tuple[str, str]:
+    """(verdict, why) for a measured ratio `m` (paired() or of_medians()) against the paper's."""
+    if m is None:
+        return "not measurable here", "no measurement in this run"
+    lo, hi = m["interval"]
+    spread = f"x{m['median']:.2f} ({_interval(m)})"
+    if m["reps"] < MIN_REPS:
+        return INCONCLUSIVE, f"{spread}: {m['reps']} pair(s), fewer than {MIN_REPS}; {SETTLE}"
+    low, high = range_of(lo, original), range_of(hi, original)
+    if low != high:
+        return INCONCLUSIVE, f"{spread} spans {low} to {high}; {SETTLE}"
+    return low, f"{spread} today against x{original:.2f} {against}"
+
+
+def _interval(m: dict) -> str:
+    lo, hi = m["interval"]
+    cover = f", {m['coverage']:.0%} interval" if m.get("coverage") else ""
+    return f"x{lo:.2f} to x{hi:.2f} over {m['reps']} pairs{cover}"

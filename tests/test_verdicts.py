@@ -1,0 +1,64 @@
+"""The seed table's verdict rule (reports/verdicts.py) at its edges: each verdict's range on the
+ratio's axis, an interval inside one range or across two, too few pairs, and the intervals a
+ratio of two medians carries."""
+
+import math
+
+import pytest
+
+from proxytune.reports import verdicts
+
+
+@pytest.mark.parametrize("ratio, original, expected", [
+    (0.5, 2.0, "reversed"), (1 / 1.1 - 1e-9, 2.0, "reversed"), (1 / 1.1, 2.0, "shrank"), (1.0, 2.0, "shrank"),
+    (1.05, 2.0, "shrank"), (math.sqrt(2) - 1e-9, 2.0, "shrank"), (math.sqrt(2), 2.0, "holds"), (3.9, 2.0, "holds"),
+    (4.0, 2.0, "holds"), (4.0 + 1e-9, 2.0, "grew"), (0.95, 1.53, "shrank"), (209.7, 78.9, "holds"),
+    (7000, 78.9, "grew")])
+def test_each_ratio_falls_in_one_verdicts_range(ratio, original, expected):
+    assert verdicts.range_of(ratio, original) == expected
+
+
+def test_the_edges_are_where_the_ranges_meet():
+    e = verdicts.edges(2.0)
+    assert e == pytest.approx({"reversed|shrank": 1 / 1.1, "shrank|holds": math.sqrt(2), "holds|grew": 4.0})
+    for edge, (below, above) in (("reversed|shrank", ("reversed", "shrank")), ("shrank|holds", ("shrank", "holds")),
+                                 ("holds|grew", ("holds", "grew"))):
+        assert verdicts.range_of(e[edge] * 0.999, 2.0) == below and verdicts.range_of(e[edge] * 1.001, 2.0) == above
+
+
+def test_an_interval_inside_one_range_gives_its_verdict():
+    m = verdicts.paired([1.6, 1.9, 1.7])
+    assert m["median"] == 1.7 and m["interval"] == [1.6, 1.9] and m["reps"] == 3
+    assert m["coverage"] == pytest.approx(0.75)
+    v, why = verdicts.decide(m, 2.0)
+    assert v == "holds" and "x1.60 to x1.90 over 3 pairs, 75% interval" in why
+
+
+def test_an_interval_across_an_edge_is_inconclusive_with_what_would_settle_it():
+    v, why = verdicts.decide(verdicts.paired([1.3, 1.5, 1.45]), 2.0)       # sqrt(2) = 1.414 lies inside
+    assert v == "inconclusive here"
+    assert "spans shrank to holds" in why and "--full" in why
+    v, _ = verdicts.decide(verdicts.paired([0.85, 0.95, 1.3]), 1.53)        # reversed to shrank
+    assert v == "inconclusive here"
+
+
+@pytest.mark.parametrize("ratios", [[2.0], [2.0, 2.1], [float("nan"), 2.0, None]])
+def test_fewer_than_three_pairs_is_inconclusive_whatever_they_say(ratios):
+    v, why = verdicts.decide(verdicts.paired(ratios), 2.0)
+    assert v == "inconclusive here" and "fewer than 3" in why
+
+
+def test_no_pair_is_not_measurable():
+    assert verdicts.paired([]) is None and verdicts.paired([None, float("inf"), -1.0]) is None
+    assert verdicts.decide(None, 2.0)[0] == "not measurable here"
+
+
+def test_a_ratio_of_two_medians_carries_the_ratio_of_their_intervals():
+    a = {"median": 200.0, "ci95": [190.0, 210.0], "n": 5}
+    b = {"median": 2.0, "ci95": [1.9, 2.1], "n": 5}
+    q = verdicts.quotient(verdicts.of_summary(a), verdicts.of_summary(b))
+    assert q["median"] == 100.0 and q["interval"] == pytest.approx([190 / 2.1, 210 / 1.9])
+    assert q["reps"] == 5 and q["coverage"] == pytest.approx(0.90)
+    assert verdicts.decide(q, 100.0)[0] == "holds"
+    assert verdicts.quotient(verdicts.of_summary(a), None) is None
+    assert verdicts.of_summary({"median": 0.0}) is None
