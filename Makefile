@@ -10,7 +10,7 @@ DEBIAN_TEST_PACKAGES = ansible openssh-server tuned dbus-daemon e2fsprogs iprout
 	debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools liburing-dev tcpdump
 PYTEST_ARGS ?=
 
-.PHONY: test test-fast deps venv clean dist deb-src
+.PHONY: test test-fast deps venv clean dist deb-src seed-stability
 
 # Everything (as root: the sandboxes, the proxies, the fleet), with the 25 slowest tests at the end.
 test: deps
@@ -21,6 +21,11 @@ test: deps
 # Tiers: tests/tiers.py.
 test-fast: venv
 	PROXYTUNE_TEST_FAST=1 .venv/bin/python -m pytest -m "not host and not proxy and not slow" $(PYTEST_ARGS)
+
+# Not a test: the default report three times on this host, each seed row's verdict per run
+# (docs/BENCHMARKS.md "Verdicts run after run"); as root, ~3 min.
+seed-stability: deps
+	tools/seed-stability --runs 3
 
 venv:
 	@tests/debian-deps.sh python3-venv

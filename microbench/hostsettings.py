@@ -2,18 +2,21 @@
 starts itself, without changing anything of the host.
 
 Cooper (high-performance-squid-tuning-cooper.txt) doubled a tuned Squid's throughput with host
-settings: the descriptor limit and the network backlogs. Here the same Squid and load run twice,
-in a private network namespace with only loopback (core/netns.py):
+settings: the descriptor limit and the network backlogs. Here the same Squid and load run before
+and after, in rounds of a pair that alternate (before-after, then after-before: a drift of the host
+moves both alike), in a private network namespace with only loopback (core/netns.py), Squid on a
+CPU of its own and the load (wrk, the origin, the idle clients) on the others:
 
 - before: the fd limit Squid's service would get (Debian's squid.service sets none: systemd's
   soft default of 1024) and the namespace's own defaults for net.*;
 - after: the profile's LimitNOFILE, set on Squid's own child process (setrlimit, capped by our
   hard limit), and the profile's net.* sysctls, written inside the namespace only.
 
+Each run is judged as Cooper's claim reads, by what the host served its clients (capacity()).
 No global sysctl, no file under /etc, no journal entry: the namespace and the processes go away.
-During the after run's steady phase the doctor's perf watches Squid (`watch`, given by the report:
-probes.selfload.PerfWatch): its CPU split (kernel against the proxy's own code) is the second classic
-row.
+During each after run's steady phase the doctor's perf watches Squid (`watch`, given by the report:
+probes.selfload.PerfWatch): its CPU split (kernel against the proxy's own code), one per round, is the
+second classic row.
 """
 
 import os
@@ -26,39 +29,86 @@ PROFILE = "linux/squid"
 ONLY = ("sysctl:net.*", "service:*")
 # Short, but beyond 1024 descriptors: 400 busy clients and 1000 idle keep-alive ones each hold one
 # client socket, and most of them a server one (Mogul: idle long-RTT clients are what labs miss).
-PLAN = {"files": 500, "cache_mb": 32, "mem_mb": 8, "fill_s": 1, "steady_s": 4, "concurrency": 400, "idle": 1000}
-FULL = {**PLAN, "files": 3000, "cache_mb": 256, "fill_s": 8, "steady_s": 20, "concurrency": 400, "idle": 1000}
+# rounds: before/after pairs, alternating (reports/verdicts.py: 3 pairs at least for a verdict).
+PLAN = {"files": 500, "cache_mb": 32, "mem_mb": 8, "fill_s": 1, "steady_s": 3, "concurrency": 400, "idle": 1000,
+        "rounds": 3}
+FULL = {**PLAN, "files": 3000, "cache_mb": 256, "fill_s": 8, "steady_s": 20, "rounds": 5}
 
 
 def run(host, profile_ref: str = PROFILE, quiet: bool = True, plan: dict | None = None, full: bool = False,
         watch=None) -> dict:
-    """The before/after result, shaped as `bench proxy --compare-profile`'s (seeds.cooper reads it);
-    with a watch, the after run's CPU split too."""
+    """The before/after result, shaped as `bench proxy --compare-profile`'s (seeds.cooper reads it)
+    plus its rounds; with a watch, each after run's CPU split too."""
     if os.geteuid() != 0:
         raise ProxytuneError("Cooper's host settings need root (a private network namespace, Squid as its user)")
     return netns.call(_measure, host, profile_ref, dict(plan or (FULL if full else PLAN)), quiet, watch)
 
 
+def cpus() -> tuple[str, set[int]] | None:
+    """(Squid's CPU, the load's CPUs): the proxy on the first CPU we may use, wrk, the origin and the
+    idle clients on the others, so the comparison is of the proxy, not of scheduling; None on one CPU."""
+    mine = sorted(os.sched_getaffinity(0))
+    return (str(mine[0]), set(mine[1:])) if len(mine) >= 2 else None
+
+
 def _measure(host, profile_ref: str, plan: dict, quiet: bool, watch) -> dict:
-    """In the private namespace: Squid as the service would run it, then with the profile's settings."""
+    """In the private namespace: Squid as the service would run it (before) and with the profile's
+    settings (after), in rounds of a pair, alternating (BA in every other round)."""
     from proxytune.tune import backends, plan as plan_mod
     from . import proxybench
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     pl = plan_mod.build(profile_ref, host, {"service": "squid"}, ONLY)
     before_nofile, after_nofile = proxybench.service_nofile(pl.changes, "squid")
-    before = proxybench.run_plan(plan, ["ufs"], (min(before_nofile, hard), hard), quiet)
-    written = []
-    for c in pl.changes:
-        if c.setting.backend == "sysctl" and c.needed:
-            backends.get(pl.os, "sysctl", host).write(c.setting.key, c.target)
-            written.append(f"{c.setting.key} {c.current} -> {c.target}")
-    after = proxybench.run_plan(plan, ["ufs"], (min(after_nofile, hard), hard), quiet, watch=watch)
+    sysctl = backends.get(pl.os, "sysctl", host)
+    changes = [c for c in pl.changes if c.setting.backend == "sysctl" and c.needed]
+    side = {"before": lambda: [sysctl.write(c.setting.key, c.current) for c in changes],
+            "after": lambda: [sysctl.write(c.setting.key, c.target) for c in changes]}
+    nofile = {"before": (min(before_nofile, hard), hard), "after": (min(after_nofile, hard), hard)}
+    pin = cpus()
+    if pin:
+        os.sched_setaffinity(0, pin[1])               # this process and all it starts: the load's CPUs
+    runs = []
+    for r in range(plan["rounds"]):
+        for label in (("before", "after") if r % 2 == 0 else ("after", "before")):
+            runs.append({"label": label, "round": r, "nofile": nofile[label], "before": side[label],
+                         "cpus": pin[0] if pin else None, "watch": watch if label == "after" else None})
+    res = proxybench.run_series(plan, runs, quiet)
+    stores = res["stores"]
+    for s, r in zip(stores, runs):
+        s["round"], s["capacity"] = r["round"], capacity(s, plan)
+    first = {lab: next(s for s in stores if s["label"] == lab) for lab in ("before", "after")}
     return {"bench": "proxy", "quick": True, "compare_profile": profile_ref, "proxy": "squid", "store": "ufs",
-            "plan": plan, "repeat": proxybench.REPEAT, "docroot": before["docroot"],
+            "plan": plan, "repeat": proxybench.REPEAT, "docroot": res["docroot"],
             "where": "a private network namespace with only loopback: nothing of the host changed",
+            "cpus": {"squid": pin[0], "load": sorted(pin[1])} if pin else None,
             "service_nofile": {"before": before_nofile, "after": after_nofile, "hard_limit_here": hard,
                                "capped": after_nofile > hard},
-            "applied": [f"RLIMIT_NOFILE {before_nofile} -> {min(after_nofile, hard)} on squid's own process"] + written,
-            "rolled_back": True,
-            "stores": before["stores"] + after["stores"], "before": before["stores"][0], "after": after["stores"][0],
-            "cpu_split": after.get("watched")}
+            "applied": [f"RLIMIT_NOFILE {before_nofile} -> {min(after_nofile, hard)} on squid's own process"]
+            + [f"{c.setting.key} {c.current} -> {c.target}" for c in changes],
+            "rolled_back": True, "stores": stores, "before": first["before"], "after": first["after"],
+            "rounds": [{"before": [i for i, s in enumerate(stores) if s["round"] == r and s["label"] == "before"][0],
+                        "after": [i for i, s in enumerate(stores) if s["round"] == r and s["label"] == "after"][0]}
+                       for r in range(plan["rounds"])],
+            "cpu_split": {**res["watched"][0], "repeats": res["watched"]} if res["watched"] else None}
+
+
+def capacity(store: dict, plan: dict) -> dict:
+    """What the host served its client population in one run: the share of clients served (idle
+    clients still held at the end; busy connections by the share of their requests answered, not
+    refused or cut), goodput (successful responses/s: an HTTP error or a socket error is none), and
+    served goodput, goodput x the share served: a run that refused or dropped clients is credited
+    only the share it served (refused clients cost a proxy nothing, so its raw req/s rise)."""
+    st = store["steady"]
+    seconds = st["requests"] / st["rps"] if st["rps"] else 0.0
+    good = max(st["requests"] - st["http_errors"], 0)
+    sock = sum(v for k, v in st["errors"].items() if k != "status")
+    busy_ok = good / (good + st["http_errors"] + sock) if good + st["http_errors"] + sock else 0.0
+    idle_failed = sum((store.get("errors") or {}).get("idle_clients_failed", {}).values())
+    idle_dropped = max((store.get("errors") or {}).get("idle_clients_dropped", 0), 0)
+    idle_held = max(plan["idle"] - idle_failed - idle_dropped, 0)
+    clients = plan["concurrency"] + plan["idle"]
+    share = (idle_held + plan["concurrency"] * busy_ok) / clients if clients else 0.0
+    goodput = good / seconds if seconds else 0.0
+    return {"clients": clients, "idle_held": idle_held, "busy_answered_share": round(busy_ok, 4),
+            "served_share": round(share, 4), "goodput_rps": round(goodput, 1),
+            "served_goodput_rps": round(goodput * share, 1), "latency_us": st["latency_us"]}

@@ -15,6 +15,7 @@ by kind come from Squid's access log; wrk's socket errors and Squid's
 import contextlib
 import http.client
 import json
+import os
 import random
 import re
 import socket
@@ -275,12 +276,13 @@ def _errors(d: dict, squid_codes: dict | None, warnings: int | None) -> dict:
 
 
 def run_store(store: str, plan: dict, origin_port: int, workdir: Path, nofile: tuple[int, int] | None = None,
-              progress=None, watch=None) -> dict:
+              progress=None, watch=None, cpus: str | None = None) -> dict:
     """One Squid with this store, started here; hit ratio and errors from its own logs. With a watch
     (probes.selfload.PerfWatch, given by the report), perf watches Squid through the steady load: its
     CPU split goes in "watched"."""
-    with SquidServer(store, cache_mb=plan["cache_mb"], mem_mb=plan["mem_mb"], nofile=nofile) as sq:
+    with SquidServer(store, cache_mb=plan["cache_mb"], mem_mb=plan["mem_mb"], nofile=nofile, cpus=cpus) as sq:
         limits = _nofile_of(sq.pid)
+        affinity = sorted(os.sched_getaffinity(sq.pid)) if cpus else None
         mark = [0]
 
         def step(desc):
@@ -297,6 +299,7 @@ def run_store(store: str, plan: dict, origin_port: int, workdir: Path, nofile: t
         warnings = fd_warnings(sq.log("cache.log"))
     fd = {"peak": fds.peak, "pressure": squid_fd_pressure(limits[0], fds.peak) if limits and isinstance(limits[0], int) else None}
     return {"proxy": "squid", "store": store, "nofile": limits, "fd": fd, "fill": d["fill"], "steady": d["steady"],
+            **({"cpus": affinity} if affinity else {}),
             "hit_ratio": log["hit_ratio"], "hit_ratio_from": "squid access.log", "byte_hit_ratio": log["byte_hit_ratio"],
             "codes": log["codes"], "errors": _errors(d, log["errors"], warnings), "error_count": d["error_count"],
             "latency_probe": d["latency_probe"], "cost": d["cost"],
@@ -369,6 +372,29 @@ def run_plan(plan: dict, stores: list[str] | None = None, nofile: tuple[int, int
     watched = [s.pop("watched") for s in result["stores"] if "watched" in s]
     if watched:
         result["watched"] = watched[-1]
+    return result
+
+
+def run_series(plan: dict, runs: list[dict], quiet: bool = False) -> dict:
+    """Squid (ufs) once per entry of `runs`, in order, behind one origin and docroot: each entry's
+    "nofile" and "cpus" start its Squid, its "before" (a callable) runs first (the host settings of
+    that side), its "watch" watches its steady load. The stores in the order they ran; "watched":
+    each watched run's view, in order."""
+    from .runner import progress as progress_bar
+    result = {"bench": "proxy", "quick": True, "plan": plan, "repeat": REPEAT, "stores": []}
+    with tempfile.TemporaryDirectory(prefix="proxytune-proxybench-") as d, progress_bar(quiet) as bar:
+        task = bar.add_task("bench proxy", total=len(runs))
+        root = Path(d)
+        result["docroot"] = make_docroot(root / "doc", plan["files"])
+        with origin(root / "doc") as og:
+            for i, r in enumerate(runs):
+                r.get("before", lambda: None)()
+                step = lambda desc, i=i: bar.update(task, description=f"{r.get('label', '')} #{i + 1}: {desc}")
+                s = run_store("ufs", plan, og.port, root, r.get("nofile"), progress=step, watch=r.get("watch"),
+                              cpus=r.get("cpus"))
+                result["stores"].append({**s, "label": r.get("label", "")})
+                bar.update(task, completed=i + 1)
+    result["watched"] = [s.pop("watched") for s in result["stores"] if "watched" in s]
     return result
 
 

@@ -466,7 +466,7 @@ class SquidServer(Server):
     def __init__(self, store: str = "ufs", cache_mb: int = 100, mem_mb: int = 0, user: str = "proxy",
                  nofile: tuple[int, int] | None = None, cache_dir: Path | None = None,
                  max_filedescriptors: int | None = None, manager: bool = True, accel_to: int | None = None,
-                 logformat: str | None = None):
+                 logformat: str | None = None, cpus: str | None = None):
         if store not in ("ufs", "aufs", "diskd", "rock"):
             raise ProxytuneError(f"unknown squid store {store!r}", "ufs, aufs, diskd or rock")
         self.exe = need("squid", Squid.package)
@@ -476,6 +476,7 @@ class SquidServer(Server):
         self.port = free_port()
         self.store = store
         self.nofile = nofile            # (soft, hard) to start with, as a service's LimitNOFILE would
+        self.cpus = cpus                # a CPU list for taskset (its kid inherits it), e.g. away from the load
         self.grace = 15
         # SIGKILL: its cache dir is deleted next, so a clean shutdown (SIGTERM waits out shutdown_lifetime,
         # SIGINT still writes swap.state: 2-3 s) saves nothing, and its logs were read while it ran
@@ -520,5 +521,6 @@ class SquidServer(Server):
             shutil.rmtree(self.dir, ignore_errors=True)
             raise ProxytuneError(f"squid -z failed: {(z.stderr or z.stdout).strip()[-300:]}")
         limit = ["prlimit", f"--nofile={self.nofile[0]}:{self.nofile[1]}", "--"] if self.nofile else []
-        self._launch(limit + [self.exe, "-N", "-f", str(self.conf)], timeout=60)
+        pin = ["taskset", "-c", self.cpus] if self.cpus else []
+        self._launch(limit + pin + [self.exe, "-N", "-f", str(self.conf)], timeout=60)
         return self

@@ -30,6 +30,12 @@ def test_before_and_after_in_a_namespace_the_host_never_sees(sandbox):
     state = _host_state()
     etc = sorted(p.name for p in (sandbox.root / "etc").rglob("*"))
     r = hostsettings.run(sandbox, watch=selfload.PerfWatch)
+    assert [s["label"] for s in r["stores"]] == ["before", "after", "after", "before", "before", "after"]
+    assert all(s["cpus"] == [int(r["cpus"]["squid"])] for s in r["stores"])        # taskset reached Squid
+    assert int(r["cpus"]["squid"]) not in r["cpus"]["load"]
+    share = {lab: sorted(s["capacity"]["served_share"] for s in r["stores"] if s["label"] == lab)
+             for lab in ("before", "after")}
+    assert share["before"][1] < share["after"][1], share       # 1,400 clients do not fit in 1,024 descriptors
     before, after = r["before"], r["after"]
     brief = {k: (before.get(k), after.get(k)) for k in ("nofile", "fd", "error_count")}
     assert before["nofile"][0] == 1024 and after["nofile"][0] > 4096, brief
@@ -40,7 +46,8 @@ def test_before_and_after_in_a_namespace_the_host_never_sees(sandbox):
     assert sorted(p.name for p in (sandbox.root / "etc").rglob("*")) == etc   # no drop-in, no file
     assert not sandbox.state_dir.exists() or not any(sandbox.state_dir.iterdir())   # no journal entry
     row = seeds.cooper(r)
-    assert row["verdict"] != "not measurable here" and "req/s" in row["today"], row
+    assert row["verdict"] != "not measurable here" and row["reps"] == 3 and "clients served" in row["today"], row
+    assert "3 rounds of before and after alternating" in row["cells"], row
     split = r["cpu_split"]["evidence"]["loop"]["cpu_split"]
     assert abs(sum(split.values()) - 1) < 0.02 and split["kernel"] > 0 and split["proxy"] > 0, split
     assert seeds.cpu_split(r["cpu_split"])["today"].startswith("squid (ufs")
