@@ -12,6 +12,7 @@ from proxytune.core.errors import ProxytuneError
 from proxytune.tune.host import Host
 
 from . import html, markdown, measurements, plots, seeds, summary
+from .fingerprint import fingerprint
 from .schema import envelope
 from .tables import sections
 
@@ -28,10 +29,13 @@ def _parts(host: Host, profile_ref: str, benches: bool, quiet: bool, with_proxy:
 
 
 def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = False, with_proxy: bool = False,
-            saved: dict | None = None, full: bool = False, on_audit=None) -> tuple[dict, dict]:
-    """(sections, parts that could not run, with why). `saved` holds bench results already
-    measured (from --from files), which are used instead of running those benches. on_audit(audit)
-    is called as soon as the audit is done, before any benchmark: the host summary comes first."""
+            saved: dict | None = None, full: bool = False, on_audit=None,
+            last: dict | None = None) -> tuple[dict, dict, dict]:
+    """(sections, parts that could not run, with why, seconds each section took). `saved` holds bench
+    results already measured (from --from files), which are used instead of running those benches.
+    on_audit(audit) is called as soon as the audit is done, before any benchmark: the host summary
+    comes first. `last`: section -> seconds on this host's last run (last_timings()), the progress
+    display's estimates; a section it does not name is estimated from its measurement's budget."""
     from proxytune.microbench import runner
     from .progress import Sections
     parts = _parts(host, profile_ref, benches, quiet, with_proxy, full)
@@ -41,7 +45,7 @@ def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = Fa
     for n in parts:
         m = measurements.by_name(n)      # a saved part no measurement names is shown under its own name
         label, (quick_s, full_s) = (m.label, m.budget) if m else (n, (5, 5))
-        plan.append((n, label, full_s if full else quick_s))
+        plan.append((n, label, (last or {}).get(n, full_s if full else quick_s)))
     done, skipped = {}, {}
     with Sections(plan, quiet) as display, runner.steps_to(display.on_step if display.live else None):
         for name, run in parts.items():
@@ -60,7 +64,26 @@ def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = Fa
             display.end(name, "done")
             if name == "audit" and on_audit:
                 on_audit(data)
-    return done, skipped
+    took = {n: round(t, 1) for n, (t, outcome) in display.done.items() if outcome == "done"}
+    return done, skipped, took
+
+
+def last_timings(out_dir: Path, full: bool) -> dict | None:
+    """Each section's seconds in the report last written to out_dir, when it was this host's and of
+    the same kind (quick or --full); None otherwise, or when it cannot be read as a result."""
+    path = out_dir / "report.json"
+    if not path.is_file():
+        return None
+    try:
+        doc = load_results([path])[0]
+    except ProxytuneError:
+        return None
+    t = doc["data"].get("timings") or {}
+    if doc["kind"] != "report" or t.get("full") != full or doc["host"].get("hostname") != fingerprint()["hostname"]:
+        return None
+    secs = t.get("sections")
+    return {k: float(v) for k, v in secs.items() if isinstance(v, (int, float)) and v >= 0} \
+        if isinstance(secs, dict) else None
 
 
 def _needs_root(what: str = "bench storage"):
@@ -145,12 +168,14 @@ def write_report(host: Host, profile_ref: str, out_dir: Path, benches: bool = Tr
     from proxytune.tune import files
     for name in ("report.json", "report.md", "report.html"):     # refused now, not after the benches ran
         files.check_output(out_dir / name)
-    done, skipped = collect(host, profile_ref, benches, quiet, with_proxy, saved, full, on_audit)
+    done, skipped, took = collect(host, profile_ref, benches, quiet, with_proxy, saved, full, on_audit,
+                                  last_timings(out_dir, full))
     if "audit" not in done:
         raise ProxytuneError(f"the host audit failed: {skipped['audit']}")
     done["seeds"] = {"rows": seeds.rows(done)}
     doc = envelope("report", {"title": "proxytune report", "summary": summary.build(done), "sections": done,
-                              "skipped": skipped}, done["audit"]["params"]["values"]["cache_dirs"])
+                              "skipped": skipped, "timings": {"full": full, "sections": took}},
+                   done["audit"]["params"]["values"]["cache_dirs"])
     if not plots.available() and any(s.figures for s in sections(doc)):
         skipped["plots"] = plots.MISSING
     return write_doc(doc, out_dir), doc

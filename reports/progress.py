@@ -1,7 +1,8 @@
 """The report's progress, section by section, so a person can follow a minute of work.
 
 On a terminal: a live table (rich) of every section, done (with its time), running (with the
-step it is on) or left, the time so far and an estimate of what remains (each section's budget,
+step it is on) or left, the time so far and an estimate of what remains (what each section took
+on this host's last run, from the report.json last written there, else its measurement's budget;
 less what the running one has used). Piped or redirected: one plain line per section as it
 finishes, on stderr, so stdout stays the report's own lines.
 """

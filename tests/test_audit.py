@@ -22,7 +22,7 @@ def test_check_report_and_doctor_build_the_same_audit(sandbox, cli):
     checked = json.loads(r.output)["data"]
     assert _settings(checked) == _settings(mine.to_json())
     assert checked["observations"] == mine.observations
-    done, skipped = report_build.collect(sandbox, "linux/proxy", benches=False)     # the report detects its service
+    done, skipped, _ = report_build.collect(sandbox, "linux/proxy", benches=False)     # the report detects its service
     assert not skipped and _settings(done["audit"]) == _settings(audit.build(sandbox, "linux/proxy").to_json())
     found = doctor.audit(sandbox, "linux/proxy", "ptaudit", [])
     assert found["available"] and found["drift"] == mine.drift()

@@ -57,9 +57,13 @@ def test_a_dummy_measurement_from_one_place_is_run_shown_compared_seeded_and_sum
             super().__init__(plan, quiet, stream)
     monkeypatch.setattr(progress, "Sections", Recorder)
     monkeypatch.setenv("PROXYTUNE_CACHE_DIR", str(tmp_path / "cache"))
-    done, skipped = report_build.collect(sandbox, "linux/proxy", benches=True, quiet=True)
+    done, skipped, took = report_build.collect(sandbox, "linux/proxy", benches=True, quiet=True)
     assert skipped == {} and done["dummy"]["value"] == 42 and done["dummy"]["command"] == "x"
     assert ("dummy", "a dummy measurement", 2) in planned                 # its label and quick budget
+    assert set(took) == {"audit", "dummy"} and all(t >= 0 for t in took.values())
+    planned.clear()
+    report_build.collect(sandbox, "linux/proxy", benches=True, quiet=True, last={"dummy": 7.5})
+    assert ("dummy", "a dummy measurement", 7.5) in planned               # this host's last run, not the budget
     done["seeds"] = {"rows": seeds.rows(done)}
     doc = {"data": {"sections": done, "summary": summary.build(done)}}
     assert [s.title for s in tables.sections(doc)][-1] == "A dummy measurement"
@@ -95,3 +99,19 @@ def test_every_report_part_and_result_schema_has_its_measurement():
     benches = {r["if"]["properties"]["data"]["properties"]["bench"]["const"] for r in schema["allOf"]
                if "bench" in json.dumps(r["if"])}
     assert benches <= {m.name for m in measurements.MEASUREMENTS if m.schema}
+
+
+def test_the_last_runs_timings_are_this_hosts_and_of_the_same_kind(tmp_path):
+    from proxytune.reports.schema import envelope
+    audit = json.loads((REPO / "docs/results/report-with-proxy.json").read_text())["data"]["sections"]["audit"]
+    doc = envelope("report", {"title": "t", "summary": [], "sections": {"audit": audit}, "skipped": {},
+                              "timings": {"full": False, "sections": {"storage": 12.5, "events": 9.0}}})
+    (tmp_path / "report.json").write_text(json.dumps(doc))
+    assert report_build.last_timings(tmp_path, full=False) == {"storage": 12.5, "events": 9.0}
+    assert report_build.last_timings(tmp_path, full=True) is None                  # a quick run's times
+    doc["host"]["hostname"] = "another-host"
+    (tmp_path / "report.json").write_text(json.dumps(doc))
+    assert report_build.last_timings(tmp_path, full=False) is None
+    (tmp_path / "report.json").write_text("not json")
+    assert report_build.last_timings(tmp_path, full=False) is None
+    assert report_build.last_timings(tmp_path / "none", full=False) is None
