@@ -168,10 +168,12 @@ def _pct(v: list[float]) -> dict | None:
 
 
 def access_log(text: str) -> dict:
-    """Squid native log lines -> requests, hits, byte hits and result codes."""
+    """Squid native log lines -> requests, hits, byte hits, result codes and Squid's own service
+    time (its elapsed field: from reading a request to the reply's end, whole ms, percentiles)."""
     codes: dict[str, int] = {}
     n = hits = 0
     bytes_all = bytes_hit = 0
+    elapsed = []
     for line in text.splitlines():
         f = line.split()
         if len(f) < 7 or "/" not in f[3]:
@@ -179,6 +181,9 @@ def access_log(text: str) -> dict:
         if "/idle-" in f[6] or "/probe-" in f[6]:
             continue
         n += 1
+        ms = uint(f[1])             # the native format's elapsed: ms from reading the request to the reply's end
+        if ms is not None:
+            elapsed.append(float(ms))
         code = f[3]
         codes[code] = codes.get(code, 0) + 1
         size = uint(f[4]) or 0
@@ -186,7 +191,7 @@ def access_log(text: str) -> dict:
         if any(h in code.split("/")[0] for h in HIT_CODES):
             hits += 1
             bytes_hit += size
-    return {"requests": n, "hit_ratio": hits / n if n else None,
+    return {"requests": n, "hit_ratio": hits / n if n else None, "service_ms": _pct(elapsed),
             "byte_hit_ratio": bytes_hit / bytes_all if bytes_all else None,
             "codes": dict(sorted(codes.items(), key=lambda kv: -kv[1])),
             "errors": {c: k for c, k in codes.items() if not c.endswith("/200") and not c.endswith("/304")}}
@@ -301,6 +306,7 @@ def run_store(store: str, plan: dict, origin_port: int, workdir: Path, nofile: t
     return {"proxy": "squid", "store": store, "nofile": limits, "fd": fd, "fill": d["fill"], "steady": d["steady"],
             **({"cpus": affinity} if affinity else {}),
             "hit_ratio": log["hit_ratio"], "hit_ratio_from": "squid access.log", "byte_hit_ratio": log["byte_hit_ratio"],
+            "service_ms": log["service_ms"],
             "codes": log["codes"], "errors": _errors(d, log["errors"], warnings), "error_count": d["error_count"],
             "latency_probe": d["latency_probe"], "cost": d["cost"],
             **({"watched": watch.view(box, f"squid ({store}, started by the report, under the mix)")}

@@ -4,7 +4,7 @@ markdown.py and html.py only format them."""
 from proxytune.core.sections import RENDER_ERRORS, Figure, Section, Table, unrenderable
 from proxytune.microbench import fio
 
-from . import plots
+from . import latency, plots
 
 
 def host_table(host: dict) -> Table:
@@ -157,7 +157,8 @@ PROXY_HEADERS = ["run", "store", "nofile", "fill req/s", "req/s", "MB/s", "hit r
 
 def proxy_rows(r: dict) -> tuple[list[str], list[list]]:
     """(run labels, table rows) of a bench proxy result: one row per proxy and store run."""
-    labels = ["before", "after"] if r.get("compare_profile") else [""] * len(r["stores"])
+    labels = [s["label"] + (f" #{s['round'] + 1}" if "round" in s else "") if s.get("label") else
+              (("before", "after")[i] if r.get("compare_profile") and i < 2 else "") for i, s in enumerate(r["stores"])]
     ms = lambda v: "-" if v is None else f"{v / 1000:,.1f}"
     num = lambda v, f: "-" if v is None else format(v, f)
     rows = []
@@ -183,8 +184,11 @@ def proxy_section(r: dict) -> Section:
                   f"{r['repeat']}, a repeat. Hit ratio from each proxy's own log or counters (X-Cache where it has "
                   "none); hit/miss latency from a sequential probe during steady; syscalls (perf stat, "
                   "raw_syscalls:sys_enter) and device writes (/proc/PID/io write_bytes) of the proxy's processes "
-                  "per request served during steady. One run per store: req/s carries no repetition spread "
-                  "(compare rows of one result, not across results); p50/p99 give the latency spread.")
+                  "per request served during steady. "
+                  + (f"Before and after in {len(r['rounds'])} alternating rounds (the seed row's pairs); "
+                     if r.get("rounds") else "One run per store: req/s carries no repetition spread "
+                     "(compare rows of one result, not across results); ")
+                  + "p50/p99 give the latency spread.")
     labels, rows = proxy_rows(r)
     sec.tables.append(Table("Steady phase", PROXY_HEADERS, rows))
     sec.figures.append(Figure("proxy.png", "Throughput and errors per run", lambda: plots.proxy_bars(r["stores"], labels)))
@@ -193,6 +197,7 @@ def proxy_section(r: dict) -> Section:
         sec.notes.append(f"{lab or s.get('proxy', 'squid')} {s['store']}: wrk socket errors {e['wrk_socket']}, HTTP errors {e['http_status']}, "
                          f"squid codes {e['squid_codes']}, idle clients refused {e['idle_clients_failed']} / "
                          f"dropped {e['idle_clients_dropped']}, fd warnings in cache.log {e['fd_warnings_in_cache_log']}")
+    sec.notes += [n for lab, s in zip(labels, r["stores"]) if (n := latency.explain(s, lab or s["store"]))]
     if compare:
         n = r["service_nofile"]
         sec.notes.append(f"{r.get('proxy', 'squid')}'s nofile {n['before']} -> {n['after']}"

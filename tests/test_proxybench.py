@@ -30,15 +30,16 @@ def test_lua_script_has_every_placeholder_filled(tmp_path):
 
 def test_access_log_counts_hits_and_errors():
     log = "\n".join([
-        "1.0 5 127.0.0.1 TCP_HIT/200 1000 GET http://o/o/1/2 - HIER_NONE/- text/plain",
-        "1.0 5 127.0.0.1 TCP_MEM_HIT/200 500 GET http://o/o/1/3 - HIER_NONE/- text/plain",
+        "1.0 1 127.0.0.1 TCP_HIT/200 1000 GET http://o/o/1/2 - HIER_NONE/- text/plain",
+        "1.0 0 127.0.0.1 TCP_MEM_HIT/200 500 GET http://o/o/1/3 - HIER_NONE/- text/plain",
         "1.0 5 127.0.0.1 TCP_MISS/200 3000 GET http://o/o/1/4 - HIER_DIRECT/127.0.0.1 text/plain",
-        "1.0 5 127.0.0.1 TCP_MISS/503 0 GET http://o/o/1/5 - HIER_NONE/- -",
+        "1.0 9 127.0.0.1 TCP_MISS/503 0 GET http://o/o/1/5 - HIER_NONE/- -",
         "1.0 5 127.0.0.1 TCP_MISS/200 3000 GET http://o/o/idle-1/1 - HIER_DIRECT/127.0.0.1 text/plain"])
     r = proxybench.access_log(log)
     assert r["requests"] == 4 and r["hit_ratio"] == 0.5
     assert r["byte_hit_ratio"] == pytest.approx(1500 / 4500)
     assert r["errors"] == {"TCP_MISS/503": 1}
+    assert r["service_ms"] == {"n": 4, "p50": 5.0, "p90": 9.0, "p99": 9.0, "max": 9.0}    # its elapsed field, ms
 
 
 @needs_servers
