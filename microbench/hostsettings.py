@@ -36,12 +36,15 @@ FULL = {**PLAN, "files": 3000, "cache_mb": 256, "fill_s": 8, "steady_s": 20, "ro
 
 
 def run(host, profile_ref: str = PROFILE, quiet: bool = True, plan: dict | None = None, full: bool = False,
-        watch=None) -> dict:
+        watch=None, budget_watch=None) -> dict:
     """The before/after result, shaped as `bench proxy --compare-profile`'s (seeds.cooper reads it)
-    plus its rounds; with a watch, each after run's CPU split too."""
+    plus its rounds; with a watch, each after run's CPU split too; with a budget_watch (made with the
+    steady phase's seconds), the first round's two runs are watched by it instead, for their time
+    budgets (reports/latency.py)."""
     if os.geteuid() != 0:
         raise ProxytuneError("Cooper's host settings need root (a private network namespace, Squid as its user)")
-    return netns.call(_measure, host, profile_ref, dict(plan or (FULL if full else PLAN)), quiet, watch)
+    return netns.call(_measure, host, profile_ref, dict(plan or (FULL if full else PLAN)), quiet, watch,
+                      budget_watch)
 
 
 def cpus() -> tuple[str, set[int]] | None:
@@ -51,7 +54,7 @@ def cpus() -> tuple[str, set[int]] | None:
     return (str(mine[0]), set(mine[1:])) if len(mine) >= 2 else None
 
 
-def _measure(host, profile_ref: str, plan: dict, quiet: bool, watch) -> dict:
+def _measure(host, profile_ref: str, plan: dict, quiet: bool, watch, budget_watch=None) -> dict:
     """In the private namespace: Squid as the service would run it (before) and with the profile's
     settings (after), in rounds of a pair, alternating (BA in every other round)."""
     from proxytune.tune import backends, plan as plan_mod
@@ -61,8 +64,17 @@ def _measure(host, profile_ref: str, plan: dict, quiet: bool, watch) -> dict:
     before_nofile, after_nofile = proxybench.service_nofile(pl.changes, "squid")
     sysctl = backends.get(pl.os, "sysctl", host)
     changes = [c for c in pl.changes if c.setting.backend == "sysctl" and c.needed]
-    side = {"before": lambda: [sysctl.write(c.setting.key, c.current) for c in changes],
-            "after": lambda: [sysctl.write(c.setting.key, c.target) for c in changes]}
+    # the namespace's own values, exactly as the backend snapshots them, put back before each before run
+    snaps = {c.setting.key: sysctl.snapshot(c.setting.key) for c in changes}
+    def settle(label: str) -> dict:
+        """Put this side's net.* values in place; the values read back (each run records them)."""
+        for c in changes:
+            if label == "after":
+                sysctl.write(c.setting.key, c.target)
+            elif snaps[c.setting.key] is not None:
+                sysctl.restore(c.setting.key, snaps[c.setting.key])
+        return {c.setting.key: sysctl.snapshot(c.setting.key) for c in changes}
+    side = {"before": lambda: settle("before"), "after": lambda: settle("after")}
     nofile = {"before": (min(before_nofile, hard), hard), "after": (min(after_nofile, hard), hard)}
     pin = cpus()
     if pin:
@@ -70,8 +82,11 @@ def _measure(host, profile_ref: str, plan: dict, quiet: bool, watch) -> dict:
     runs = []
     for r in range(plan["rounds"]):
         for label in (("before", "after") if r % 2 == 0 else ("after", "before")):
+            # the first round under the doctor (both sides alike), the others under perf (both sides alike:
+            # its sampling costs the same to each); only the after runs' CPU splits are the seed's
+            w = budget_watch(plan["steady_s"] + 1) if budget_watch and r == 0 else watch
             runs.append({"label": label, "round": r, "nofile": nofile[label], "before": side[label],
-                         "cpus": pin[0] if pin else None, "watch": watch if label == "after" else None})
+                         "cpus": pin[0] if pin else None, "watch": w})
     res = proxybench.run_series(plan, runs, quiet)
     stores = res["stores"]
     for s, r in zip(stores, runs):
@@ -85,7 +100,7 @@ def _measure(host, profile_ref: str, plan: dict, quiet: bool, watch) -> dict:
                                "capped": after_nofile > hard},
             "applied": [f"RLIMIT_NOFILE {before_nofile} -> {min(after_nofile, hard)} on squid's own process"]
             + [f"{c.setting.key} {c.current} -> {c.target}" for c in changes],
-            "rolled_back": True, "stores": stores, "before": first["before"], "after": first["after"],
+            "sysctl_before": snaps, "rolled_back": True, "stores": stores, "before": first["before"], "after": first["after"],
             "rounds": [{"before": [i for i, s in enumerate(stores) if s["round"] == r and s["label"] == "before"][0],
                         "after": [i for i, s in enumerate(stores) if s["round"] == r and s["label"] == "after"][0]}
                        for r in range(plan["rounds"])],
@@ -96,8 +111,9 @@ def capacity(store: dict, plan: dict) -> dict:
     """What the host served its client population in one run: the share of clients served (idle
     clients still held at the end; busy connections by the share of their requests answered, not
     refused or cut), goodput (successful responses/s: an HTTP error or a socket error is none), and
-    served goodput, goodput x the share served: a run that refused or dropped clients is credited
-    only the share it served (refused clients cost a proxy nothing, so its raw req/s rise)."""
+    served goodput, goodput x the share of idle clients held: a run that refused or dropped idle
+    clients is credited only the share it held (refused clients cost a proxy nothing, so its raw
+    req/s rise); the busy clients' failures are already out of goodput, so they count once."""
     st = store["steady"]
     seconds = st["requests"] / st["rps"] if st["rps"] else 0.0
     good = max(st["requests"] - st["http_errors"], 0)
@@ -111,4 +127,5 @@ def capacity(store: dict, plan: dict) -> dict:
     goodput = good / seconds if seconds else 0.0
     return {"clients": clients, "idle_held": idle_held, "busy_answered_share": round(busy_ok, 4),
             "served_share": round(share, 4), "goodput_rps": round(goodput, 1),
-            "served_goodput_rps": round(goodput * share, 1), "latency_us": st["latency_us"]}
+            "served_goodput_rps": round(goodput * (idle_held / plan["idle"] if plan["idle"] else 1.0), 1),
+            "latency_us": st["latency_us"]}

@@ -164,7 +164,7 @@ def _pct(v: list[float]) -> dict | None:
     v = sorted(v)
     q = lambda p: v[min(len(v) - 1, int(p * len(v)))]
     return {"n": len(v), "p50": round(q(0.5), 1), "p90": round(q(0.9), 1), "p99": round(q(0.99), 1),
-            "max": round(v[-1], 1)}
+            "max": round(v[-1], 1), "mean": round(sum(v) / len(v), 2)}
 
 
 def access_log(text: str) -> dict:
@@ -255,14 +255,15 @@ def _drive(host: str, port: int, plan: dict, origin_port: int, workdir: Path, ta
         progress(f"{tag}: steady")
     if on_steady:
         on_steady()
-    with IdleClients(host, port, origin_port, plan["idle"]) as idle, \
+    # around_steady() first: a watch that takes seconds to attach (the doctor's compile) attaches
+    # before the idle clients, the probe and the cost counters start, so they all see the same proxy
+    with around_steady(), IdleClients(host, port, origin_port, plan["idle"]) as idle, \
             (proxycost.Cost(cost_pid) if cost_pid else contextlib.nullcontext()) as cost:
         probe: dict = {}
         t = threading.Thread(target=latency_probe, args=(host, port, origin_port, plan["files"],
                                                          plan["steady_s"] - 1, probe), daemon=True)
         t.start()
-        with around_steady():
-            steady = run_wrk(f"{host}:{port}", script, plan["steady_s"], plan["concurrency"])
+        steady = run_wrk(f"{host}:{port}", script, plan["steady_s"], plan["concurrency"])
         t.join()
         idle_open = idle.still_open()
         idle_failed = dict(idle.failed)
@@ -384,8 +385,9 @@ def run_plan(plan: dict, stores: list[str] | None = None, nofile: tuple[int, int
 def run_series(plan: dict, runs: list[dict], quiet: bool = False) -> dict:
     """Squid (ufs) once per entry of `runs`, in order, behind one origin and docroot: each entry's
     "nofile" and "cpus" start its Squid, its "before" (a callable) runs first (the host settings of
-    that side), its "watch" watches its steady load. The stores in the order they ran; "watched":
-    each watched run's view, in order."""
+    that side; what it returns, the values it read back, goes on the run as "set_up"), its "watch"
+    watches its steady load. The stores in the order they ran; "watched":
+    each watched after run's view, in order (a budget, when the doctor watched, stays on its store)."""
     from .runner import progress as progress_bar
     result = {"bench": "proxy", "quick": True, "plan": plan, "repeat": REPEAT, "stores": []}
     with tempfile.TemporaryDirectory(prefix="proxytune-proxybench-") as d, progress_bar(quiet) as bar:
@@ -394,13 +396,20 @@ def run_series(plan: dict, runs: list[dict], quiet: bool = False) -> dict:
         result["docroot"] = make_docroot(root / "doc", plan["files"])
         with origin(root / "doc") as og:
             for i, r in enumerate(runs):
-                r.get("before", lambda: None)()
+                set_up = r.get("before", lambda: None)()
                 step = lambda desc, i=i: bar.update(task, description=f"{r.get('label', '')} #{i + 1}: {desc}")
                 s = run_store("ufs", plan, og.port, root, r.get("nofile"), progress=step, watch=r.get("watch"),
                               cpus=r.get("cpus"))
-                result["stores"].append({**s, "label": r.get("label", "")})
+                result["stores"].append({**s, "label": r.get("label", ""), **({"set_up": set_up} if set_up else {})})
                 bar.update(task, completed=i + 1)
-    result["watched"] = [s.pop("watched") for s in result["stores"] if "watched" in s]
+    result["watched"] = []
+    for s in result["stores"]:
+        if "watched" in s:
+            w = s.pop("watched")
+            if "budget" in w:                       # the doctor watched it (probes.selfload.BudgetWatch)
+                s["budget"] = w.pop("budget")
+            if s["label"] == "after":
+                result["watched"].append(w)
     return result
 
 

@@ -34,7 +34,7 @@ QUICK = {"fs": ["ext4"], "capacity_mb": 32, "requests": 6000, "reps": 1, "seed_r
          "fio_reps": 1, "fio_all_patterns": False}
 FULL = {"fs": ["ext2", "ext4", "xfs", "btrfs"], "capacity_mb": 128, "requests": 40000, "reps": 2, "seed_reps": 5,
         "fio_runtime": 10, "fio_reps": 5, "fio_all_patterns": True}
-# The cells the report's seed rows read (reports/seeds.py), on the first filesystem, with one engine:
+# The cells the report's seed rows read (reports/seeds.py), on ext4 (seed_fs()), with one engine:
 # threads, Squid's aufs (the noatime row's paper measured aufs). Their A and B alternate round by
 # round, seed_reps rounds: large file against file per object (steady), noatime against relatime (hits).
 SEED_ENGINE = "threads"
@@ -112,7 +112,7 @@ def run(quick: bool = False, fss: list[str] | None = None, device: str | None = 
         exe, syscalls, result, usable = _prepare(plan, fss or plan["fs"], quick, engines)
         result["reaped_leftovers"] = sb.reaped
         n_fio = lambda direct: len(fio.patterns(direct, plan["fio_all_patterns"])) * len(engines)
-        total = sum(len(cells(plan, engines, seeds=i == 0)) + n_fio(0) for i in range(len(usable))) \
+        total = sum(len(cells(plan, engines, seeds=fs == seed_fs(usable))) + n_fio(0) for fs in usable) \
             + (len(engines) * plan["reps"] + n_fio(1) if raw else 0)
         bar = held.enter_context(progress(quiet))
         task = bar.add_task("bench storage", total=total)
@@ -142,9 +142,14 @@ def _prepare(plan: dict, fss: list[str], quick: bool, engines: list[str]):
     return exe, syscalls, result, usable
 
 
+def seed_fs(usable: list[str]) -> str | None:
+    """The filesystem of the seed rows' cells: ext4 (the quick report's, Debian's default), else the first."""
+    return "ext4" if "ext4" in usable else (usable[0] if usable else None)
+
+
 def cells(plan: dict, engines: list[str], seeds: bool = True) -> list[tuple[int, str, str, str]]:
     """(round, atime, store, engine) in the order they run on a filesystem, round by round: the seed
-    cells (with `seeds`, on the first filesystem) for seed_reps rounds, every other cell for reps
+    cells (with `seeds`, on seed_fs()) for seed_reps rounds, every other cell for reps
     rounds. Each round runs in the reverse order of the one before (ABBA...: a drift of the host
     moves a seed row's A and B alike)."""
     seed = [(a, s, SEED_ENGINE) for a, s in SEED_RUNS if SEED_ENGINE in engines] if seeds else []
@@ -159,9 +164,9 @@ def cells(plan: dict, engines: list[str], seeds: bool = True) -> list[tuple[int,
 
 def _bench_filesystems(result, sb, bar, task, exe, usable, plan, image_mb, read_mb, engines, syscalls) -> None:
     """ufs and largefile on each filesystem, relatime and noatime, each run on a filesystem of its
-    own (cells(): the seed rows' cells on the first); fio's buffered limit on each filesystem."""
-    for i, fs in enumerate(usable):
-        for rep, atime, store, engine in cells(plan, engines, seeds=i == 0):
+    own (cells(): the seed rows' cells on seed_fs()); fio's buffered limit on each filesystem."""
+    for fs in usable:
+        for rep, atime, store, engine in cells(plan, engines, seeds=fs == seed_fs(usable)):
             bar.update(task, description=f"{fs} {atime} {store} {engine} #{rep + 1}")
             dev, mp = sb.fresh(fs, image_mb, f"{fs}-{atime}-{store}-{engine}-{rep}", atime)
             try:
@@ -234,9 +239,9 @@ def _median(runs, phase, key):
 
 
 def seed_pairs(runs: list[dict]) -> dict:
-    """Each seed row's A and B, round by round (cells()), on the first filesystem with SEED_ENGINE:
-    objects/s of the row's phase, and B / A per round. A round where either side did not run is left out."""
-    fs = next((x["fs"] for x in runs if x["fs"] != "raw"), None)
+    """Each seed row's A and B, round by round (cells()), on seed_fs() with SEED_ENGINE: objects/s of
+    the row's phase, and B / A per round. A round where either side did not run is left out."""
+    fs = seed_fs(sorted({x["fs"] for x in runs if x["fs"] != "raw"}))
     out = {}
     for name, (a, b, phase) in SEED_PAIRS.items():
         per = {}

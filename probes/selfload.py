@@ -7,10 +7,11 @@ import contextlib
 import time
 
 from proxytune.core import procgroup
+from proxytune.core.errors import ProxytuneError
 from proxytune.proxies.launch import wrk
 from proxytune.proxies.nginx import NginxServer
 
-from . import caps, overhead, perf, proc
+from . import budget, caps, overhead, perf, proc
 
 
 def cpu_split_on_nginx(seconds: float = 5.0, connections: int = 50) -> dict:
@@ -65,3 +66,42 @@ class PerfWatch:
         prof = box.get("perf") or {"available": False, "reason": "not watched"}
         loop = {"cpu_split": {k: round(v, 3) for k, v in prof["split"].items()}} if prof.get("split") else {}
         return cpu_view(label, box.get("window_s", 0.0), loop, prof)
+
+
+class BudgetWatch:
+    """The doctor itself (bpftrace and perf) on a proxy a benchmark loads, for one steady phase of
+    `seconds`: its time budget (where the load's latency went: reports/latency.py) and its CPU split.
+    It costs a compile and attach of a few seconds before the load starts, so a report takes it on
+    a few runs only (microbench.hostsettings: the first round's two)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    @contextlib.contextmanager
+    def around(self, pid: int, out: dict):
+        """The doctor attached for the window; where it cannot attach (no bpftrace, no tracefs), perf
+        alone watches, as PerfWatch does, and why the budget is missing is kept."""
+        with contextlib.ExitStack() as stack:
+            try:
+                box = stack.enter_context(overhead.attached("doctor", proc.resolve(pid, None), self.seconds))
+            except ProxytuneError as e:
+                out["budget_unavailable"] = e.message
+                with PerfWatch.around(pid, out):
+                    yield
+                return
+            yield
+        out["evidence"] = box.get("evidence")
+
+    @staticmethod
+    def view(box: dict, label: str) -> dict:
+        """The doctor's CPU split and time budget of the window, in the doctor's shape (perf's split
+        and no budget when the doctor could not attach)."""
+        ev = box.get("evidence")
+        if not ev:
+            return {**PerfWatch.view(box, label), "budget": None,
+                    "budget_unavailable": box.get("budget_unavailable", "the doctor did not watch")}
+        try:
+            b = budget.compute(ev)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:      # evidence short of a part
+            b = {"parts": {}, "error": f"{type(e).__name__}: {e}"}
+        return {**watched(box, label), "budget": b}

@@ -64,7 +64,7 @@ def collect(host: Host, profile_ref: str, benches: bool = True, quiet: bool = Fa
             display.end(name, "done")
             if name == "audit" and on_audit:
                 on_audit(data)
-    took = {n: round(t, 1) for n, (t, outcome) in display.done.items() if outcome == "done"}
+    took = {n: round(t, 1) for n, (t, outcome) in display.done.items() if outcome == "done" and n not in (saved or {})}
     return done, skipped, took
 
 

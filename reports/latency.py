@@ -25,6 +25,13 @@ def gap(store: dict) -> dict | None:
             "diff_ms": round(wrk_ms - own, 2)}
 
 
+def _mean_gap(store: dict) -> float | None:
+    """wrk's mean minus Squid's mean (ms): what the budget's parts, means per request, are set against."""
+    wrk = ((store.get("steady") or {}).get("latency_us") or {}).get("mean")
+    own = (store.get("service_ms") or {}).get("mean")
+    return None if wrk is None or own is None else wrk / 1000 - own
+
+
 def explain(store: dict, label: str) -> str | None:
     """One note when the clocks disagree beyond GAP; None when they agree or one is missing."""
     g = gap(store)
@@ -34,14 +41,16 @@ def explain(store: dict, label: str) -> str | None:
             f"(access.log elapsed), x{g['ratio']:,.1f}: {g['diff_ms']:,.1f} ms of each request is outside Squid's clock")
     b = store.get("budget")
     if not b or not b.get("parts"):
-        return (head + "; unexplained here: no time budget was taken on this run (the doctor's budget on this "
-                "Squid would show whether it waited in the accept queue or in its socket queues: "
-                "proxytune doctor --pid PID)")
+        why = store.get("budget_unavailable") or "this run had no time budget (the report takes it on its first round)"
+        return head + f"; unexplained here: {why}"
     known = {k: p["ms"] for k, p in b["parts"].items() if p.get("measurable") and p.get("ms") is not None}
     outside = {k: v for k, v in known.items() if k in ("accept_queue", "proxy_queue")}
     if not outside:
-        return head + "; unexplained: the budget measured neither the accept queue nor a queue inside Squid"
+        return head + "; unexplained: the time budget measured neither the accept queue nor a queue inside Squid"
     said = ", ".join(f"{k.replace('_', ' ')} {v:,.1f} ms" for k, v in sorted(outside.items(), key=lambda kv: -kv[1]))
-    share = sum(outside.values()) / g["diff_ms"] if g["diff_ms"] > 0 else 0.0
-    return head + f"; the time budget holds {said}: {share:.0%} of the difference" + \
-        ("" if share >= 0.5 else "; the rest is unexplained")
+    mean_gap = _mean_gap(store)
+    if not mean_gap or mean_gap <= 0:
+        return head + f"; the time budget holds {said} a request (means), set against no mean difference"
+    share = sum(outside.values()) / mean_gap
+    return head + (f"; the time budget holds {said} a request (means): {share:.0%} of the mean difference, "
+                   f"{mean_gap:,.1f} ms") + ("" if share >= 0.5 else "; the rest is unexplained")

@@ -87,7 +87,7 @@ def _cpu_split_part(sections: dict) -> dict | None:
 def _hostsettings(r: Run) -> dict:
     from proxytune.microbench import hostsettings
     from proxytune.probes import selfload
-    return hostsettings.run(r.host, full=r.full, watch=selfload.PerfWatch)
+    return hostsettings.run(r.host, full=r.full, watch=selfload.PerfWatch, budget_watch=selfload.BudgetWatch)
 
 
 def _proxy(r: Run) -> dict:

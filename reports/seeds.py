@@ -105,6 +105,14 @@ def kqueue(ev: dict | None) -> dict:
     return out
 
 
+def _no_pairs(st: dict | None) -> str:
+    if not st:
+        return "bench storage did not run (it needs root)"
+    if "seed_pairs" not in st:
+        return "this storage result predates the seed rounds (no seed_pairs): run bench storage again"
+    return "bench storage ran without the seed rows' cells (the threads engine on ext4)"
+
+
 def _pairs_cells(p: dict, reps: int) -> str:
     return (f"bench storage: {p['fs']} {p['engine']}, {p['a']} and {p['b']}, {p['phase']} phase, "
             f"{reps} rounds alternating")
@@ -116,7 +124,7 @@ def largefile(st: dict | None) -> dict:
                 "(squid-definitive-guide-appendix-d-filesystems.txt)")
     p = (st or {}).get("seed_pairs", {}).get("largefile")
     if not p:
-        return _not_here(seed, claim, original, "bench storage did not run (it needs root)")
+        return _not_here(seed, claim, original, _no_pairs(st))
     m = verdicts.paired(p["ratios"])
     a, b = p["a_objects_per_s"], p["b_objects_per_s"]
     today = (f"{p['fs']}/{p['engine']}: file per object {statistics.median(a):,.0f} -> large file "
@@ -132,7 +140,7 @@ def noatime(st: dict | None) -> dict:
     original = "aufs 110 -> 168 xact/s, x1.53 (squid-definitive-guide-appendix-d-filesystems.txt)"
     p = (st or {}).get("seed_pairs", {}).get("noatime")
     if not p:
-        return _not_here(seed, claim, original, "bench storage did not run (it needs root)")
+        return _not_here(seed, claim, original, _no_pairs(st))
     e = (st.get("noatime_effect") or {}).get(f"{p['fs']}/{p['engine']}") or {}
     writes = (f"; device writes {e['relatime_hit_write_ios']} -> {e['noatime_hit_write_ios']} (medians)"
               if "relatime_hit_write_ios" in e else "")
@@ -192,17 +200,16 @@ def cpu_split(doc: dict | None) -> dict:
     the Cooper rounds) is one pair per window."""
     claim, seed = "a proxy's CPU goes mostly to the kernel", "CPU per request split"
     original = "kernel 55-74% of cycles per request, proxy 12-18% (enterprise-proxies-cern-vs-squid-1997.txt)"
-    split = _split(doc)
-    if not split:
+    windows = [s for s in (_split(d) for d in (doc or {}).get("repeats") or [doc]) if s]
+    if not windows:
         return _not_here(seed, claim, original, "no doctor run watched a proxy in this report (report --with-proxy "
                                                 "watches one it starts; --from takes a doctor --json result)")
-    windows = [s for s in (_split(d) for d in doc.get("repeats") or [doc]) if s]
     ratios = [s.get("kernel", 0.0) / s["proxy"] for s in windows]
     med = sorted(windows, key=lambda s: s.get("kernel", 0.0) / s["proxy"])[len(windows) // 2]
     today = ", ".join(f"{k} {v:.0%}" for k, v in sorted(med.items(), key=lambda kv: -kv[1]))
     today = f"{doc['proxy']}: {today}" if doc.get("proxy") else today
     return row(seed, claim, original, today + (" (the median window)" if len(windows) > 1 else ""),
-               verdicts.paired(ratios), 0.645 / 0.15,
+               verdicts.paired(ratios, "windows"), 0.645 / 0.15,
                "kernel cycles over the proxy's own, against the paper's midpoints 64.5% / 15%",
                f"{len(windows)} perf window(s) on the proxy" + (", one per after run" if len(windows) > 1 else ""))
 

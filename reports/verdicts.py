@@ -1,13 +1,14 @@
 """The seed table's verdict rule, stated once: a verdict from an interval, never from one run.
 
 A seed row's effect is a benefit ratio (>= 1: the classic advice still pays here). It is measured
-as paired repetitions, A and B interleaved (ABABAB: a drift of the host moves both sides of a pair
-alike), one ratio per pair. The row carries their median and an interval:
+as paired repetitions, A and B interleaved (each round in the reverse order of the one before,
+AB BA AB: a drift of the host moves both sides of a pair alike), one ratio per pair. The row carries their median and an interval:
 
 - the range of the pairs' ratios [min, max]: for n pairs it holds the true median ratio with
   probability 1 - 2 * 0.5**n (75 % at 3, 94 % at 5), whatever the noise's shape (order statistics);
-- or, for a ratio of two medians each measured many times in one process (the microbenchmarks),
-  the ratio of their 95 % intervals, lo_a / hi_b to hi_a / lo_b (it holds when both do: >= 90 %).
+- or, for a ratio of two medians each repeated in one process (the microbenchmarks: repetitions,
+  not interleaved pairs), the ratio of their intervals, lo_a / hi_b to hi_a / lo_b (it holds when
+  both do: >= 88 % with 5 repetitions each, of_summary()).
 
 The ratio's axis is cut into the verdicts' ranges by the effect's size against the paper's,
 s = ln(ratio) / ln(original):
@@ -48,31 +49,47 @@ def edges(original: float) -> dict[str, float]:
             "holds|grew": original ** GREW_ABOVE}
 
 
-def paired(ratios: list[float]) -> dict | None:
-    """The pairs' median and range; None when there is no usable pair."""
-    vals = sorted(r for r in ratios if r is not None and math.isfinite(r) and r > 0)
+def order_coverage(n: int) -> float:
+    """How often the range of n independent values holds their distribution's median: 1 - 2 * 0.5**n."""
+    return 1 - 2 * 0.5 ** n if n > 1 else 0.0
+
+
+def paired(ratios: list[float], unit: str = "pairs") -> dict | None:
+    """The pairs' median and range; None when there is no usable pair. A ratio of 0 (the B side
+    served nothing) or infinity (the A side did) is a measurement, at the end of the range; only a
+    missing one (None, NaN) is left out."""
+    vals = sorted(r for r in ratios if r is not None and not math.isnan(r) and r >= 0)
     if not vals:
         return None
     return {"median": statistics.median(vals), "interval": [vals[0], vals[-1]], "reps": len(vals),
-            "coverage": 1 - 2 * 0.5 ** len(vals) if len(vals) > 1 else 0.0}
+            "coverage": order_coverage(len(vals)), "unit": unit}
 
 
 def of_summary(a: dict) -> dict | None:
-    """A stats.summary() result (many repetitions in one process) as a measured value with its 95 % interval."""
+    """A stats.summary() result (repetitions in one process) as a measured value with its interval:
+    its ci95, a percentile bootstrap of the median, which with 5 values is [min, max] (a resample's
+    median is the minimum 5.8 % of the time, over 2.5 %): then its coverage is the range's,
+    1 - 2 * 0.5**n (94 % at 5), not 95 %. Without a ci95 the value has no interval."""
     if not a or not a.get("median") or a["median"] <= 0:
         return None
-    lo, hi = a.get("ci95") or [a["median"]] * 2
-    return {"median": a["median"], "interval": [lo, hi], "reps": a.get("n", 1),
-            "coverage": 0.95 if a.get("n", 1) >= MIN_REPS else 0.0}
+    n = a.get("n", 1)
+    if not a.get("ci95"):
+        return {"median": a["median"], "interval": [a["median"]] * 2, "reps": 1, "coverage": 0.0,
+                "unit": "repetitions"}
+    lo, hi = a["ci95"]
+    ranged = [lo, hi] == [a.get("min"), a.get("max")]
+    return {"median": a["median"], "interval": [lo, hi], "reps": n,
+            "coverage": order_coverage(n) if ranged else 0.95, "unit": "repetitions"}
 
 
 def quotient(a: dict | None, b: dict | None) -> dict | None:
-    """a / b of two measured values: the interval from the extremes of theirs (lo_a / hi_b to hi_a / lo_b)."""
+    """a / b of two measured values: the interval from the extremes of theirs (lo_a / hi_b to hi_a / lo_b),
+    which holds whenever both do: at least 1 - (1 - ca) - (1 - cb)."""
     if a is None or b is None or min(b["interval"]) <= 0:
         return None
     return {"median": a["median"] / b["median"], "interval": [a["interval"][0] / b["interval"][1],
                                                               a["interval"][1] / b["interval"][0]],
-            "reps": min(a["reps"], b["reps"]),      # both intervals hold: at least 1 - (1 - ca) - (1 - cb)
+            "reps": min(a["reps"], b["reps"]), "unit": a.get("unit", "pairs"),
             "coverage": max(0.0, a.get("coverage", 0.0) + b.get("coverage", 0.0) - 1)}
 
 
@@ -83,7 +100,7 @@ def decide(m: dict | None, original: float, against: str = "then") -> tuple[str,
     lo, hi = m["interval"]
     spread = f"x{m['median']:.2f} ({_interval(m)})"
     if m["reps"] < MIN_REPS:
-        return INCONCLUSIVE, f"{spread}: {m['reps']} pair(s), fewer than {MIN_REPS}; {SETTLE}"
+        return INCONCLUSIVE, f"{spread}: fewer than {MIN_REPS}; {SETTLE}"
     low, high = range_of(lo, original), range_of(hi, original)
     if low != high:
         return INCONCLUSIVE, f"{spread} spans {low} to {high}; {SETTLE}"
@@ -93,4 +110,5 @@ def decide(m: dict | None, original: float, against: str = "then") -> tuple[str,
 def _interval(m: dict) -> str:
     lo, hi = m["interval"]
     cover = f", {m['coverage']:.0%} interval" if m.get("coverage") else ""
-    return f"x{lo:.2f} to x{hi:.2f} over {m['reps']} pairs{cover}"
+    unit = m.get("unit", "pairs")
+    return f"x{lo:.2f} to x{hi:.2f} over {m['reps']} {unit[:-1] if m['reps'] == 1 else unit}{cover}"

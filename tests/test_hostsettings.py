@@ -29,10 +29,17 @@ def test_before_and_after_in_a_namespace_the_host_never_sees(sandbox):
     from proxytune.reports import seeds
     state = _host_state()
     etc = sorted(p.name for p in (sandbox.root / "etc").rglob("*"))
-    r = hostsettings.run(sandbox, watch=selfload.PerfWatch)
+    r = hostsettings.run(sandbox, watch=selfload.PerfWatch, budget_watch=selfload.BudgetWatch)
     assert [s["label"] for s in r["stores"]] == ["before", "after", "after", "before", "before", "after"]
     assert all(s["cpus"] == [int(r["cpus"]["squid"])] for s in r["stores"])        # taskset reached Squid
     assert int(r["cpus"]["squid"]) not in r["cpus"]["load"]
+    assert [bool((s.get("budget") or {}).get("parts")) for s in r["stores"]] == [True, True] + [False] * 4
+    assert all(s["service_ms"]["n"] > 0 for s in r["stores"])            # Squid's own clock, from its log
+    assert len(r["cpu_split"]["repeats"]) == 3                            # one CPU split per after run
+    for s in r["stores"]:                      # each run had its side's net.* values, read back before it started
+        want = r["sysctl_before"] if s["label"] == "before" else None
+        assert (s["set_up"] == want) if want else all(s["set_up"][k] != r["sysctl_before"][k] for k in s["set_up"]), s
+    assert r["sysctl_before"]
     share = {lab: sorted(s["capacity"]["served_share"] for s in r["stores"] if s["label"] == lab)
              for lab in ("before", "after")}
     assert share["before"][1] < share["after"][1], share       # 1,400 clients do not fit in 1,024 descriptors

@@ -6,7 +6,9 @@ from proxytune.reports import latency, tables
 
 
 def _store(wrk_ms: float, own_ms: float | None, budget: dict | None = None) -> dict:
-    s = {"steady": {"latency_us": {"p50": wrk_ms * 1000}}, "service_ms": None if own_ms is None else {"p50": own_ms}}
+    """p50s as given, means 10 % above them."""
+    s = {"steady": {"latency_us": {"p50": wrk_ms * 1000, "mean": wrk_ms * 1100}},
+         "service_ms": None if own_ms is None else {"p50": own_ms, "mean": own_ms * 1.1}}
     return {**s, "budget": budget} if budget else s
 
 
@@ -23,7 +25,9 @@ def test_a_gap_without_a_budget_is_said_unexplained_with_what_would_explain_it()
     note = latency.explain(_store(155.0, 2.0), "after #1")
     assert note.startswith("after #1: wrk's p50 155.0 ms against Squid's own 2 ms")
     assert "x77.5" in note and "153.0 ms of each request is outside Squid's clock" in note
-    assert "unexplained here: no time budget" in note and "proxytune doctor --pid" in note
+    assert "unexplained here: this run had no time budget" in note
+    assert "unexplained here: no bpftrace" in latency.explain({**_store(155.0, 2.0), "budget_unavailable": "no bpftrace"},
+                                                               "x")
 
 
 def test_a_sub_millisecond_squid_is_compared_against_1_ms():
@@ -34,12 +38,13 @@ def test_a_budget_names_the_queue_that_holds_the_difference():
     parts = {"accept_queue": _part(1.0), "proxy_queue": _part(120.0), "proxy_self": _part(2.0),
              "origin_connect": _part(None)}
     note = latency.explain(_store(155.0, 2.0, {"parts": parts}), "before #2")
-    assert "proxy queue 120.0 ms, accept queue 1.0 ms: 79% of the difference" in note
+    # means: wrk 170.5 ms, Squid 2.2 ms: 168.3 ms; the queues hold 121 ms of it
+    assert "proxy queue 120.0 ms, accept queue 1.0 ms a request (means): 72% of the mean difference, 168.3 ms" in note
     assert "unexplained" not in note
     parts["proxy_queue"] = _part(10.0)
     assert "the rest is unexplained" in latency.explain(_store(155.0, 2.0, {"parts": parts}), "before #2")
     only_self = {"proxy_self": _part(2.0)}
-    assert "unexplained: the budget measured neither" in latency.explain(_store(155.0, 2.0, {"parts": only_self}), "x")
+    assert "unexplained: the time budget measured neither" in latency.explain(_store(155.0, 2.0, {"parts": only_self}), "x")
 
 
 def test_the_proxy_section_labels_each_round_and_carries_the_notes():

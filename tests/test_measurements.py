@@ -64,6 +64,8 @@ def test_a_dummy_measurement_from_one_place_is_run_shown_compared_seeded_and_sum
     planned.clear()
     report_build.collect(sandbox, "linux/proxy", benches=True, quiet=True, last={"dummy": 7.5})
     assert ("dummy", "a dummy measurement", 7.5) in planned               # this host's last run, not the budget
+    _, _, took = report_build.collect(sandbox, "linux/proxy", benches=True, quiet=True, saved={"dummy": done["dummy"]})
+    assert "dummy" not in took                     # read from a file (--from): no time for the next estimate
     done["seeds"] = {"rows": seeds.rows(done)}
     doc = {"data": {"sections": done, "summary": summary.build(done)}}
     assert [s.title for s in tables.sections(doc)][-1] == "A dummy measurement"

@@ -95,7 +95,7 @@ def test_cooper_and_cpu_split_from_a_before_after_run_and_a_doctor_result():
         {"steady": {"rps": 2802.0}, "error_count": 381}, {"steady": {"rps": 4563.0}, "error_count": 7}]}
     row = seeds.cooper(px)
     assert row["ratio"] == pytest.approx(4563 / 2802, rel=1e-3) and row["verdict"] == "inconclusive here"
-    assert "1 pair(s), fewer than 3" in row["reason"]
+    assert "over 1 pair): fewer than 3" in row["reason"]
     doc = {"evidence": {"loop": {"cpu_split": {"kernel": 0.7, "proxy": 0.2, "shared library": 0.1}}}}
     row = seeds.cpu_split(doc)
     assert row["ratio"] == pytest.approx(3.5) and row["verdict"] == "inconclusive here"
@@ -194,7 +194,7 @@ def test_cooper_credits_a_run_only_the_share_of_clients_it_served():
     before = hostsettings.capacity(_run("before", 2400.0, 0, 700, 17.6), plan)
     after = hostsettings.capacity(_run("after", 1800.0, 0, 0, 150.0), plan)
     assert before["served_share"] == pytest.approx(700 / 1400) and after["served_share"] == 1.0
-    assert before["goodput_rps"] == pytest.approx(2400) and before["served_goodput_rps"] == pytest.approx(1200)
+    assert before["goodput_rps"] == pytest.approx(2400) and before["served_goodput_rps"] == pytest.approx(2400 * 0.3)
     failing = hostsettings.capacity(_run("x", 1000.0, 600, 0, 5.0), plan)
     assert failing["goodput_rps"] == pytest.approx(800) and failing["busy_answered_share"] == pytest.approx(0.8)
     stores = []
@@ -206,10 +206,10 @@ def test_cooper_credits_a_run_only_the_share_of_clients_it_served():
     rounds = [{"before": 0, "after": 1}, {"before": 3, "after": 2}, {"before": 4, "after": 5}]
     px = {"compare_profile": "linux/squid", "stores": stores, "rounds": rounds, "cpus": {"squid": "0", "load": [1]}}
     row = seeds.cooper(px)
-    # served goodput: 1800/1200, 1900/1150, 1700/1250 -> x1.50, x1.65, x1.36: across sqrt(2) = 1.414
-    assert row["ratio"] == pytest.approx(1.5) and row["interval"] == [pytest.approx(1.36, abs=1e-3),
-                                                                      pytest.approx(1.652, abs=1e-3)]
-    assert row["verdict"] == "inconclusive here" and row["reps"] == 3
+    # served goodput, goodput x the idle clients held (30 % before): 1800/720, 1900/690, 1700/750
+    assert row["ratio"] == pytest.approx(2.5) and row["interval"] == [pytest.approx(1700 / 750, abs=1e-3),
+                                                                      pytest.approx(1900 / 690, abs=1e-3)]
+    assert row["verdict"] == "holds" and row["reps"] == 3
     assert "clients served 50% -> 100% of 1,400" in row["today"] and "p50 17.6 -> 150.0 ms" in row["today"]
     assert "squid on CPU 0, the load on 1" in row["cells"]
 
@@ -220,3 +220,16 @@ def test_the_cpu_split_of_each_after_run_is_a_pair():
     row = seeds.cpu_split(doc)
     assert row["reps"] == 3 and row["ratio"] == pytest.approx(3.5) and row["verdict"] == "holds", row
     assert "3 perf window(s) on the proxy, one per after run" == row["cells"]
+
+
+def test_a_storage_result_from_before_the_seed_rounds_says_so():
+    r = seeds.largefile(MEASURED["storage"])                     # a saved result (--from) with no seed_pairs
+    assert r["verdict"] == "not measurable here" and "predates the seed rounds" in r["reason"]
+    assert "ran without the seed rows' cells" in seeds.noatime({**MEASURED["storage"], "seed_pairs": {}})["reason"]
+
+
+def test_the_cpu_split_row_reads_every_window_even_when_the_first_has_none():
+    view = lambda k, p: {"evidence": {"loop": {"cpu_split": {"kernel": k, "proxy": p}} if p else {}}}
+    doc = {**view(0, 0), "repeats": [view(0, 0), view(0.7, 0.2), view(0.72, 0.18)]}
+    row = seeds.cpu_split(doc)
+    assert row["reps"] == 2 and row["verdict"] == "inconclusive here" and "2 windows" in row["reason"]

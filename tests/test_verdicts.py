@@ -49,16 +49,27 @@ def test_fewer_than_three_pairs_is_inconclusive_whatever_they_say(ratios):
 
 
 def test_no_pair_is_not_measurable():
-    assert verdicts.paired([]) is None and verdicts.paired([None, float("inf"), -1.0]) is None
+    assert verdicts.paired([]) is None and verdicts.paired([None, float("nan"), -1.0]) is None
     assert verdicts.decide(None, 2.0)[0] == "not measurable here"
 
 
+def test_a_side_that_served_nothing_is_a_pair_at_the_end_of_the_range():
+    m = verdicts.paired([0.0, 0.5, 0.6])                  # B served nothing in one pair
+    assert m["interval"] == [0.0, 0.6] and verdicts.decide(m, 2.0)[0] == "reversed"
+    m = verdicts.paired([5.0, float("inf"), 6.0])         # A served nothing in one pair
+    assert m["interval"][1] == float("inf") and verdicts.decide(m, 2.0)[0] == "grew"
+
+
 def test_a_ratio_of_two_medians_carries_the_ratio_of_their_intervals():
-    a = {"median": 200.0, "ci95": [190.0, 210.0], "n": 5}
-    b = {"median": 2.0, "ci95": [1.9, 2.1], "n": 5}
+    a = {"median": 200.0, "ci95": [190.0, 210.0], "min": 190.0, "max": 210.0, "n": 5}
+    b = {"median": 2.0, "ci95": [1.9, 2.1], "min": 1.9, "max": 2.1, "n": 5}
     q = verdicts.quotient(verdicts.of_summary(a), verdicts.of_summary(b))
     assert q["median"] == 100.0 and q["interval"] == pytest.approx([190 / 2.1, 210 / 1.9])
-    assert q["reps"] == 5 and q["coverage"] == pytest.approx(0.90)
+    assert q["reps"] == 5 and q["coverage"] == pytest.approx(0.875)       # each range holds 93.75 %
+    assert "over 5 repetitions" in verdicts.decide(q, 100.0)[1]
+    wider = verdicts.of_summary({"median": 2.0, "ci95": [1.95, 2.05], "min": 1.9, "max": 2.1, "n": 9})
+    assert wider["coverage"] == 0.95                                      # a bootstrap inside the range
+    assert verdicts.of_summary({"median": 2.0, "n": 5})["coverage"] == 0.0
     assert verdicts.decide(q, 100.0)[0] == "holds"
     assert verdicts.quotient(verdicts.of_summary(a), None) is None
     assert verdicts.of_summary({"median": 0.0}) is None
