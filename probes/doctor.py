@@ -82,7 +82,10 @@ class Probes:
     on one standing bpftrace (bpftrace.Standing), each window closed by the program's dump."""
 
     def __init__(self, pids: list[int], host=None, profile_ref: str = "linux/proxy",
-                 cache_dirs: list[str] | None = None, deep: bool = False, use_perf: bool = True):
+                 cache_dirs: list[str] | None = None, deep: bool = False, use_perf: bool = True,
+                 sampling: caps.Capability | None = None):
+        """`sampling`: whether perf can sample, already found (a standing session settled again keeps
+        its own: finding it runs `perf record -a`, 0.3 s of CPU each time)."""
         caps.require_tracefs()
         if not bpftrace.version():
             raise ProxytuneError("bpftrace is not installed", "Debian: apt-get install bpftrace")
@@ -97,7 +100,7 @@ class Probes:
         self.every = list(dict.fromkeys(pids + (self.watched.processes() if self.watched else [])))
         self.audit = (audit(host, profile_ref, service, self.dirs) if host is not None
                       else {"available": False, "reason": "not asked"})
-        self.sampling = caps.perf_sampling() if use_perf else no("not asked (--no-perf)")
+        self.sampling = sampling or (caps.perf_sampling() if use_perf else no("not asked (--no-perf)"))
         self.nspath = f"/proc/{pids[0]}/net/netstat"
         self.carry: dict | None = None      # a standing window's closing reads: the next one's opening reads
 

@@ -24,14 +24,16 @@ import time
 from proxytune.core import pageout, procgroup
 
 from . import bpftrace, doctor, findings, target
-# The watcher samples sockets TICKS_PER_WINDOW times a window (every 3.3 s of its default 10 s) and fd
+# The watcher samples sockets TICKS_PER_WINDOW times a window (every 5 s of its default 10 s) and fd
 # counts every FINE_S, where the doctor's one look does 4 and 100 times a second (connsample.py): each
 # socket tick walks the kernel's whole established-socket hash (a sock_diag dump, core/tcpdiag.py: 5 to
 # 7 ms of CPU here beside a busy proxy) and each fd read wakes a thread, which a look of
 # seconds can pay and a watch of every hour cannot. Fewer ticks widen the stated uncertainty of the
-# budget's sampled parts (a mean of 3 samples); a peak of sockets between two ticks is missed, one of fds
+# budget's sampled parts (a mean of 2 samples); a peak of sockets between two ticks is missed, one of fds
 # between two reads too (the fd rules also read the kernel's EMFILE counts when near the limit).
-TICKS_PER_WINDOW = 3
+# With 3 ticks a window the watcher cost 0.56 % of a core over a busy hour (docs/BENCHMARKS.md "The busy
+# hour"), most of it in the ticks (~13 ms each, ~6 ms of it the kernel's): 2 cut that work by a third.
+TICKS_PER_WINDOW = 2
 FINE_S = 0.25
 # A session's triage and audit are this old at most: then a new session settles them again.
 REFRESH_S = 600.0
@@ -76,7 +78,7 @@ class Session:
         proxy's object too: the carried stats were read through it, and it holds their cursors (nginx
         counts its error log's lines from where that object first read it: a new one would start at
         0 and make the window's count negative)."""
-        probes = doctor.Probes(self.pids, use_perf=self.use_perf, **self.probes_kw)
+        probes = doctor.Probes(self.pids, use_perf=self.use_perf, sampling=self.probes.sampling, **self.probes_kw)
         if probes.program(dump_every_ms=int(self.window_s * 1000)) != self.text:
             return False
         probes.carry, probes.watched = self.probes.carry, self.probes.watched

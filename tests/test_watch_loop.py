@@ -234,6 +234,7 @@ def test_refresh_keeps_the_attached_program_only_when_the_new_triage_composes_th
     class Probes:
         def __init__(self, pids, use_perf=True, **kw):
             self.pids, self.carry, self.watched, self.kw = pids, None, object(), (use_perf, kw)
+            self.sampling = kw.get("sampling") or object()        # finding it runs perf: once a session
 
         def program(self, dump_every_ms=None):
             return f"program {dump_every_ms}" if same else "another program"
@@ -246,7 +247,7 @@ def test_refresh_keeps_the_attached_program_only_when_the_new_triage_composes_th
     assert s.refresh() is same
     if same:
         assert s.probes is not old and s.probes.carry == {"at": 1.0} and s.probes.watched is old.watched
-        assert s.probes.kw == (False, {"deep": True}) and not s.stale
+        assert s.probes.kw == (False, {"deep": True, "sampling": old.sampling}) and not s.stale
     else:
         assert s.probes is old and s.stale
 
