@@ -123,6 +123,35 @@ def proxytune(*args, env=None, netns=False, check=False, timeout=120):
                           timeout=timeout, check=check)
 
 
+def net_sysctls() -> dict:
+    """Every net.core and net.ipv4 sysctl of this namespace (a test's check that nothing changed)."""
+    out = {}
+    for d in ("core", "ipv4"):
+        for f in Path("/proc/sys/net", d).iterdir():
+            try:
+                out[f"{d}/{f.name}"] = f.read_text()
+            except OSError:        # write-only (route flush) or not readable
+                pass
+    return out
+
+
+@pytest.fixture(scope="session")
+def default_report(tmp_path_factory):
+    """One default `proxytune report`, run as a user runs it (a real process, its own root, state and
+    lock dirs), shared by the tests that read its parts (tests/test_cli.py, tests/test_hostsettings.py):
+    it takes minutes, and each test reads a different part. The host's net.* around it come along."""
+    import types
+    base = tmp_path_factory.mktemp("default-report")
+    root = base / "root"
+    (root / "etc").mkdir(parents=True)
+    env = {"PROXYTUNE_ROOT": str(root), "PROXYTUNE_STATE_DIR": str(base / "state"),
+           "PROXYTUNE_LOCK_DIR": str(base / "run")}
+    before = net_sysctls()
+    run = proxytune("report", "-o", str(base / "out"), env=env, timeout=1800)
+    return types.SimpleNamespace(run=run, out=base / "out", root=root, state=base / "state", net_before=before,
+                                 net_after=net_sysctls())
+
+
 def in_netns(script: str, env=None) -> subprocess.CompletedProcess:
     """Run a bash script in a new network namespace (net.* sysctls are private there)."""
     return subprocess.run(["unshare", "-n", "bash", "-euo", "pipefail", "-c", script], capture_output=True,

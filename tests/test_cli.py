@@ -99,12 +99,12 @@ def test_help_answers(command, cli):
     assert r.exit_code == 0 and "Usage:" in r.output
 
 
-def test_report_has_every_section_and_figure_in_html_markdown_and_valid_json(sandbox, cli, tmp_path):
-    """One full report (about 90 s here) checked for its formats and for everything measured in it."""
+def test_report_has_every_section_and_figure_in_html_markdown_and_valid_json(default_report):
+    """One default report (run once for the suite: conftest.default_report) checked for its formats and
+    for everything measured in it."""
     import os
-    out = tmp_path / "full"
-    r = cli("report", "-o", str(out))
-    assert r.exit_code == 0, r.output
+    out, r = default_report.out, default_report.run
+    assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads((out / "report.json").read_text())
     validate(doc)
     audit = doc["data"]["sections"]["audit"]

@@ -11,25 +11,13 @@ from conftest import IS_ROOT
 pytestmark = pytest.mark.skipif(not (IS_ROOT and shutil.which("wrk") and Path("/usr/sbin/squid").exists()
                                      and shutil.which("bpftrace")), reason="needs root, squid, wrk and bpftrace")
 
-def _host_state() -> dict:
-    """Every net.core and net.ipv4 sysctl of the host's namespace (the test's own)."""
-    out = {}
-    for d in ("core", "ipv4"):
-        for f in Path("/proc/sys/net", d).iterdir():
-            try:
-                out[f"{d}/{f.name}"] = f.read_text()
-            except OSError:        # write-only (route flush) or not readable
-                pass
-    return out
 
-
-def test_before_and_after_in_a_namespace_the_host_never_sees(sandbox):
-    from proxytune.microbench import hostsettings
-    from proxytune.probes import selfload
+def test_before_and_after_in_a_namespace_the_host_never_sees(default_report):
+    """The default report's Cooper section (run once for the suite: conftest.default_report)."""
+    import json
     from proxytune.reports import seeds
-    state = _host_state()
-    etc = sorted(p.name for p in (sandbox.root / "etc").rglob("*"))
-    r = hostsettings.run(sandbox, watch=selfload.PerfWatch, budget_watch=selfload.BudgetWatch)
+    assert default_report.run.returncode == 0, default_report.run.stderr[-3000:]
+    r = json.loads((default_report.out / "report.json").read_text())["data"]["sections"]["host_settings"]
     assert [s["label"] for s in r["stores"]] == ["before", "after", "after", "before", "before", "after"]
     assert all(s["cpus"] == [int(r["cpus"]["squid"])] for s in r["stores"])        # taskset reached Squid
     assert int(r["cpus"]["squid"]) not in r["cpus"]["load"]
@@ -49,9 +37,10 @@ def test_before_and_after_in_a_namespace_the_host_never_sees(sandbox):
     # Squid's own descriptor zones (microbench/proxybench.squid_fd_pressure): 1100 clients do not fit in 1024
     assert before["fd"]["pressure"] != "none" and after["fd"]["pressure"] == "none", brief
     assert any(a.startswith("net.") for a in r["applied"]), r["applied"]      # net.* written, in the namespace
-    assert _host_state() == state                                             # ...and not here
-    assert sorted(p.name for p in (sandbox.root / "etc").rglob("*")) == etc   # no drop-in, no file
-    assert not sandbox.state_dir.exists() or not any(sandbox.state_dir.iterdir())   # no journal entry
+    assert default_report.net_after == default_report.net_before             # ...and not here
+    assert not list((default_report.root / "etc").rglob("*"))                 # no drop-in, no file
+    state = default_report.state
+    assert not state.exists() or not any(state.rglob("*journal*")), list(state.rglob("*"))   # no journal entry
     row = seeds.cooper(r)
     assert row["verdict"] != "not measurable here" and row["reps"] == 3 and "clients served" in row["today"], row
     assert "3 rounds of before and after alternating" in row["cells"], row
