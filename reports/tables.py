@@ -102,7 +102,8 @@ def _storage_reps(r: dict) -> str:
     if not seed:                          # a result from before the seed rounds
         return others
     if not reps:
-        return f"the seed rows' cells only, medians of {seed} rounds: the other cells run in report --full"
+        return (f"the seed rows' cells only, medians of {seed} rounds: the other cells and fio's limits run in "
+                "report --full")
     return f"the seed rows' cells ({r.get('seed_engine')}): medians of {seed} rounds; the others: {others}"
 
 
