@@ -19,6 +19,7 @@ proxy at HOTSPOT_MIN_CPU or more: below it cpu-hotspot cannot fire
 (findings.py), so a sample buys nothing the rules read.
 """
 
+import shutil
 import time
 
 from proxytune.core import pageout, procgroup
@@ -41,6 +42,16 @@ REFRESH_S = 600.0
 LATE_WINDOWS = 3.0
 
 
+def _page_out(proc) -> int | None:
+    """Give a running tracer's compiler pages back; memory only: nothing here may stop a session."""
+    if proc.poll() is not None:
+        return None
+    try:
+        return pageout.page_out_files(proc.pid)
+    except Exception:                 # noqa: BLE001 - a saving, never a reason to fail the watch
+        return None
+
+
 class Session:
     """One attached set of probes on `pids`; window() returns each window's doctor result."""
 
@@ -57,7 +68,7 @@ class Session:
             run.wait_attached()
             # attached, bpftrace never runs its compiler again: its LLVM and clang pages go back
             # (~70 MiB of its ~110 MiB RSS; core/pageout.py), None where the kernel does not allow it
-            self.paged_out = pageout.page_out_files(run.proc.pid)
+            self.paged_out = _page_out(run.proc)
             self.standing = bpftrace.Standing(run)
             # the program's first interval began while it attached, before any window was open: its dump
             # is dropped, so each window's reads and its dump cover the same span
@@ -78,7 +89,8 @@ class Session:
         proxy's object too: the carried stats were read through it, and it holds their cursors (nginx
         counts its error log's lines from where that object first read it: a new one would start at
         0 and make the window's count negative)."""
-        probes = doctor.Probes(self.pids, use_perf=self.use_perf, sampling=self.probes.sampling, **self.probes_kw)
+        kept = self.probes.sampling if self.probes.sampling.ok and shutil.which("perf") else None    # else found anew
+        probes = doctor.Probes(self.pids, use_perf=self.use_perf, sampling=kept, **self.probes_kw)
         if probes.program(dump_every_ms=int(self.window_s * 1000)) != self.text:
             return False
         probes.carry, probes.watched = self.probes.carry, self.probes.watched

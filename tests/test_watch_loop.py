@@ -4,6 +4,7 @@ test_watch_episodes.py); only the locator's finding of pids is scripted here."""
 
 import socket
 import time
+import types
 
 import pytest
 
@@ -234,11 +235,12 @@ def test_refresh_keeps_the_attached_program_only_when_the_new_triage_composes_th
     class Probes:
         def __init__(self, pids, use_perf=True, **kw):
             self.pids, self.carry, self.watched, self.kw = pids, None, object(), (use_perf, kw)
-            self.sampling = kw.get("sampling") or object()        # finding it runs perf: once a session
+            self.sampling = kw.get("sampling") or types.SimpleNamespace(ok=True)   # finding it runs perf: once
 
         def program(self, dump_every_ms=None):
             return f"program {dump_every_ms}" if same else "another program"
     monkeypatch.setattr(standing.doctor, "Probes", Probes)
+    monkeypatch.setattr(standing.shutil, "which", lambda name: f"/usr/bin/{name}")
     s = standing.Session.__new__(standing.Session)
     s.pids, s.window_s, s.use_perf, s.probes_kw, s.text = [10], 10.0, False, {"deep": True}, "program 10000"
     s.probes, s.started = Probes([10]), time.monotonic() - standing.REFRESH_S - 1
