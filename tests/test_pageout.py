@@ -91,7 +91,8 @@ def test_a_childs_clean_file_pages_leave_its_rss(tmp_path):
         os.fsync(f.fileno())                   # clean pages: the kernel drops them without writing
     child = subprocess.Popen(
         [sys.executable, "-c", "import mmap, sys\n"
-         f"f = open({str(data)!r}, 'rb'); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n"
+         f"f = open({str(data)!r}, 'rb')\n"           # private and read-only, as a library's code is mapped
+         "m = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)\n"
          "sum(m[i] for i in range(0, len(m), 4096)); print('mapped', flush=True); sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
