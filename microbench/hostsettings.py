@@ -84,7 +84,7 @@ def _measure(host, profile_ref: str, plan: dict, quiet: bool, watch, budget_watc
         for label in (("before", "after") if r % 2 == 0 else ("after", "before")):
             # the first round under the doctor (both sides alike), the others under perf (both sides alike:
             # its sampling costs the same to each); only the after runs' CPU splits are the seed's
-            w = budget_watch(plan["steady_s"] + 1) if budget_watch and r == 0 else watch
+            w = budget_watch(plan["steady_s"]) if budget_watch and r == 0 else watch
             runs.append({"label": label, "round": r, "nofile": nofile[label], "before": side[label],
                          "cpus": pin[0] if pin else None, "watch": w})
     res = proxybench.run_series(plan, runs, quiet)

@@ -255,9 +255,10 @@ def _drive(host: str, port: int, plan: dict, origin_port: int, workdir: Path, ta
         progress(f"{tag}: steady")
     if on_steady:
         on_steady()
-    # around_steady() first: a watch that takes seconds to attach (the doctor's compile) attaches
-    # before the idle clients, the probe and the cost counters start, so they all see the same proxy
-    with around_steady(), IdleClients(host, port, origin_port, plan["idle"]) as idle, \
+    # around_steady() once the idle clients are held (their connecting takes seconds, and is not the
+    # steady load a watch's window must cover) and before the probe, the cost counters and wrk start:
+    # a watch that takes seconds to attach (the doctor's compile) then delays them all alike
+    with IdleClients(host, port, origin_port, plan["idle"]) as idle, around_steady(), \
             (proxycost.Cost(cost_pid) if cost_pid else contextlib.nullcontext()) as cost:
         probe: dict = {}
         t = threading.Thread(target=latency_probe, args=(host, port, origin_port, plan["files"],
