@@ -14,11 +14,13 @@ CPU of its own and the load (wrk, the origin, the idle clients) on the others:
 
 Each run is judged as Cooper's claim reads, by what the host served its clients (capacity()).
 No global sysctl, no file under /etc, no journal entry: the namespace and the processes go away.
-During each after run's steady phase the doctor's perf watches Squid (`watch`, given by the report:
-probes.selfload.PerfWatch): its CPU split (kernel against the proxy's own code), one per round, is the
-second classic row.
+Each run's steady phase is watched, both sides of a round alike: the first round by the doctor
+(`budget_watch`, probes.selfload.BudgetWatch: its time budget says where the latency went), the
+others by perf (`watch`, PerfWatch). The after runs' CPU splits (kernel against the proxy's own
+code), one per round, are the second classic row.
 """
 
+import functools
 import os
 import resource
 
@@ -74,7 +76,6 @@ def _measure(host, profile_ref: str, plan: dict, quiet: bool, watch, budget_watc
             elif snaps[c.setting.key] is not None:
                 sysctl.restore(c.setting.key, snaps[c.setting.key])
         return {c.setting.key: sysctl.snapshot(c.setting.key) for c in changes}
-    side = {"before": lambda: settle("before"), "after": lambda: settle("after")}
     nofile = {"before": (min(before_nofile, hard), hard), "after": (min(after_nofile, hard), hard)}
     pin = cpus()
     if pin:
@@ -85,8 +86,8 @@ def _measure(host, profile_ref: str, plan: dict, quiet: bool, watch, budget_watc
             # the first round under the doctor (both sides alike), the others under perf (both sides alike:
             # its sampling costs the same to each); only the after runs' CPU splits are the seed's
             w = budget_watch(plan["steady_s"]) if budget_watch and r == 0 else watch
-            runs.append({"label": label, "round": r, "nofile": nofile[label], "before": side[label],
-                         "cpus": pin[0] if pin else None, "watch": w})
+            runs.append({"label": label, "round": r, "nofile": nofile[label], "cpus": pin[0] if pin else None,
+                         "before": functools.partial(settle, label), "watch": w})
     res = proxybench.run_series(plan, runs, quiet)
     stores = res["stores"]
     for s, r in zip(stores, runs):
