@@ -6,13 +6,13 @@ instead of stopping the report.
 """
 
 import json
+import platform
 from pathlib import Path
 
 from proxytune.core.errors import ProxytuneError
 from proxytune.tune.host import Host
 
 from . import html, markdown, measurements, plots, seeds, summary
-from .fingerprint import fingerprint
 from .schema import envelope
 from .tables import sections
 
@@ -79,7 +79,7 @@ def last_timings(out_dir: Path, full: bool) -> dict | None:
     except ProxytuneError:
         return None
     t = doc["data"].get("timings") or {}
-    if doc["kind"] != "report" or t.get("full") != full or doc["host"].get("hostname") != fingerprint()["hostname"]:
+    if doc["kind"] != "report" or t.get("full") != full or doc["host"].get("hostname") != platform.node():
         return None
     secs = t.get("sections")
     return {k: float(v) for k, v in secs.items() if isinstance(v, (int, float)) and v >= 0} \
