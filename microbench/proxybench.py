@@ -13,11 +13,14 @@ by kind come from Squid's access log; wrk's socket errors and Squid's
 """
 
 import contextlib
+import errno
 import http.client
+import itertools
 import json
 import os
 import random
 import re
+import selectors
 import socket
 import statistics
 import tempfile
@@ -37,6 +40,9 @@ from . import polymix, proxycost, proxyruns
 
 LUA = shipped("microbench", "lua", "polymix.lua")
 STORES = ["ufs", "aufs", "rock"]
+# ufs/aufs directory levels: 64 directories hold the plans' 500-6,000 objects (~100 a directory);
+# Squid's default 16 x 256 made 4,096 at each start and deleted them at each exit, 3.5 s a run
+LEVELS = (4, 16)
 QUICK = {"files": 3000, "cache_mb": 256, "mem_mb": 8, "fill_s": 8, "steady_s": 12, "concurrency": 100, "idle": 200}
 FULL = {"files": 6000, "cache_mb": 512, "mem_mb": 8, "fill_s": 30, "steady_s": 60, "concurrency": 200, "idle": 1000}
 REPEAT = 0.55
@@ -86,35 +92,78 @@ def run_wrk(proxy: str, script: Path, seconds: float, connections: int, threads:
 
 
 class IdleClients:
-    """N keep-alive client connections that each fetch one object and then sit idle."""
+    """N keep-alive client connections that each fetch one object and then sit idle. They are set up
+    WINDOW at a time (non-blocking; a sequential setup took seconds of each run): fewer than any listen
+    backlog a proxy uses, so a proxy that defers accepts still sees its clients queue, not the kernel
+    drop their SYNs. A client without its response within TIMEOUT_S has failed, counted by its error."""
+    WINDOW, TIMEOUT_S = 32, 10.0
 
     def __init__(self, host: str, proxy_port: int, origin_port: int, n: int):
         self.host, self.proxy_port, self.origin_port, self.n = host, proxy_port, origin_port, n
         self.socks: list[socket.socket] = []
         self.failed: dict[str, int] = {}
 
-    def __enter__(self):
-        for i in range(self.n):
-            s = socket.socket()
-            s.settimeout(10)
-            try:
-                s.connect((self.host, self.proxy_port))
-                s.sendall(f"GET http://127.0.0.1:{self.origin_port}/o/idle-{i}/1 HTTP/1.1\r\n"
-                          f"Host: 127.0.0.1:{self.origin_port}\r\nConnection: keep-alive\r\n\r\n".encode())
-                if not s.recv(65536):
-                    raise ConnectionResetError("closed")
+    def _fail(self, sel, s: socket.socket, name: str) -> None:
+        self.failed[name] = self.failed.get(name, 0) + 1
+        sel.unregister(s)
+        s.close()
+
+    def _request(self, i: int) -> bytes:
+        return (f"GET http://127.0.0.1:{self.origin_port}/o/idle-{i}/1 HTTP/1.1\r\n"
+                f"Host: 127.0.0.1:{self.origin_port}\r\nConnection: keep-alive\r\n\r\n").encode()
+
+    def _dial(self, sel, i: int) -> None:
+        s = socket.socket()
+        s.setblocking(False)
+        err = s.connect_ex((self.host, self.proxy_port))
+        sel.register(s, selectors.EVENT_WRITE, (i, time.monotonic() + self.TIMEOUT_S))
+        if err not in (0, errno.EINPROGRESS):
+            self._fail(sel, s, type(OSError(err, os.strerror(err))).__name__)
+
+    def _step(self, sel, s: socket.socket, events: int) -> None:
+        """One ready client: its handshake done (send the request) or its response come (hold it)."""
+        i, deadline = sel.get_key(s).data
+        try:
+            if events & selectors.EVENT_WRITE:
+                err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if err:
+                    raise OSError(err, os.strerror(err))
+                s.send(self._request(i))            # ~120 bytes into an empty send buffer
+                sel.modify(s, selectors.EVENT_READ, (i, deadline))
+            elif not s.recv(65536):
+                raise ConnectionResetError("closed")
+            else:
+                sel.unregister(s)
                 self.socks.append(s)
-            except OSError as e:
-                self.failed[type(e).__name__] = self.failed.get(type(e).__name__, 0) + 1
-                s.close()
+        except BlockingIOError:
+            pass
+        except OSError as e:
+            self._fail(sel, s, type(e).__name__)
+
+    def __enter__(self):
+        with selectors.DefaultSelector() as sel:
+            todo = iter(range(self.n))
+            for i in itertools.islice(todo, self.WINDOW):
+                self._dial(sel, i)
+            while sel.get_map():
+                for key, events in sel.select(1.0):
+                    self._step(sel, key.fileobj, events)
+                now = time.monotonic()
+                for key in [k for k in sel.get_map().values() if k.data[1] < now]:
+                    self._fail(sel, key.fileobj, "TimeoutError")
+                for i in itertools.islice(todo, self.WINDOW - len(sel.get_map())):
+                    self._dial(sel, i)
         return self
 
     def still_open(self) -> int:
+        """Clients whose connection the proxy still holds: what is left of a response is read and
+        dropped first (unread bytes would hide a FIN behind them: a closed client counted as held)."""
         alive = 0
         for s in self.socks:
+            s.setblocking(False)
             try:
-                s.setblocking(False)
-                alive += s.recv(1, socket.MSG_PEEK) != b""
+                while s.recv(65536):
+                    pass                        # ends at the FIN (closed) or at BlockingIOError (held)
             except BlockingIOError:
                 alive += 1
             except OSError:
@@ -252,14 +301,12 @@ def _drive(host: str, port: int, plan: dict, origin_port: int, workdir: Path, ta
         progress(f"{tag}: fill")
     fill = run_wrk(f"{host}:{port}", fill_script, plan["fill_s"], plan["concurrency"])
     if progress:
-        progress(f"{tag}: steady")
-    if on_steady:
-        on_steady()
-    # around_steady() once the idle clients are held (their connecting takes seconds, and is not the
-    # steady load a watch's window must cover) and before the probe, the cost counters and wrk start:
-    # a watch that takes seconds to attach (the doctor's compile) then delays them all alike
-    with IdleClients(host, port, origin_port, plan["idle"]) as idle, around_steady(), \
-            (proxycost.Cost(cost_pid) if cost_pid else contextlib.nullcontext()) as cost:
+        progress(f"{tag}: idle clients")
+    # "steady" (the proxy's logs and counters marked) once the idle clients are held: their one miss
+    # each is not the mix; around_steady() then, before the probe, the cost counters and wrk start: a
+    # watch that takes seconds to attach (the doctor's compile) delays them all alike
+    with IdleClients(host, port, origin_port, plan["idle"]) as idle, _steady(progress, tag, on_steady), \
+            around_steady(), (proxycost.Cost(cost_pid) if cost_pid else contextlib.nullcontext()) as cost:
         probe: dict = {}
         t = threading.Thread(target=latency_probe, args=(host, port, origin_port, plan["files"],
                                                          plan["steady_s"] - 1, probe), daemon=True)
@@ -276,6 +323,17 @@ def _drive(host: str, port: int, plan: dict, origin_port: int, workdir: Path, ta
             "cost": cost.result(served) if cost else None}
 
 
+@contextlib.contextmanager
+def _steady(progress, tag: str, on_steady):
+    """The steady phase begins: said to the progress callback (run_store marks the access log there)
+    and to on_steady (run_proxy reads its counters there)."""
+    if progress:
+        progress(f"{tag}: steady")
+    if on_steady:
+        on_steady()
+    yield
+
+
 def _errors(d: dict, squid_codes: dict | None, warnings: int | None) -> dict:
     return {"wrk_socket": d["steady"]["errors"], "http_status": d["steady"]["http_errors"],
             "squid_codes": squid_codes or {}, "idle_clients_failed": d["idle_failed"],
@@ -287,7 +345,8 @@ def run_store(store: str, plan: dict, origin_port: int, workdir: Path, nofile: t
     """One Squid with this store, started here; hit ratio and errors from its own logs. With a watch
     (probes.selfload.PerfWatch, given by the report), perf watches Squid through the steady load: its
     CPU split goes in "watched"."""
-    with SquidServer(store, cache_mb=plan["cache_mb"], mem_mb=plan["mem_mb"], nofile=nofile, cpus=cpus) as sq:
+    with SquidServer(store, cache_mb=plan["cache_mb"], mem_mb=plan["mem_mb"], nofile=nofile, cpus=cpus,
+                     levels=LEVELS) as sq:
         limits = _nofile_of(sq.pid)
         affinity = sorted(os.sched_getaffinity(sq.pid)) if cpus else None
         mark = [0]
@@ -353,30 +412,37 @@ def run(quick: bool = False, stores: list[str] | None = None, concurrency: int |
     return run_plan(_plan_for(quick, concurrency, idle), stores, nofile, quiet, target, proxies, quick=quick)
 
 
+@contextlib.contextmanager
+def _bed(plan: dict, quiet: bool, total: int, result: dict):
+    """What every series of proxy runs stands on: a private directory, the docroot (recorded in
+    `result`), its nginx origin and one progress bar; yields (directory, origin, bar, task)."""
+    from .runner import progress as progress_bar
+    with tempfile.TemporaryDirectory(prefix="proxytune-proxybench-") as d, progress_bar(quiet) as bar:
+        task = bar.add_task("bench proxy", total=total)
+        root = Path(d)
+        result["docroot"] = make_docroot(root / "doc", plan["files"])
+        with origin(root / "doc") as og:
+            yield root, og, bar, task
+
+
 def run_plan(plan: dict, stores: list[str] | None = None, nofile: tuple[int, int] | None = None, quiet: bool = False,
              target: str | None = None, proxies: list[str] | None = None, quick: bool = True,
              watch=None) -> dict:
     """run() with its plan given; with a watch (run_store), each Squid's steady load is watched."""
-    from .runner import progress as progress_bar
     runs = [] if target else proxyruns.runs_for(proxies or ["squid"], stores)
     result = {"bench": "proxy", "quick": quick, "plan": plan, "repeat": REPEAT, "stores": []}
-    with tempfile.TemporaryDirectory(prefix="proxytune-proxybench-") as d, progress_bar(quiet) as bar:
-        task = bar.add_task("bench proxy", total=2 * max(len(runs), 1))
-        root = Path(d)
-        result["docroot"] = make_docroot(root / "doc", plan["files"])
-        with origin(root / "doc") as og:
-            def step(desc):
-                bar.update(task, description=desc)
-            if target:
-                result["target"] = target
-                result["stores"].append(run_target(target, plan, og.port, root, progress=step))
-            for proxy, store in runs:
-                if proxy == "squid":
-                    result["stores"].append(run_store(store, plan, og.port, root, nofile, progress=step,
-                                                      watch=watch))
-                else:
-                    result["stores"].append(run_proxy(proxy, store, plan, og.port, root, nofile, step))
-                bar.update(task, completed=2 * len(result["stores"]))
+    with _bed(plan, quiet, 2 * max(len(runs), 1), result) as (root, og, bar, task):
+        def step(desc):
+            bar.update(task, description=desc)
+        if target:
+            result["target"] = target
+            result["stores"].append(run_target(target, plan, og.port, root, progress=step))
+        for proxy, store in runs:
+            if proxy == "squid":
+                result["stores"].append(run_store(store, plan, og.port, root, nofile, progress=step, watch=watch))
+            else:
+                result["stores"].append(run_proxy(proxy, store, plan, og.port, root, nofile, step))
+            bar.update(task, completed=2 * len(result["stores"]))
     watched = [s.pop("watched") for s in result["stores"] if "watched" in s]
     if watched:
         result["watched"] = watched[-1]
@@ -389,20 +455,15 @@ def run_series(plan: dict, runs: list[dict], quiet: bool = False) -> dict:
     that side; what it returns, the values it read back, goes on the run as "set_up"), its "watch"
     watches its steady load. The stores in the order they ran; "watched":
     each watched after run's view, in order (a budget, when the doctor watched, stays on its store)."""
-    from .runner import progress as progress_bar
     result = {"bench": "proxy", "quick": True, "plan": plan, "repeat": REPEAT, "stores": []}
-    with tempfile.TemporaryDirectory(prefix="proxytune-proxybench-") as d, progress_bar(quiet) as bar:
-        task = bar.add_task("bench proxy", total=len(runs))
-        root = Path(d)
-        result["docroot"] = make_docroot(root / "doc", plan["files"])
-        with origin(root / "doc") as og:
-            for i, r in enumerate(runs):
-                set_up = r.get("before", lambda: None)()
-                step = lambda desc, i=i: bar.update(task, description=f"{r.get('label', '')} #{i + 1}: {desc}")
-                s = run_store("ufs", plan, og.port, root, r.get("nofile"), progress=step, watch=r.get("watch"),
-                              cpus=r.get("cpus"))
-                result["stores"].append({**s, "label": r.get("label", ""), **({"set_up": set_up} if set_up else {})})
-                bar.update(task, completed=i + 1)
+    with _bed(plan, quiet, len(runs), result) as (root, og, bar, task):
+        for i, r in enumerate(runs):
+            set_up = r.get("before", lambda: None)()
+            step = lambda desc, i=i: bar.update(task, description=f"{r.get('label', '')} #{i + 1}: {desc}")
+            s = run_store("ufs", plan, og.port, root, r.get("nofile"), progress=step, watch=r.get("watch"),
+                          cpus=r.get("cpus"))
+            result["stores"].append({**s, "label": r.get("label", ""), **({"set_up": set_up} if set_up else {})})
+            bar.update(task, completed=i + 1)
     result["watched"] = []
     for s in result["stores"]:
         if "watched" in s:

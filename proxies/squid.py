@@ -466,7 +466,9 @@ class SquidServer(Server):
     def __init__(self, store: str = "ufs", cache_mb: int = 100, mem_mb: int = 0, user: str = "proxy",
                  nofile: tuple[int, int] | None = None, cache_dir: Path | None = None,
                  max_filedescriptors: int | None = None, manager: bool = True, accel_to: int | None = None,
-                 logformat: str | None = None, cpus: str | None = None):
+                 logformat: str | None = None, cpus: str | None = None, levels: tuple[int, int] = (16, 256)):
+        """levels: ufs/aufs/diskd's first- and second-level directories (Squid's default 16 256;
+        squid -z makes them all and our exit deletes them: 4,096 directories cost ~2.5 s a start)."""
         if store not in ("ufs", "aufs", "diskd", "rock"):
             raise ProxytuneError(f"unknown squid store {store!r}", "ufs, aufs, diskd or rock")
         self.exe = need("squid", Squid.package)
@@ -481,7 +483,7 @@ class SquidServer(Server):
         # SIGKILL: its cache dir is deleted next, so a clean shutdown (SIGTERM waits out shutdown_lifetime,
         # SIGINT still writes swap.state: 2-3 s) saves nothing, and its logs were read while it ran
         self.stop_signal = signal.SIGKILL
-        levels = "" if store == "rock" else " 16 256"
+        levels = "" if store == "rock" else f" {int(levels[0])} {int(levels[1])}"
         # accel_to: a reverse proxy (accelerator) in front of 127.0.0.1:accel_to, an IP literal (no lookup)
         port = (f"http_port 127.0.0.1:{self.port} accel defaultsite=127.0.0.1:{accel_to}\n"
                 f"cache_peer 127.0.0.1 parent {accel_to} 0 no-query originserver name=origin\n"
