@@ -63,10 +63,13 @@ def usable_scripts(deep: bool = False, need: dict | None = None) -> tuple[list, 
 
 
 def gather(pids: list[int], duration: float, host=None, profile_ref: str = "linux/proxy",
-           cache_dirs: list[str] | None = None, deep: bool = False, use_perf: bool = True, tick=None) -> dict:
-    """Run the probes for `duration` seconds against `pids`; return the evidence dict the rules read."""
+           cache_dirs: list[str] | None = None, deep: bool = False, use_perf: bool = True, tick=None,
+           stacks: bool = True) -> dict:
+    """Run the probes for `duration` seconds against `pids`; return the evidence dict the rules read.
+    stacks=False: perf samples without call graphs (the CPU split needs the sampled frame only; a
+    report's watch would spend ~10 s unwinding stacks no rule of it reads)."""
     duration = target.duration(duration)
-    probes = Probes(pids, host, profile_ref, cache_dirs, deep, use_perf)
+    probes = Probes(pids, host, profile_ref, cache_dirs, deep, use_perf, stacks=stacks)
     with procgroup.Children() as kids:
         run = bpftrace.Run(kids, probes.program())
         run.wait_attached()
@@ -83,9 +86,9 @@ class Probes:
 
     def __init__(self, pids: list[int], host=None, profile_ref: str = "linux/proxy",
                  cache_dirs: list[str] | None = None, deep: bool = False, use_perf: bool = True,
-                 sampling: caps.Capability | None = None):
+                 sampling: caps.Capability | None = None, stacks: bool = True):
         """`sampling`: whether perf can sample, already found (a standing session settled again keeps
-        its own: finding it runs `perf record -a`, 0.3 s of CPU each time)."""
+        its own: finding it runs `perf record -a`, 0.3 s of CPU each time); `stacks`: perf's call graphs."""
         caps.require_tracefs()
         if not bpftrace.version():
             raise ProxytuneError("bpftrace is not installed", "Debian: apt-get install bpftrace")
@@ -103,6 +106,7 @@ class Probes:
         self.sampling = sampling or (caps.perf_sampling() if use_perf else no("not asked (--no-perf)"))
         self.nspath = f"/proc/{pids[0]}/net/netstat"
         self.carry: dict | None = None      # a standing window's closing reads: the next one's opening reads
+        self.stacks = stacks
 
     def program(self, dump_every_ms: int | None = None) -> str:
         """The composed bpftrace program; standing (dumped every window) with dump_every_ms."""
@@ -120,7 +124,7 @@ class Probes:
                                               self.watched.worker_thread if self.watched else None, tick_s, fine_s,
                                               standing))
         with own_clocks(self.watched) as w.clocks:
-            w.rec = perf.Record(kids) if self.sampling.ok and use_perf else None
+            w.rec = perf.Record(kids, callgraph=self.stacks) if self.sampling.ok and use_perf else None
             w.watch = target.Watch(self.pids)
             if carry:                                       # back to back: the last window's end is this one's start
                 w.opened, w.stats0, w.before, w.ns0 = carry["at"], carry["stats"], carry["proc"], carry["netstat"]

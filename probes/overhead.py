@@ -78,15 +78,16 @@ def _window(pids: list[int], seconds: float, tick, component: str) -> None:
             rec.stop(pids)
 
 
-def _attach(component: str, pids: list[int], seconds: float):
-    """Start `component` in a thread; return (thread, started-event, result box)."""
+def _attach(component: str, pids: list[int], seconds: float, stacks: bool = True):
+    """Start `component` in a thread; return (thread, started-event, result box); stacks=False: the
+    doctor's perf without call graphs (doctor.gather)."""
     started, box = threading.Event(), {}
 
     def go():
         try:
             if component in ("doctor", "bpftrace"):
                 box["evidence"] = doctor.gather(pids, seconds, tick=lambda t: started.set(),
-                                                use_perf=component == "doctor")
+                                                use_perf=component == "doctor", stacks=stacks)
             else:
                 _window(pids, seconds, lambda t: started.set(), component)
         except BaseException as e:        # surfaced by the caller
@@ -109,14 +110,14 @@ class Load:
 
 
 @contextlib.contextmanager
-def attached(component: str | None, pids: list[int], seconds: float):
+def attached(component: str | None, pids: list[int], seconds: float, stacks: bool = True):
     """`component` attached to pids for a window of `seconds` (None or "none": nothing);
     the body runs once it is attached and perf has started; leaving waits for the window's end.
     Yields a box that holds the doctor's evidence ("evidence") once the window closed."""
     if not component or component == "none":
         yield {}
         return
-    t, started, box = _attach(component, pids, seconds)
+    t, started, box = _attach(component, pids, seconds, stacks)
     started.wait(60)
     if "error" in box:
         raise box["error"]

@@ -83,7 +83,8 @@ class BudgetWatch:
         alone watches, as PerfWatch does, and why the budget is missing is kept."""
         with contextlib.ExitStack() as stack:
             try:
-                box = stack.enter_context(overhead.attached("doctor", proc.resolve(pid, None), self.seconds))
+                box = stack.enter_context(overhead.attached("doctor", proc.resolve(pid, None), self.seconds,
+                                                            stacks=False))
             except ProxytuneError as e:
                 out["budget_unavailable"] = e.message
                 with PerfWatch.around(pid, out):
