@@ -29,9 +29,11 @@ LOAD_BACKENDS = ("poll", "epoll")
 
 
 def calls_for(backend: str, n: int, k: int = 1, ready: str = "hot") -> int:
-    """Enough calls for ~10-30 ms per repetition without a calibration run.
+    """Enough calls for ~50 ms per repetition without a calibration run: a select or poll call
+    costs ~100 ns per idle socketpair at N=1,000 here and ~570 ns at N=10,000 (cache misses), so
+    at most 50 calls there (4,000,000 // N gave 400: 5.7 ms each, 12 s of the quick report).
     Cold calls also drain and refill K descriptors untimed: fewer when K is large."""
-    calls = max(20, min(5000, 4_000_000 // max(n, 1))) if backend in ("select", "poll") else 5000
+    calls = max(20, min(5000, 50_000_000 // (100 * n + 1000))) if backend in ("select", "poll") else 5000
     if ready == "cold":
         calls = max(20, min(calls, 100_000 // k))
     return calls
