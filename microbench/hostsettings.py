@@ -14,11 +14,14 @@ CPU of its own and the load (wrk, the origin, the idle clients) on the others:
 
 Each run is judged as Cooper's claim reads, by what the host served its clients (capacity()).
 No global sysctl, no file under /etc, no journal entry: the namespace and the processes go away.
-Each run's steady phase is watched, both sides of a round alike: the first round by the doctor
-(`budget_watch`, probes.selfload.BudgetWatch: its time budget says where the latency went), the
-others by perf (`watch`, PerfWatch). The after runs' CPU splits (kernel against the proxy's own
-code), one per round, are the second classic row.
-"""
+Every pair's runs are watched alike, by perf (`watch`, PerfWatch); the after runs' CPU splits
+(kernel against the proxy's own code), one per round, are the second classic row. With a
+`budget_watch` (probes.selfload.BudgetWatch), one more before run, no pair's side, is watched by
+the doctor: its time budget says where that side's latency went (reports/latency.py: wrk waits
+there ~50x Squid's own clock, in the accept queue of a Squid at its descriptor limit). The doctor
+is kept off the pairs because its probes do not cost both sides alike: they take CPU from an after
+Squid that has none to spare and not from a before one held back by its limit (2026-11-28: in
+three reports the doctor-watched pair's ratio was 0.6x to 1.9x the perf-watched pairs')."""
 
 import functools
 import os
@@ -41,8 +44,8 @@ def run(host, profile_ref: str = PROFILE, quiet: bool = True, plan: dict | None 
         watch=None, budget_watch=None) -> dict:
     """The before/after result, shaped as `bench proxy --compare-profile`'s (seeds.cooper reads it)
     plus its rounds; with a watch, each after run's CPU split too; with a budget_watch (made with the
-    steady phase's seconds), the first round's two runs are watched by it instead, for their time
-    budgets (reports/latency.py)."""
+    steady phase's seconds), one more before run, "before (doctor)", for its time budget
+    (reports/latency.py)."""
     if os.geteuid() != 0:
         raise ProxytuneError("Cooper's host settings need root (a private network namespace, Squid as its user)")
     return netns.call(_measure, host, profile_ref, dict(plan or (FULL if full else PLAN)), quiet, watch,
@@ -80,18 +83,18 @@ def _measure(host, profile_ref: str, plan: dict, quiet: bool, watch, budget_watc
     pin = cpus()
     if pin:
         os.sched_setaffinity(0, pin[1])               # this process and all it starts: the load's CPUs
-    runs = []
-    for r in range(plan["rounds"]):
-        for label in (("before", "after") if r % 2 == 0 else ("after", "before")):
-            # the first round under the doctor (both sides alike), the others under perf (both sides alike:
-            # its sampling costs the same to each); only the after runs' CPU splits are the seed's
-            w = budget_watch(plan["steady_s"]) if budget_watch and r == 0 else watch
-            runs.append({"label": label, "round": r, "nofile": nofile[label], "cpus": pin[0] if pin else None,
-                         "before": functools.partial(settle, label), "watch": w})
+    run = lambda label, w: {"label": label, "nofile": nofile[label.split()[0]], "cpus": pin[0] if pin else None,
+                            "before": functools.partial(settle, label.split()[0]), "watch": w}
+    runs = [{**run(label, watch), "round": r} for r in range(plan["rounds"])
+            for label in (("before", "after") if r % 2 == 0 else ("after", "before"))]
+    if budget_watch:
+        runs.append(run("before (doctor)", budget_watch(plan["steady_s"])))
     res = proxybench.run_series(plan, runs, quiet)
     stores = res["stores"]
     for s, r in zip(stores, runs):
-        s["round"], s["capacity"] = r["round"], capacity(s, plan)
+        s["capacity"] = capacity(s, plan)
+        if "round" in r:
+            s["round"] = r["round"]
     first = {lab: next(s for s in stores if s["label"] == lab) for lab in ("before", "after")}
     return {"bench": "proxy", "quick": True, "compare_profile": profile_ref, "proxy": "squid", "store": "ufs",
             "plan": plan, "repeat": proxybench.REPEAT, "docroot": res["docroot"],
@@ -102,8 +105,8 @@ def _measure(host, profile_ref: str, plan: dict, quiet: bool, watch, budget_watc
             "applied": [f"RLIMIT_NOFILE {before_nofile} -> {min(after_nofile, hard)} on squid's own process"]
             + [f"{c.setting.key} {c.current} -> {c.target}" for c in changes],
             "sysctl_before": snaps, "rolled_back": True, "stores": stores, "before": first["before"], "after": first["after"],
-            "rounds": [{"before": [i for i, s in enumerate(stores) if s["round"] == r and s["label"] == "before"][0],
-                        "after": [i for i, s in enumerate(stores) if s["round"] == r and s["label"] == "after"][0]}
+            "rounds": [{"before": [i for i, s in enumerate(stores) if s.get("round") == r and s["label"] == "before"][0],
+                        "after": [i for i, s in enumerate(stores) if s.get("round") == r and s["label"] == "after"][0]}
                        for r in range(plan["rounds"])],
             "cpu_split": {**res["watched"][0], "repeats": res["watched"]} if res["watched"] else None}
 

@@ -4,6 +4,7 @@ kernel and libraries; watching a proxy the host runs would be intrusive, and its
 belong to `doctor`, not to a load we made. So only the loop's costs are kept."""
 
 import contextlib
+import functools
 import time
 
 from proxytune.core import procgroup
@@ -36,6 +37,13 @@ def watched(box: dict, label: str) -> dict:
     return cpu_view(label, ev["window_s"], ev["loop"], ev["perf"])
 
 
+@functools.lru_cache(maxsize=1)
+def _sampling() -> caps.Capability:
+    """Whether perf can sample, found once a process (`perf record -a -- true`: ~1 s each time here,
+    once per watched run of a report's series)."""
+    return caps.perf_sampling()
+
+
 class PerfWatch:
     """perf on a proxy a benchmark loads (microbench.proxybench run_store's `watch`, given by the report:
     the benchmarks do not import the doctor): the CPU split of its samples, in the doctor's shape."""
@@ -46,7 +54,7 @@ class PerfWatch:
         """perf samples the whole host while the proxy's load runs (cpu-clock: no hardware counters
         needed); its split of the proxy's samples (kernel, its own code, libraries) lands in out.
         No call graphs: the split needs the sampled frame only, and unwinding costs seconds."""
-        sampling = caps.perf_sampling()
+        sampling = _sampling()
         if not sampling.ok:
             out["perf"] = sampling.to_result()
             yield
@@ -72,7 +80,7 @@ class BudgetWatch:
     """The doctor itself (bpftrace and perf) on a proxy a benchmark loads, for one steady phase of
     `seconds`: its time budget (where the load's latency went: reports/latency.py) and its CPU split.
     It costs a compile and attach of a few seconds before the load starts, so a report takes it on
-    a few runs only (microbench.hostsettings: the first round's two)."""
+    one run only (microbench.hostsettings: one more before run, no pair's side)."""
 
     def __init__(self, seconds: float):
         self.seconds = seconds

@@ -41,7 +41,7 @@ def explain(store: dict, label: str) -> str | None:
             f"(access.log elapsed), x{g['ratio']:,.1f}: {g['diff_ms']:,.1f} ms of each request is outside Squid's clock")
     b = store.get("budget")
     if not b or not b.get("parts"):
-        why = store.get("budget_unavailable") or "this run had no time budget (the report takes it on its first round)"
+        why = store.get("budget_unavailable") or "this run had no time budget (the report takes one on its extra before run, watched by the doctor)"
         return head + f"; unexplained here: {why}"
     known = {k: p["ms"] for k, p in b["parts"].items() if p.get("measurable") and p.get("ms") is not None}
     outside = {k: v for k, v in known.items() if k in ("accept_queue", "proxy_queue")}
@@ -54,3 +54,21 @@ def explain(store: dict, label: str) -> str | None:
     share = sum(outside.values()) / mean_gap
     return head + (f"; the time budget holds {said} a request (means): {share:.0%} of the mean difference, "
                    f"{mean_gap:,.1f} ms") + ("" if share >= 0.5 else "; the rest is unexplained")
+
+
+def notes(stores: list[dict], labels: list[str]) -> list[str]:
+    """The latency notes of a bench's runs: each watched run's own (explain()), and one line for the
+    runs nobody watched whose clocks disagree too (the doctor watches one run of a report's series)."""
+    out, unwatched = [], []
+    for lab, s in zip(labels, stores):
+        if not s.get("budget") and not s.get("budget_unavailable"):
+            g = gap(s)
+            if g and g["ratio"] > GAP:
+                unwatched.append(f"{lab or s['store']} x{g['ratio']:,.1f}")
+        elif n := explain(s, lab or s["store"]):
+            out.append(n)
+    if unwatched:
+        out.append(f"wrk's p50 against Squid's own, runs without a time budget: {', '.join(unwatched)}"
+                   + ("; the watched run above says where such a gap goes" if out else
+                      "; unexplained here: no run of this result had a time budget"))
+    return out

@@ -198,7 +198,7 @@ def proxy_section(r: dict) -> Section:
         sec.notes.append(f"{lab or s.get('proxy', 'squid')} {s['store']}: wrk socket errors {e['wrk_socket']}, HTTP errors {e['http_status']}, "
                          f"squid codes {e['squid_codes']}, idle clients refused {e['idle_clients_failed']} / "
                          f"dropped {e['idle_clients_dropped']}, fd warnings in cache.log {e['fd_warnings_in_cache_log']}")
-    sec.notes += [n for lab, s in zip(labels, r["stores"]) if (n := latency.explain(s, lab or s["store"]))]
+    sec.notes += latency.notes(r["stores"], labels)
     if compare:
         n = r["service_nofile"]
         sec.notes.append(f"{r.get('proxy', 'squid')}'s nofile {n['before']} -> {n['after']}"
