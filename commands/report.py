@@ -18,7 +18,7 @@ from .options import DEFAULT_PROFILE, complete_profiles
 @click.option("--no-bench", is_flag=True, help="Only the host audit, no benchmarks.")
 @click.option("--with-proxy", is_flag=True, help="Also bench proxy --quick (squid ufs/aufs/rock under load, ~2 min) and the doctor on an nginx it starts.")
 @click.option("--full", is_flag=True, help="The longer, more precise run of the same sections: every filesystem, "
-              "engine and N, more repetitions and rounds (about 30 min here, against about 3 min).")
+              "engine and N, more repetitions and rounds (about 30 min here, against about 2 min).")
 @click.option("--from", "from_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               metavar="FILE", help="Use a saved bench (or report) result instead of running it (repeatable).")
 @click.pass_context
@@ -26,7 +26,7 @@ def report(ctx, out_dir, profile_ref, no_bench, with_proxy, from_files, full):
     """Audit this host, run the quick benchmarks, write the report.
 
     \b
-    The main job, about 3 minutes here (--full: the same sections, longer
+    The main job, about 2 minutes here (--full: the same sections, longer
     and more precise). Sections: the host audit against the profile (with
     the running proxy's limits, backlogs and cache-directory mounts; its
     summary is printed first), the event mechanisms (bench events), Mogul's
