@@ -28,9 +28,12 @@ from .runner import HarnessError, progress, unavailable
 HARNESS = Harness("objbench", "objbench", flags=("-pthread",), libraries=("-lm",), uring=True)
 ENGINES = ["sync", "threads", "posix-aio", "io_uring"]
 FS_STORES = ["ufs", "largefile"]
-# quick: the headline effects in about 20 s here (docs/BENCHMARKS.md "report time per section"):
-# a smaller cache, fewer requests, and each fio limit once, only the patterns that bound a phase
-QUICK = {"fs": ["ext4"], "capacity_mb": 32, "requests": 6000, "reps": 1, "seed_reps": 3, "fio_runtime": 2,
+# quick: the headline effects in about 25 s here (docs/BENCHMARKS.md "report time per section"):
+# a smaller cache, fewer requests, and each fio limit once, only the patterns that bound a phase.
+# 18,000 requests: at 6,000 the steady and hit phases lasted 0.2-0.4 s and a seed pair's ratio
+# moved +-20 % from one pair to the next (2026-11-28: large file x1.5 to x2.3 in one report; with
+# 18,000, noatime's pairs sat within x0.98-1.12 in two reports of three: docs/BENCHMARKS.md)
+QUICK = {"fs": ["ext4"], "capacity_mb": 32, "requests": 18000, "reps": 1, "seed_reps": 3, "fio_runtime": 2,
          "fio_reps": 1, "fio_all_patterns": False}
 FULL = {"fs": ["ext2", "ext4", "xfs", "btrfs"], "capacity_mb": 128, "requests": 40000, "reps": 2, "seed_reps": 5,
         "fio_runtime": 10, "fio_reps": 5, "fio_all_patterns": True}

@@ -113,7 +113,7 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 lambda r: fdscan.run(quick=not r.full, quiet=r.quiet), None, fdscan.HARNESS, tables.fdscan_section,
                 ("comm_select variants: ns per call", compare.fdscan_rows), "bench_fdscan", None,
                 ((2, seeds.mogul, part_of("fdscan")),), True),
-    Measurement("storage", "object stores: file per object, large file, raw device, atime", (18, 1050), "benches",
+    Measurement("storage", "object stores: file per object, large file, raw device, atime", (26, 1050), "benches",
                 lambda r: storage.run(quick=not r.full, quiet=r.quiet, seeds_only=not r.full), "bench storage", storage.HARNESS,
                 tables.storage_section, ("Object stores (ext4, relatime; rawdev)", compare.storage_rows), None,
                 summary.from_storage,
