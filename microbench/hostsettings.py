@@ -83,12 +83,12 @@ def _measure(host, profile_ref: str, plan: dict, quiet: bool, watch, budget_watc
     pin = cpus()
     if pin:
         os.sched_setaffinity(0, pin[1])               # this process and all it starts: the load's CPUs
-    run = lambda label, w: {"label": label, "nofile": nofile[label.split()[0]], "cpus": pin[0] if pin else None,
-                            "before": functools.partial(settle, label.split()[0]), "watch": w}
-    runs = [{**run(label, watch), "round": r} for r in range(plan["rounds"])
-            for label in (("before", "after") if r % 2 == 0 else ("after", "before"))]
+    run = lambda side, w, label=None: {"label": label or side, "nofile": nofile[side], "cpus": pin[0] if pin else None,
+                                       "before": functools.partial(settle, side), "watch": w}
+    runs = [{**run(side, watch), "round": r} for r in range(plan["rounds"])
+            for side in (("before", "after") if r % 2 == 0 else ("after", "before"))]
     if budget_watch:
-        runs.append(run("before (doctor)", budget_watch(plan["steady_s"])))
+        runs.append(run("before", budget_watch(plan["steady_s"]), "before (doctor)"))
     res = proxybench.run_series(plan, runs, quiet)
     stores = res["stores"]
     for s, r in zip(stores, runs):
