@@ -261,7 +261,9 @@ class Standing:
     watcher's probes, attached once instead of once per window (bpftrace's compile and attach cost
     seconds of CPU). Two threads drain its stdout and stderr, so a pipe never fills; each window's
     dump is queued whole at its mark. Windows are the program's own interval, so consecutive ones
-    neither overlap nor leave a gap between them."""
+    neither overlap nor leave a gap between them. print() and clear() are done by bpftrace's user side
+    as it reads its perf buffer: if the host stalls it, a dump holds the longer span since the last one,
+    and _window_s (timed at the mark's arrival) is that span, so rates stay right."""
 
     STDERR_KEPT = 4096
 
