@@ -33,7 +33,10 @@ FS_STORES = ["ufs", "largefile"]
 # 18,000 requests: at 6,000 the steady and hit phases lasted 0.2-0.4 s and a seed pair's ratio
 # moved +-20 % from one pair to the next (2026-11-28: large file x1.5 to x2.3 in one report; with
 # 18,000, noatime's pairs sat within x0.98-1.12 in two reports of three: docs/BENCHMARKS.md)
-QUICK = {"fs": ["ext4"], "capacity_mb": 32, "requests": 18000, "reps": 1, "seed_reps": 3, "fio_runtime": 2,
+# 5 seed rounds, not 3: both seed rows sit near an edge of the verdict rule (large file x2.0-2.8 about
+# x2.44, noatime x0.9-1.1 near x0.91), and the range of n pairs holds their median in 1 - 2 x 0.5**n
+# of reports: at 3 pairs one report in four decides an edge row either way, at 5 one in sixteen
+QUICK = {"fs": ["ext4"], "capacity_mb": 32, "requests": 18000, "reps": 1, "seed_reps": 5, "fio_runtime": 2,
          "fio_reps": 1, "fio_all_patterns": False}
 FULL = {"fs": ["ext2", "ext4", "xfs", "btrfs"], "capacity_mb": 128, "requests": 40000, "reps": 2, "seed_reps": 5,
         "fio_runtime": 10, "fio_reps": 5, "fio_all_patterns": True}
