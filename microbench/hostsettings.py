@@ -13,9 +13,12 @@ CPU of its own and the load (wrk, the origin, the idle clients) on the others:
   hard limit), and the profile's net.* sysctls, written inside the namespace only.
 
 Each run is judged as Cooper's claim reads, by what the host served its clients (capacity()).
+A warm-up run comes first and is not counted (_measure says why).
 No global sysctl, no file under /etc, no journal entry: the namespace and the processes go away.
-Every pair's runs are watched alike, by perf (`watch`, PerfWatch); the after runs' CPU splits
-(kernel against the proxy's own code), one per round, are the second classic row. With a
+Every pair's runs are watched alike, by perf (`watch`, PerfWatch); their CPU splits (kernel
+against the proxy's own code), one per run of the pairs, before and after alike (the same Squid
+under the same load: the claim is of a proxy's CPU, whichever limit it runs at), are the second
+classic row: 6 windows, enough for a verdict (reports/verdicts.py: 5 at least). With a
 `budget_watch` (probes.selfload.BudgetWatch), one more before run, no pair's side, is watched by
 the doctor: its time budget says where that side's latency went (reports/latency.py: wrk waits
 there ~50x Squid's own clock, in the accept queue of a Squid at its descriptor limit). The doctor
@@ -31,10 +34,13 @@ from proxytune.core import netns
 from proxytune.core.errors import ProxytuneError
 
 PROFILE = "linux/squid"
+WARM_UP = "warm-up (not counted)"
 ONLY = ("sysctl:net.*", "service:*")
 # Short, but beyond 1024 descriptors: 400 busy clients and 1000 idle keep-alive ones each hold one
 # client socket, and most of them a server one (Mogul: idle long-RTT clients are what labs miss).
-# rounds: before/after pairs, alternating (reports/verdicts.py: 3 pairs at least for a verdict).
+# rounds: before/after pairs, alternating. A verdict on Cooper's row takes 5 pairs (reports/verdicts.py):
+# the quick report's 3 (~16 s a pair) give its figures and interval, --full's 5 its verdict; its 6 runs
+# give the CPU split its 6 windows.
 PLAN = {"files": 500, "cache_mb": 32, "mem_mb": 8, "fill_s": 1, "steady_s": 3, "concurrency": 400, "idle": 1000,
         "rounds": 3}
 FULL = {**PLAN, "files": 3000, "cache_mb": 256, "fill_s": 8, "steady_s": 20, "rounds": 5}
@@ -43,7 +49,7 @@ FULL = {**PLAN, "files": 3000, "cache_mb": 256, "fill_s": 8, "steady_s": 20, "ro
 def run(host, profile_ref: str = PROFILE, quiet: bool = True, plan: dict | None = None, full: bool = False,
         watch=None, budget_watch=None) -> dict:
     """The before/after result, shaped as `bench proxy --compare-profile`'s (seeds.cooper reads it)
-    plus its rounds; with a watch, each after run's CPU split too; with a budget_watch (made with the
+    plus its rounds; with a watch, each pair run's CPU split too; with a budget_watch (made with the
     steady phase's seconds), one more before run, "before (doctor)", for its time budget
     (reports/latency.py)."""
     if os.geteuid() != 0:
@@ -85,8 +91,12 @@ def _measure(host, profile_ref: str, plan: dict, quiet: bool, watch, budget_watc
         os.sched_setaffinity(0, pin[1])               # this process and all it starts: the load's CPUs
     run = lambda side, w, label=None: {"label": label or side, "nofile": nofile[side], "cpus": pin[0] if pin else None,
                                        "before": functools.partial(settle, side), "watch": w}
-    runs = [{**run(side, watch), "round": r} for r in range(plan["rounds"])
-            for side in (("before", "after") if r % 2 == 0 else ("after", "before"))]
+    # a warm-up run first, not counted: the first Squid of a section is not like the ones after it
+    # (2026-11-28: in 4 of 13 sections its goodput was 1,431-2,435/s against 750-1,400 after it, its
+    # CPU split x1.25 against x2.4-4.3; every later run starts with the TIME_WAIT sockets of those
+    # before it, 0 for the first, 6,000-20,000 after: /proc/net/sockstat in the namespace)
+    runs = [run("before", None, WARM_UP)] + [{**run(side, watch), "round": r} for r in range(plan["rounds"])
+                                             for side in (("before", "after") if r % 2 == 0 else ("after", "before"))]
     if budget_watch:
         runs.append(run("before", budget_watch(plan["steady_s"]), "before (doctor)"))
     res = proxybench.run_series(plan, runs, quiet)

@@ -453,8 +453,9 @@ def run_series(plan: dict, runs: list[dict], quiet: bool = False) -> dict:
     """Squid (ufs) once per entry of `runs`, in order, behind one origin and docroot: each entry's
     "nofile" and "cpus" start its Squid, its "before" (a callable) runs first (the host settings of
     that side; what it returns, the values it read back, goes on the run as "set_up"), its "watch"
-    watches its steady load. The stores in the order they ran; "watched":
-    each watched after run's view, in order (a budget, when the doctor watched, stays on its store)."""
+    watches its steady load. The stores in the order they ran; "watched": each perf-watched run's
+    view, in order, with its run's label (a run the doctor watched keeps its budget on its store and
+    gives no view here: its probes take CPU from the proxy they watch)."""
     result = {"bench": "proxy", "quick": True, "plan": plan, "repeat": REPEAT, "stores": []}
     with _bed(plan, quiet, len(runs), result) as (root, og, bar, task):
         for i, r in enumerate(runs):
@@ -470,8 +471,8 @@ def run_series(plan: dict, runs: list[dict], quiet: bool = False) -> dict:
             w = s.pop("watched")
             if "budget" in w:                       # the doctor watched it (probes.selfload.BudgetWatch)
                 s["budget"] = w.pop("budget")
-            if s["label"] == "after":
-                result["watched"].append(w)
+            else:
+                result["watched"].append({**w, "label": s["label"]})
     return result
 
 

@@ -196,11 +196,12 @@ def _split(doc: dict | None) -> dict | None:
 
 
 def cpu_split(doc: dict | None) -> dict:
-    """Kernel over the proxy's own cycles; a result with "repeats" (one perf window per after run of
-    the Cooper rounds) is one pair per window."""
+    """Kernel over the proxy's own cycles; a result with "repeats" (one perf window per run of the
+    Cooper pairs) is one value per window."""
     claim, seed = "a proxy's CPU goes mostly to the kernel", "CPU per request split"
     original = "kernel 55-74% of cycles per request, proxy 12-18% (enterprise-proxies-cern-vs-squid-1997.txt)"
-    windows = [s for s in (_split(d) for d in (doc or {}).get("repeats") or [doc]) if s]
+    views = [d for d in (doc or {}).get("repeats") or [doc] if _split(d)]
+    windows = [_split(d) for d in views]
     if not windows:
         return _not_here(seed, claim, original, "no doctor run watched a proxy in this report (report --with-proxy "
                                                 "watches one it starts; --from takes a doctor --json result)")
@@ -210,8 +211,18 @@ def cpu_split(doc: dict | None) -> dict:
     today = f"{doc['proxy']}: {today}" if doc.get("proxy") else today
     return row(seed, claim, original, today + (" (the median window)" if len(windows) > 1 else ""),
                verdicts.paired(ratios, "windows"), 0.645 / 0.15,
-               "kernel cycles over the proxy's own, against the paper's midpoints 64.5% / 15%",
-               f"{len(windows)} perf window(s) on the proxy" + (", one per after run" if len(windows) > 1 else ""))
+               "kernel cycles over the proxy's own, against the paper's midpoints 64.5% / 15%" + _by_side(views, ratios),
+               f"{len(windows)} perf window(s) on the proxy" + (", one per run of the pairs" if len(windows) > 1 else ""))
+
+
+def _by_side(views: list[dict], ratios: list[float]) -> str:
+    """Each side's windows apart ("; before x3.1-3.6, after x2.4-2.9"), when the windows name their run's side."""
+    sides: dict[str, list[float]] = {}
+    for v, r in zip(views, ratios):
+        if v.get("label"):
+            sides.setdefault(v["label"], []).append(r)
+    return "".join(f"{'; ' if i == 0 else ', '}{side} x{min(rs):.2f}-{max(rs):.2f}"
+                   for i, (side, rs) in enumerate(sides.items()))
 
 
 def rows(sections: dict) -> list[dict]:

@@ -186,7 +186,9 @@ def proxy_section(r: dict) -> Section:
                   "none); hit/miss latency from a sequential probe during steady; syscalls (perf stat, "
                   "raw_syscalls:sys_enter) and device writes (/proc/PID/io write_bytes) of the proxy's processes "
                   "per request served during steady. "
-                  + (f"Before and after in {len(r['rounds'])} alternating rounds (the seed row's pairs); "
+                  + (f"Before and after in {len(r['rounds'])} alternating rounds (the seed row's pairs)"
+                     + (", after a warm-up run not counted" if any(s.get("label", "").startswith("warm-up")
+                                                                     for s in r["stores"]) else "") + "; "
                      if r.get("rounds") else "One run per store: req/s carries no repetition spread "
                      "(compare rows of one result, not across results); ")
                   + "p50/p99 give the latency spread.")
@@ -236,8 +238,9 @@ def seeds_section(r: dict) -> Section:
                   "Each headline of the reference papers against this run's own measurements, A and B alternating in "
                   "pairs; the ratio is the pairs' median, with their interval. Effects compare on a log scale: holds "
                   "(within x2 of the original effect), grew / shrank (beyond x2), reversed (the advice costs over 10%). "
-                  "A verdict only when the whole interval lies in its range; else inconclusive here, as with fewer than "
-                  "3 pairs (docs/BENCHMARKS.md \"The verdict rule\").")
+                  "A verdict only when the whole interval lies in its range and comes from 5 pairs at least (their range "
+                  "holds the median in 94% of runs, 3 pairs' in 75%); else inconclusive here (docs/BENCHMARKS.md "
+                  "\"The verdict rule\").")
     sec.tables.append(Table("Seeds", ["seed", "claim", "original", "today", "ratio", "interval", "verdict", "reason",
                                       "computed from"],
                             [[x["seed"], x["claim"], x["original"], x["today"],

@@ -20,14 +20,18 @@ s = ln(ratio) / ln(original):
 
 A verdict is printed only when the whole interval lies inside one range. Otherwise the row is
 "inconclusive here", with its interval and what would settle it; so is a row of fewer than
-MIN_REPS pairs (one run is an anecdote).
+MIN_REPS = 5 pairs (windows, or repetitions of each side). One run is an anecdote, and 3 are not
+enough either: their range holds the median in 75 % of runs, so a row whose median sits near an
+edge is put on the wrong side of it about one run in four, and the verdict follows the run
+(2026-11-28: four tables of three reports, every row that moved had 3 pairs and an edge inside
+them; docs/BENCHMARKS.md "Verdicts run after run"). The range of 5 holds it in 94 %.
 """
 
 import math
 import statistics
 
 EQUIVALENT = 0.10          # a ratio within 10 % below 1 counts as no effect, not as the advice reversed
-MIN_REPS = 3
+MIN_REPS = 5
 SHRANK_BELOW, GREW_ABOVE = 0.5, 2.0
 INCONCLUSIVE = "inconclusive here"
 SETTLE = "more pairs would settle it (report --full), or a quieter host"
@@ -100,7 +104,7 @@ def decide(m: dict | None, original: float, against: str = "then") -> tuple[str,
     lo, hi = m["interval"]
     spread = f"x{m['median']:.2f} ({_interval(m)})"
     if m["reps"] < MIN_REPS:
-        return INCONCLUSIVE, f"{spread}: fewer than {MIN_REPS}; {SETTLE}"
+        return INCONCLUSIVE, f"{spread}: a verdict takes {MIN_REPS} at least; {SETTLE}"
     low, high = range_of(lo, original), range_of(hi, original)
     if low != high:
         return INCONCLUSIVE, f"{spread} spans {low} to {high}; {SETTLE}"

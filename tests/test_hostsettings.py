@@ -18,15 +18,17 @@ def test_before_and_after_in_a_namespace_the_host_never_sees(default_report):
     from proxytune.reports import seeds
     assert default_report.run.returncode == 0, default_report.run.stderr[-3000:]
     r = json.loads((default_report.out / "report.json").read_text())["data"]["sections"]["host_settings"]
-    assert [s["label"] for s in r["stores"]] == ["before", "after", "after", "before", "before", "after",
-                                                 "before (doctor)"]
+    assert [s["label"] for s in r["stores"]] == ["warm-up (not counted)", "before", "after", "after", "before",
+                                                 "before", "after", "before (doctor)"]
     assert all(s["cpus"] == [int(r["cpus"]["squid"])] for s in r["stores"])        # taskset reached Squid
     assert int(r["cpus"]["squid"]) not in r["cpus"]["load"]
-    assert [bool((s.get("budget") or {}).get("parts")) for s in r["stores"]] == [False] * 6 + [True]   # no pair's side
+    assert [bool((s.get("budget") or {}).get("parts")) for s in r["stores"]] == [False] * 7 + [True]   # no pair's side
     assert all(s["service_ms"]["n"] > 0 for s in r["stores"])            # Squid's own clock, from its log
-    assert len(r["cpu_split"]["repeats"]) == 3                            # one CPU split per after run
+    assert 0 not in {i for p in r["rounds"] for i in p.values()}          # the warm-up is no pair's side
+    assert [w["label"] for w in r["cpu_split"]["repeats"]] == ["before", "after", "after", "before", "before",
+                                                               "after"]         # one CPU split per pair's run
     for s in r["stores"]:                      # each run had its side's net.* values, read back before it started
-        want = r["sysctl_before"] if s["label"].startswith("before") else None
+        want = r["sysctl_before"] if s["label"].startswith(("before", "warm-up")) else None
         assert (s["set_up"] == want) if want else all(s["set_up"][k] != r["sysctl_before"][k] for k in s["set_up"]), s
     assert r["sysctl_before"]
     share = {lab: sorted(s["capacity"]["served_share"] for s in r["stores"] if s["label"] == lab)
