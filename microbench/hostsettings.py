@@ -18,7 +18,8 @@ No global sysctl, no file under /etc, no journal entry: the namespace and the pr
 Every pair's runs are watched alike, by perf (`watch`, PerfWatch); their CPU splits (kernel
 against the proxy's own code), one per run of the pairs, before and after alike (the same Squid
 under the same load: the claim is of a proxy's CPU, whichever limit it runs at), are the second
-classic row: 6 windows, enough for a verdict (reports/verdicts.py: 5 at least). With a
+classic row: 6 windows in the quick report (10 with --full), enough for a verdict (reports/verdicts.py:
+5 at least). Its interval is the median window's over both sides' runs, and its reason gives each side's range. With a
 `budget_watch` (probes.selfload.BudgetWatch), one more before run, no pair's side, is watched by
 the doctor: its time budget says where that side's latency went (reports/latency.py: wrk waits
 there ~50x Squid's own clock, in the accept queue of a Squid at its descriptor limit). The doctor
@@ -39,8 +40,8 @@ ONLY = ("sysctl:net.*", "service:*")
 # Short, but beyond 1024 descriptors: 400 busy clients and 1000 idle keep-alive ones each hold one
 # client socket, and most of them a server one (Mogul: idle long-RTT clients are what labs miss).
 # rounds: before/after pairs, alternating. A verdict on Cooper's row takes 5 pairs (reports/verdicts.py):
-# the quick report's 3 (~16 s a pair) give its figures and interval, --full's 5 its verdict; its 6 runs
-# give the CPU split its 6 windows.
+# the quick report's 3 (~16 s a pair) give its figures and interval, --full's 5 its verdict; the pairs'
+# runs give the CPU split a window each (6 quick, 10 full).
 PLAN = {"files": 500, "cache_mb": 32, "mem_mb": 8, "fill_s": 1, "steady_s": 3, "concurrency": 400, "idle": 1000,
         "rounds": 3}
 FULL = {**PLAN, "files": 3000, "cache_mb": 256, "fill_s": 8, "steady_s": 20, "rounds": 5}

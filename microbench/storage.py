@@ -28,13 +28,13 @@ from .runner import HarnessError, progress, unavailable
 HARNESS = Harness("objbench", "objbench", flags=("-pthread",), libraries=("-lm",), uring=True)
 ENGINES = ["sync", "threads", "posix-aio", "io_uring"]
 FS_STORES = ["ufs", "largefile"]
-# quick: the headline effects in about 25 s here (docs/BENCHMARKS.md "report time per section"):
+# quick: the headline effects in about 35-40 s here (5 seed rounds) (docs/BENCHMARKS.md "report time per section"):
 # a smaller cache, fewer requests, and each fio limit once, only the patterns that bound a phase.
 # 18,000 requests: at 6,000 the steady and hit phases lasted 0.2-0.4 s and a seed pair's ratio
 # moved +-20 % from one pair to the next (2026-11-28: large file x1.5 to x2.3 in one report; with
 # 18,000, noatime's pairs sat within x0.98-1.12 in two reports of three: docs/BENCHMARKS.md)
 # 5 seed rounds, not 3: both seed rows sit near an edge of the verdict rule (large file x2.0-2.8 about
-# x2.44, noatime x0.9-1.1 near x0.91), and the range of n pairs holds their median in 1 - 2 x 0.5**n
+# x2.43, noatime x0.9-1.1 near x0.91), and the range of n pairs holds their median in 1 - 2 x 0.5**n
 # of reports: at 3 pairs one report in four decides an edge row either way, at 5 one in sixteen
 QUICK = {"fs": ["ext4"], "capacity_mb": 32, "requests": 18000, "reps": 1, "seed_reps": 5, "fio_runtime": 2,
          "fio_reps": 1, "fio_all_patterns": False}

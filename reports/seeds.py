@@ -163,7 +163,7 @@ def cooper(px: dict | None) -> dict:
     rounds = px.get("rounds")
     if rounds and all("capacity" in stores[r["before"]] and "capacity" in stores[r["after"]] for r in rounds):
         return _cooper_rounds(seed, claim, original, px, [(stores[r["before"]], stores[r["after"]]) for r in rounds])
-    before, after = stores[0], stores[1]
+    before, after = px.get("before") or stores[0], px.get("after") or stores[1]
     ratio = after["steady"]["rps"] / before["steady"]["rps"] if before["steady"]["rps"] else None
     today = (f"{before['steady']['rps']:,.0f} -> {after['steady']['rps']:,.0f} req/s, errors "
              f"{before['error_count']:,} -> {after['error_count']:,} with {px['compare_profile']}")
@@ -206,7 +206,8 @@ def cpu_split(doc: dict | None) -> dict:
         return _not_here(seed, claim, original, "no doctor run watched a proxy in this report (report --with-proxy "
                                                 "watches one it starts; --from takes a doctor --json result)")
     ratios = [s.get("kernel", 0.0) / s["proxy"] for s in windows]
-    med = sorted(windows, key=lambda s: s.get("kernel", 0.0) / s["proxy"])[len(windows) // 2]
+    mid = statistics.median(ratios)
+    med = min(windows, key=lambda s: abs(s.get("kernel", 0.0) / s["proxy"] - mid))     # the window nearest the median
     today = ", ".join(f"{k} {v:.0%}" for k, v in sorted(med.items(), key=lambda kv: -kv[1]))
     today = f"{doc['proxy']}: {today}" if doc.get("proxy") else today
     return row(seed, claim, original, today + (" (the median window)" if len(windows) > 1 else ""),

@@ -4,7 +4,7 @@ markdown.py and html.py only format them."""
 from proxytune.core.sections import RENDER_ERRORS, Figure, Section, Table, unrenderable
 from proxytune.microbench import fio
 
-from . import latency, plots
+from . import latency, plots, verdicts
 
 
 def host_table(host: dict) -> Table:
@@ -238,9 +238,9 @@ def seeds_section(r: dict) -> Section:
                   "Each headline of the reference papers against this run's own measurements, A and B alternating in "
                   "pairs; the ratio is the pairs' median, with their interval. Effects compare on a log scale: holds "
                   "(within x2 of the original effect), grew / shrank (beyond x2), reversed (the advice costs over 10%). "
-                  "A verdict only when the whole interval lies in its range and comes from 5 pairs at least (their range "
-                  "holds the median in 94% of runs, 3 pairs' in 75%); else inconclusive here (docs/BENCHMARKS.md "
-                  "\"The verdict rule\").")
+                  f"A verdict only when the whole interval lies in its range and comes from {verdicts.MIN_REPS} pairs at "
+                  f"least (their range holds the median in {verdicts.order_coverage(verdicts.MIN_REPS):.0%} of runs, 3 "
+                  "pairs' in 75%); else inconclusive here (docs/BENCHMARKS.md \"The verdict rule\").")
     sec.tables.append(Table("Seeds", ["seed", "claim", "original", "today", "ratio", "interval", "verdict", "reason",
                                       "computed from"],
                             [[x["seed"], x["claim"], x["original"], x["today"],

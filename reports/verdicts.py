@@ -8,7 +8,7 @@ AB BA AB: a drift of the host moves both sides of a pair alike), one ratio per p
   probability 1 - 2 * 0.5**n (75 % at 3, 94 % at 5), whatever the noise's shape (order statistics);
 - or, for a ratio of two medians each repeated in one process (the microbenchmarks: repetitions,
   not interleaved pairs), the ratio of their intervals, lo_a / hi_b to hi_a / lo_b (it holds when
-  both do: >= 88 % with 5 repetitions each, of_summary()).
+  both do: >= 87.5 % with 5 repetitions each, of_summary()).
 
 The ratio's axis is cut into the verdicts' ranges by the effect's size against the paper's,
 s = ln(ratio) / ln(original):
@@ -21,8 +21,8 @@ s = ln(ratio) / ln(original):
 A verdict is printed only when the whole interval lies inside one range. Otherwise the row is
 "inconclusive here", with its interval and what would settle it; so is a row of fewer than
 MIN_REPS = 5 pairs (windows, or repetitions of each side). One run is an anecdote, and 3 are not
-enough either: their range holds the median in 75 % of runs, so a row whose median sits near an
-edge is put on the wrong side of it about one run in four, and the verdict follows the run
+enough either: their range holds the median in 75 % of runs, so a row whose median sits on an
+edge is decided, on one side of it or the other, about one run in four, and the verdict follows the run
 (2026-11-28: four tables of three reports, every row that moved had 3 pairs and an edge inside
 them; docs/BENCHMARKS.md "Verdicts run after run"). The range of 5 holds it in 94 %.
 """

@@ -126,7 +126,7 @@ def test_live_each_window_counts_its_own_calls_only():
         standing = bpftrace.Standing(run)
         t.start()
         try:
-            standing.next_window(10)                   # the first is cut by the start
+            first = standing.next_window(10)           # the first is cut by the start
             before = made[0]
             windows = [standing.next_window(10) for _ in range(3)]
             after = made[0]
@@ -135,8 +135,8 @@ def test_live_each_window_counts_its_own_calls_only():
             standing.stop()
     counts = [w.get("@calls", 0) for w in windows]
     lengths = [w["_window_s"] for w in windows]
-    assert after - before >= 1000, (before, after)      # the thread ran: ~30 bursts in ~3 s
+    assert after - before >= 500, (before, after)       # the thread ran (~30 bursts in ~3 s; fewer after a stall)
     assert abs(sum(counts) - (after - before)) <= 150, (counts, before, after)   # 3 bursts at the edges
     assert all(c <= 700 * max(s, 1.0) for c, s in zip(counts, lengths)), (counts, lengths)
-    assert sum(lengths) >= 2.5, lengths                 # three 1 s intervals: none fires early
+    assert first["_window_s"] + sum(lengths) >= 3.5, lengths   # four 1 s intervals since attach: none fires early
     assert run.proc.poll() is not None

@@ -39,7 +39,8 @@ def dummy_spec(tmp_path) -> Measurement:
         lambda d: [{"rank_key": (2, -1.0), "what": "dummy advice", "why": f"value {d['value']}", "command": "true",
                     "source": "bench dummy"}] if d else [],
         ((8, lambda d: seeds.row("dummy seed", "dummies exist", "x2", str(d["value"]),
-                                      verdicts.paired([d["value"] / 21] * 3), 2.0, "", "the dummy, 3 times"),
+                                      verdicts.paired([d["value"] / 21] * verdicts.MIN_REPS), 2.0, "",
+                                      f"the dummy, {verdicts.MIN_REPS} times"),
           measurements.part_of("dummy")),), False)
 
 
