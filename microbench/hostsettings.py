@@ -18,10 +18,10 @@ No global sysctl, no file under /etc, no journal entry: the namespace and the pr
 Every pair's runs are watched alike, by perf (`watch`, PerfWatch); their CPU splits (kernel
 against the proxy's own code), one per run of the pairs, before and after alike (the same Squid
 under the same load: the claim is of a proxy's CPU, whichever limit it runs at), are the second
-classic row: 6 windows in the quick report (10 with --full), enough for a verdict (reports/verdicts.py:
-5 at least). Its interval is the median window's over both sides' runs, and its reason gives each side's range. With a
-`budget_watch` (probes.selfload.BudgetWatch), one more before run, no pair's side, is watched by
-the doctor: its time budget says where that side's latency went (reports/latency.py: wrk waits
+classic row: 6 windows in the quick report (10 with --full), enough for a verdict
+(reports/verdicts.py: 5 at least); its interval is over both sides' windows, and its reason gives
+each side's range. With a `budget_watch` (probes.selfload.BudgetWatch), one more before run, no
+pair's side, is watched by the doctor: its time budget says where that side's latency went (reports/latency.py: wrk waits
 there ~50x Squid's own clock, in the accept queue of a Squid at its descriptor limit). The doctor
 is kept off the pairs because its probes do not cost both sides alike: they take CPU from an after
 Squid that has none to spare and not from a before one held back by its limit (2026-11-28, three
