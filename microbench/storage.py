@@ -28,7 +28,7 @@ from .runner import HarnessError, progress, unavailable
 HARNESS = Harness("objbench", "objbench", flags=("-pthread",), libraries=("-lm",), uring=True)
 ENGINES = ["sync", "threads", "posix-aio", "io_uring"]
 FS_STORES = ["ufs", "largefile"]
-# quick: the headline effects in about 35-40 s here (5 seed rounds) (docs/BENCHMARKS.md "report time per section"):
+# quick: the headline effects in about 35-40 s here, with 5 seed rounds (docs/BENCHMARKS.md, the report's time):
 # a smaller cache, fewer requests, and each fio limit once, only the patterns that bound a phase.
 # 18,000 requests: at 6,000 the steady and hit phases lasted 0.2-0.4 s and a seed pair's ratio
 # moved +-20 % from one pair to the next (2026-11-28: large file x1.5 to x2.3 in one report; with

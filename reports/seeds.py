@@ -207,7 +207,7 @@ def cpu_split(doc: dict | None) -> dict:
                                                 "watches one it starts; --from takes a doctor --json result)")
     ratios = [s.get("kernel", 0.0) / s["proxy"] for s in windows]
     mid = statistics.median(ratios)
-    med = min(windows, key=lambda s: abs(s.get("kernel", 0.0) / s["proxy"] - mid))     # the window nearest the median
+    med = min(zip(windows, ratios), key=lambda wr: abs(wr[1] - mid))[0]        # the window nearest the median
     today = ", ".join(f"{k} {v:.0%}" for k, v in sorted(med.items(), key=lambda kv: -kv[1]))
     today = f"{doc['proxy']}: {today}" if doc.get("proxy") else today
     return row(seed, claim, original, today + (" (the median window)" if len(windows) > 1 else ""),

@@ -2,7 +2,7 @@
 markdown.py and html.py only format them."""
 
 from proxytune.core.sections import RENDER_ERRORS, Figure, Section, Table, unrenderable
-from proxytune.microbench import fio
+from proxytune.microbench import fio, hostsettings
 
 from . import latency, plots, verdicts
 
@@ -187,7 +187,7 @@ def proxy_section(r: dict) -> Section:
                   "raw_syscalls:sys_enter) and device writes (/proc/PID/io write_bytes) of the proxy's processes "
                   "per request served during steady. "
                   + (f"Before and after in {len(r['rounds'])} alternating rounds (the seed row's pairs)"
-                     + (", after a warm-up run not counted" if any(s.get("label", "").startswith("warm-up")
+                     + (", after a warm-up run not counted" if any(s.get("label") == hostsettings.WARM_UP
                                                                      for s in r["stores"]) else "") + "; "
                      if r.get("rounds") else "One run per store: req/s carries no repetition spread "
                      "(compare rows of one result, not across results); ")
