@@ -50,9 +50,12 @@ SEED_PAIRS = {"largefile": (("relatime", "ufs"), ("relatime", "largefile"), "ste
 
 
 def disk_stat(dev: str) -> dict:
-    """Completed read/write I/Os and sectors of a block device, from /sys/block/NAME/stat."""
+    """Completed read/write I/Os and sectors of a block device, and its cache flushes (a journal
+    commit's barrier; kernels since 5.5 count them), from /sys/block/NAME/stat
+    (Documentation/block/stat.rst)."""
     f = (Path("/sys/block") / Path(dev).name / "stat").read_text().split()
-    return {"read_ios": int(f[0]), "read_sectors": int(f[2]), "write_ios": int(f[4]), "write_sectors": int(f[6])}
+    return {"read_ios": int(f[0]), "read_sectors": int(f[2]), "write_ios": int(f[4]), "write_sectors": int(f[6]),
+            "flush_ios": int(f[15]) if len(f) > 15 else 0}
 
 
 def run_phase(exe, store, engine, phase, path, state, cap, requests, count: bool, dev: str | None = None) -> dict:
@@ -249,7 +252,8 @@ def _median(runs, phase, key):
 
 def seed_pairs(runs: list[dict]) -> dict:
     """Each seed row's A and B, round by round (cells()), on seed_fs() with SEED_ENGINE: objects/s of
-    the row's phase, and B / A per round. A round where either side did not run is left out."""
+    the row's phase, B / A per round, and each side's device work (device_work()) when counted. A
+    round where either side did not run is left out."""
     fs = seed_fs(sorted({x["fs"] for x in runs if x["fs"] != "raw"}))
     out = {}
     for name, (a, b, phase) in SEED_PAIRS.items():
@@ -257,13 +261,28 @@ def seed_pairs(runs: list[dict]) -> dict:
         for x in runs:
             if (x["fs"], x["engine"]) == (fs, SEED_ENGINE) and (x["atime"], x["store"]) in (a, b) \
                     and (x.get(phase) or {}).get("available") and x[phase].get("objects_per_s"):
-                per.setdefault(x["rep"], {})[(x["atime"], x["store"])] = x[phase]["objects_per_s"]
+                per.setdefault(x["rep"], {})[(x["atime"], x["store"])] = x[phase]
         rounds = [per[k] for k in sorted(per) if a in per[k] and b in per[k]]
         if rounds:
             out[name] = {"fs": fs, "engine": SEED_ENGINE, "phase": phase, "a": " ".join(a), "b": " ".join(b),
-                         "a_objects_per_s": [p[a] for p in rounds], "b_objects_per_s": [p[b] for p in rounds],
-                         "ratios": [p[b] / p[a] for p in rounds]}
+                         "a_objects_per_s": [p[a]["objects_per_s"] for p in rounds],
+                         "b_objects_per_s": [p[b]["objects_per_s"] for p in rounds],
+                         "ratios": [p[b]["objects_per_s"] / p[a]["objects_per_s"] for p in rounds]}
+            if all(device_work(p[a]) and device_work(p[b]) for p in rounds):
+                out[name]["a_device"] = [device_work(p[a]) for p in rounds]
+                out[name]["b_device"] = [device_work(p[b]) for p in rounds]
     return out
+
+
+def device_work(phase: dict) -> dict | None:
+    """What one phase asked of its device, per object: operations (reads, writes, cache flushes) and
+    sectors moved (read and written); None without the device's counts (rawdev on a given device
+    counts them too; a saved result from before they were kept has none)."""
+    io, n = phase.get("device_io"), phase.get("requests")
+    if not io or not n:
+        return None
+    return {"ops_per_object": (io["read_ios"] + io["write_ios"] + io.get("flush_ios", 0)) / n,
+            "sectors_per_object": (io["read_sectors"] + io["write_sectors"]) / n}
 
 
 def derive(r: dict) -> dict:

@@ -56,8 +56,58 @@ def test_ratios_are_the_measured_ones():
     assert by["Mogul's comm_select fix"]["ratio"] == pytest.approx(v[1] / v[5], rel=1e-3)
     st = _rounds(MEASURED["storage"])
     pairs = st["seed_pairs"]["noatime"]
-    assert seeds.noatime(st)["ratio"] == pytest.approx(sorted(pairs["ratios"])[2], rel=1e-3)
+    rel, noa = (_hit(st, atime)["device_io"] for atime in ("relatime", "noatime"))
+    work = max((rel["read_ios"] + rel["write_ios"] + rel.get("flush_ios", 0))
+               / (noa["read_ios"] + noa["write_ios"] + noa.get("flush_ios", 0)),
+               (rel["read_sectors"] + rel["write_sectors"]) / (noa["read_sectors"] + noa["write_sectors"]))
+    assert seeds.noatime(st)["ratio"] == pytest.approx(work, rel=1e-3)          # the device's, not hits/s
+    assert f"x{sorted(pairs['ratios'])[2]:.2f}" in seeds.noatime(st)["reason"]
     assert len(pairs["ratios"]) == 5 and pairs["a"] == "relatime ufs" and pairs["b"] == "noatime ufs"
+
+
+def _hit(st: dict, atime: str) -> dict:
+    """The first seed round's hit phase of this atime mode."""
+    return [x for x in st["runs"] if (x["fs"], x["engine"], x["atime"], x["store"]) ==
+            ("ext4", storage.SEED_ENGINE, atime, "ufs")][0]["hit"]
+
+
+def _with_work(st: dict, works, speeds=None) -> dict:
+    """st's seed rounds with relatime's device counts `works[i]` x noatime's in round i (operations and
+    sectors alike) and noatime's hits/s `speeds[i]` x relatime's; seed_pairs derived again."""
+    st = copy.deepcopy(st)
+    for r in st["runs"]:
+        if r["fs"] == "ext4" and r["engine"] == storage.SEED_ENGINE and r["store"] == "ufs" and r.get("hit"):
+            other = [x for x in st["runs"] if x["rep"] == r["rep"] and x["store"] == "ufs" and x.get("hit")
+                     and x["atime"] != r["atime"] and x["fs"] == "ext4" and x["engine"] == r["engine"]][0]
+            if r["atime"] == "relatime":
+                r["hit"]["device_io"] = {k: v * works[r["rep"]] for k, v in other["hit"]["device_io"].items()}
+            elif speeds:
+                r["hit"]["objects_per_s"] = other["hit"]["objects_per_s"] * speeds[r["rep"]]
+    st["seed_pairs"] = storage.seed_pairs(st["runs"])
+    return st
+
+
+def test_noatime_is_judged_by_the_device_work_it_saves_not_by_a_cpu_bound_hits_per_s():
+    st = _rounds(MEASURED["storage"])
+    # the work ratio decides, whatever hits/s do: the pairs' hits/s here span reversed to holds
+    r = seeds.noatime(_with_work(st, (1.04, 1.05, 1.03, 1.045, 1.04), speeds=(0.72, 1.28, 1.0, 0.9, 1.1)))
+    assert r["verdict"] == "shrank" and r["interval"] == [1.03, 1.05], r
+    assert "x1.00 (x0.72 to x1.28) follow this host's CPU" in r["reason"], r
+    assert seeds.noatime(_with_work(st, (1.4, 1.5, 1.45, 1.6, 1.5)))["verdict"] == "holds"
+    edge = seeds.noatime(_with_work(st, (1.2, 1.25, 1.22, 1.21, 1.2)))            # 1.53 ** 0.5 = 1.237
+    assert edge["verdict"] == "inconclusive here" and "spans shrank to holds" in edge["reason"], edge
+    three = _rounds(MEASURED["storage"], rounds=(1.0, 1.0, 1.0))
+    assert seeds.noatime(_with_work(three, (1.05, 1.04, 1.03)))["verdict"] == "inconclusive here"
+
+
+def test_a_noatime_result_without_device_counts_is_judged_by_its_hits_per_s():
+    st = _rounds(MEASURED["storage"])
+    for r in st["runs"]:
+        if r.get("hit"):
+            r["hit"].pop("device_io", None)
+    st["seed_pairs"] = storage.seed_pairs(st["runs"])
+    assert "a_device" not in st["seed_pairs"]["noatime"]
+    assert seeds.noatime(st)["ratio"] == pytest.approx(sorted(st["seed_pairs"]["noatime"]["ratios"])[2], rel=1e-3)
 
 
 def test_kqueue_on_linux_is_not_measurable_and_shows_epoll_in_its_place():
@@ -74,11 +124,12 @@ def test_a_slower_large_file_store_is_reported_reversed_over_five_rounds():
 
 
 def test_rounds_across_an_edge_are_inconclusive_and_one_round_is_too_few():
-    st = MEASURED["storage"]
-    rel = [x for x in st["runs"] if (x["fs"], x["engine"], x["atime"], x["store"]) ==
-           ("ext4", storage.SEED_ENGINE, "relatime", "ufs")][0]["hit"]["objects_per_s"]
-    noa = [x for x in st["runs"] if (x["fs"], x["engine"], x["atime"], x["store"]) ==
-           ("ext4", storage.SEED_ENGINE, "noatime", "ufs")][0]["hit"]["objects_per_s"]
+    st = {k: v for k, v in MEASURED["storage"].items()}
+    st["runs"] = copy.deepcopy(st["runs"])
+    for r in st["runs"]:                    # hits/s alone (a saved result without device counts)
+        if r.get("hit"):
+            r["hit"].pop("device_io", None)
+    rel, noa = (_hit(st, atime)["objects_per_s"] for atime in ("relatime", "noatime"))
     to = lambda ratio: ratio * rel / noa                  # the factor that makes noatime / relatime this ratio
     r = seeds.noatime(_rounds(st, {("noatime", "ufs"): to(1.2)}, rounds=(1.0, 1.0 * 1.25 / 1.2, 1.1 / 1.2, 1.0, 1.0)))
     assert r["verdict"] == "inconclusive here" and "spans shrank to holds" in r["reason"], r    # 1.237 is the edge
