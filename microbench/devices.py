@@ -20,11 +20,14 @@ from proxytune.core.errors import ProxytuneError
 
 from . import rawdev
 
-# ext4's inode tables and journal zeroed by mkfs, not by the kernel's ext4lazyinit thread after
-# mount: that thread writes to the device in the middle of the phases we count (2026-11-28: a noatime
-# hit phase that makes 5 writes made 23, 8 MB; 1 of 8 such phases with lazy init, none of 8 without)
-MKFS = {"ext2": ["mkfs.ext2", "-q", "-F"], "ext4": ["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"],
-        "xfs": ["mkfs.xfs", "-q", "-f"], "btrfs": ["mkfs.btrfs", "-q", "-f"]}
+MKFS = {"ext2": ["mkfs.ext2", "-q", "-F"], "ext4": ["mkfs.ext4", "-q", "-F"], "xfs": ["mkfs.xfs", "-q", "-f"],
+        "btrfs": ["mkfs.btrfs", "-q", "-f"]}
+# ext4 mounted without the kernel's ext4lazyinit thread, which zeroes a new filesystem's inode tables
+# in the background, on the device whose I/O a phase counts and on its CPUs (2026-11-28, 8 rounds of
+# the storage seed cells each way, /work/exp: with it, a noatime hit phase that makes 5 writes made 23
+# in 1 of 8 (8 MB, in a report's), and fills ran 3,500-5,400 objects/s; with noinit_itable, 5 writes in all 8, fills
+# 5,600-6,900/s). Not mkfs -E lazy_itable_init=0: three reports with it took 45 s of storage, not 36.
+MOUNT_EXTRA = {"ext4": "noinit_itable"}
 FS_PACKAGES = {"xfs": "xfsprogs", "btrfs": "btrfs-progs"}
 TEMP_PREFIX = "proxytune-storage-"
 # io_uring closes a killed process's files from a kernel worker, a moment after the process is reaped:
@@ -62,6 +65,7 @@ class Sandbox(rundir.InRunDir):
         super().__init__("storage", before_remove=reap_leftovers)
         self.loops: list[str] = []
         self.mounts: list[Path] = []
+        self.extra: dict[Path, str] = {}
 
     def loop(self, size_mb: int, name: str) -> str:
         """A loop device over a sparse file, with direct I/O so the host's page cache stays out."""
@@ -78,6 +82,9 @@ class Sandbox(rundir.InRunDir):
         PrivateTmp, a test's unshare -m) keeps an unmounted filesystem alive, and mkfs refuses it."""
         dev = self.loop(size_mb, name)
         self.mkfs(fs, dev)
+        mp = self.dir / name
+        if fs in MOUNT_EXTRA:
+            self.extra[mp] = MOUNT_EXTRA[fs]
         return dev, self.mount(dev, name, options)
 
     def discard(self, dev: str, mp: Path) -> None:
@@ -94,15 +101,19 @@ class Sandbox(rundir.InRunDir):
     def mount(self, dev: str, name: str, options: str) -> Path:
         mp = self.dir / name
         mp.mkdir(exist_ok=True)
-        _run(["mount", "-o", options, dev, str(mp)])
+        _run(["mount", "-o", self._options(mp, options), dev, str(mp)])
         self.mounts.append(mp)
         return mp
 
     def remount_cold(self, dev: str, mp: Path, options: str) -> None:
         """Unmount and mount again: the filesystem's page cache is dropped, nothing else on the host."""
         self.umount(mp)
-        _run(["mount", "-o", options, dev, str(mp)])
+        _run(["mount", "-o", self._options(mp, options), dev, str(mp)])
         self.mounts.append(mp)
+
+    def _options(self, mp: Path, options: str) -> str:
+        """The caller's mount options and the filesystem's own (MOUNT_EXTRA), for a fresh() one."""
+        return ",".join(filter(None, (options, self.extra.get(mp))))
 
     def umount(self, mp: Path) -> None:
         umount_patiently(str(mp))               # a busy umount left it mounted, and the remount stacked on it

@@ -88,6 +88,23 @@ def test_refuses_a_device_with_a_filesystem_signature(tmp_path, cli):
 
 
 @needs_root
+def test_a_fresh_ext4_is_mounted_and_remounted_without_background_inode_table_zeroing(own_tmp):
+    """ext4lazyinit would zero the inode tables on the device a phase counts (devices.MOUNT_EXTRA):
+    the superblock options say noinit_itable after fresh() and after a cold remount with the other
+    atime mode; ext2 has no such option and gets none."""
+    def options(mp):
+        line = next(l for l in Path("/proc/self/mountinfo").read_text().splitlines() if l.split()[4] == str(mp))
+        return line.split()[5].split(","), line.split(" - ")[1].split()[2].split(",")
+    with devices.Sandbox() as sb:
+        dev, mp = sb.fresh("ext4", 32, "e4", "relatime")
+        assert "relatime" in options(mp)[0] and "noinit_itable" in options(mp)[1]
+        sb.remount_cold(dev, mp, "noatime")
+        assert "noatime" in options(mp)[0] and "noinit_itable" in options(mp)[1]
+        dev2, mp2 = sb.fresh("ext2", 32, "e2", "relatime")
+        assert "noinit_itable" not in options(mp2)[1]
+
+
+@needs_root
 def test_a_mount_busy_for_a_moment_is_still_gone_with_its_loop_device_when_the_sandbox_closes(own_tmp):
     """A killed objbench's io_uring files are closed by a kernel worker just after it is reaped: the
     mount is busy for a moment. A lazy umount then left the loop device attached after close() (seen
