@@ -12,6 +12,7 @@ list of pids (nginx has one worker process per core) and merges END blocks
 """
 
 import json
+import math
 import queue
 import re
 import shutil
@@ -181,6 +182,30 @@ def parse_output(stdout: str) -> dict:
     return maps
 
 
+def merge_maps(a: dict, b: dict) -> dict:
+    """Two consecutive windows' maps as one window's: every output map is a count, a sum, a hist or
+    stats (output_maps(); test_bpftrace_standing checks the catalog), and each of those adds."""
+    out = dict(a)
+    for name, value in b.items():
+        out[name] = _added(out[name], value) if name in out else value
+    return out
+
+
+def _added(x, y):
+    if isinstance(x, dict) and {"count", "total"} <= x.keys() and isinstance(y, dict):     # stats
+        count, total = x["count"] + y["count"], x["total"] + y["total"]
+        return {**x, "count": count, "total": total, "average": total // count if count else 0}
+    if isinstance(x, dict) and isinstance(y, dict):                                       # keyed
+        return merge_maps(x, y)
+    if isinstance(x, list) and isinstance(y, list):                                       # hist buckets
+        buckets = {}
+        for b in x + y:
+            key = (b.get("min"), b.get("max"))
+            buckets[key] = {**b, "count": buckets.get(key, {}).get("count", 0) + b.get("count", 0)}
+        return sorted(buckets.values(), key=lambda b: -math.inf if b.get("min") is None else b["min"])
+    return x + y
+
+
 class Run:
     """A bpftrace program running in the background; stop() returns its maps."""
 
@@ -263,15 +288,21 @@ class Standing:
     dump is queued whole at its mark. Windows are the program's own interval, so consecutive ones
     neither overlap nor leave a gap between them. print() and clear() are done by bpftrace's user side
     as it reads its perf buffer: if the host stalls it, a dump holds the longer span since the last one,
-    and _window_s (timed at the mark's arrival) is that span, so rates stay right."""
+    and _window_s (timed at the mark's arrival) is that span, so rates stay right. The intervals that
+    fired during the stall are then read at once: their dumps come a moment after that one, with a few
+    ms of counts each. A dump that comes less than half an `interval_s` after the last is held and added
+    to the next (merge_maps), so no window is a few ms long (counts over ms read as huge rates)."""
 
     STDERR_KEPT = 4096
+    SHORTEST = 0.5                                       # of the interval: a shorter window joins the next
 
-    def __init__(self, run: Run):
+    def __init__(self, run: Run, interval_s: float | None = None, clock=time.monotonic):
         self.proc = run.proc
         self.windows: queue.Queue = queue.Queue()
         self.err = ""
-        self.last = run.started or time.monotonic()
+        self.clock = clock
+        self.shortest = interval_s * self.SHORTEST if interval_s else 0.0
+        self.last = run.started if run.started is not None else clock()
         self.threads = [threading.Thread(target=self._read_out, daemon=True),
                         threading.Thread(target=self._read_err, daemon=True)]
         for t in self.threads:
@@ -279,11 +310,15 @@ class Standing:
 
     def _read_out(self) -> None:
         lines: list[str] = []
+        held: dict = {}
         for line in iter(self.proc.stdout.readline, ""):
             if WINDOW_MARK in line and '"printf"' in line:
-                now = time.monotonic()
-                maps = parse_output("\n".join(lines))
-                maps["_window_s"], self.last, lines = now - self.last, now, []
+                now = self.clock()
+                maps, lines = merge_maps(held, parse_output("\n".join(lines))), []
+                if now - self.last < self.shortest:
+                    held = maps                         # its span goes on from self.last
+                    continue
+                maps["_window_s"], self.last, held = now - self.last, now, {}
                 self.windows.put(maps)
             elif line.startswith("{"):
                 lines.append(line)

@@ -69,7 +69,7 @@ class Session:
             # attached, bpftrace never runs its compiler again: its LLVM and clang pages go back
             # (~70 MiB of its ~110 MiB RSS; core/pageout.py), None where the kernel does not allow it
             self.paged_out = _page_out(run.proc)
-            self.standing = bpftrace.Standing(run)
+            self.standing = bpftrace.Standing(run, window_s)
             # the program's first interval began while it attached, before any window was open: its dump
             # is dropped, so each window's reads and its dump cover the same span
             self.standing.next_window(LATE_WINDOWS * window_s)

@@ -5,6 +5,7 @@ one live test counts a known number of calls per window."""
 
 import io
 import os
+import re
 import shutil
 import threading
 import time
@@ -84,6 +85,48 @@ def test_each_window_is_read_whole_at_its_mark_and_an_exit_is_an_error_not_an_em
     with pytest.raises(ProxytuneError, match="bpftrace exited with -9"):
         standing.next_window(5)
     with pytest.raises(ProxytuneError, match="exited"):            # and stays an error
+        standing.next_window(5)
+
+
+def test_every_output_map_of_the_catalog_adds_so_two_windows_merge_into_one():
+    """merge_maps adds counts, sums, hists and stats: an output map made any other way (a plain
+    assignment, max(), min(), avg()) could not be merged, and is refused here."""
+    for s in bpftrace.catalog().values():
+        ends = [m.strip() for m in bpftrace.END_RE.findall(s.text)]
+        for m in bpftrace.output_maps(bpftrace.END_RE.sub("", s.text), ends):
+            made = re.findall(re.escape(m) + r"(?:\[[^\]]*\])?\s*(=|\+\+|--|\+=|-=)\s*(\w*)", s.text)
+            assert made and all(op == "=" and fn in ("count", "sum", "hist", "lhist", "stats") for op, fn in made), \
+                (s.name, m, made)
+
+
+def test_two_windows_merge_by_adding_each_kind_of_map():
+    a = {"@n": 2, "@by": {"x": 1}, "@h": [{"min": 1, "max": 1, "count": 1}, {"min": 4, "max": 7, "count": 2}],
+         "@st": {"k": {"count": 2, "average": 5, "total": 10}}}
+    b = {"@n": 3, "@by": {"x": 4, "y": 1}, "@h": [{"min": 0, "max": 0, "count": 5}, {"min": 4, "max": 7, "count": 1}],
+         "@st": {"k": {"count": 1, "average": 20, "total": 20}, "j": {"count": 1, "average": 1, "total": 1}},
+         "@only_b": 7}
+    m = bpftrace.merge_maps(a, b)
+    assert m["@n"] == 5 and m["@by"] == {"x": 5, "y": 1} and m["@only_b"] == 7
+    assert m["@h"] == [{"min": 0, "max": 0, "count": 5}, {"min": 1, "max": 1, "count": 1},
+                       {"min": 4, "max": 7, "count": 3}]
+    assert m["@st"]["k"] == {"count": 3, "average": 10, "total": 30} and m["@st"]["j"]["count"] == 1
+    assert a["@n"] == 2 and a["@by"] == {"x": 1}                           # the inputs are left as they were
+
+
+def test_a_dump_right_after_a_stalled_one_joins_the_next_window():
+    """A stall: the dump of 2.1 s comes late, the interval that fired meanwhile 5 ms after it, with
+    5 ms of counts; that one is held and added to the next, whose window spans both."""
+    out = ('{"type": "map", "data": {"@c": 2100}}\n' + _mark()      # at 2.1 s: the stalled window, whole
+           + '{"type": "map", "data": {"@c": 5}}\n' + _mark()      # at 2.105 s: 5 ms of counts
+           + '{"type": "map", "data": {"@c": 895}}\n' + _mark())   # at 3.0 s
+    times = iter([2.1, 2.105, 3.0])
+    run = _FakeRun(_FakeProc(out))
+    run.started = 0.0
+    standing = bpftrace.Standing(run, interval_s=1.0, clock=lambda: next(times))
+    first, second = standing.next_window(5), standing.next_window(5)
+    assert first["@c"] == 2100 and first["_window_s"] == pytest.approx(2.1)
+    assert second["@c"] == 900 and second["_window_s"] == pytest.approx(0.9)
+    with pytest.raises(ProxytuneError, match="exited"):
         standing.next_window(5)
 
 
