@@ -22,11 +22,12 @@ from . import rawdev
 
 MKFS = {"ext2": ["mkfs.ext2", "-q", "-F"], "ext4": ["mkfs.ext4", "-q", "-F"], "xfs": ["mkfs.xfs", "-q", "-f"],
         "btrfs": ["mkfs.btrfs", "-q", "-f"]}
-# ext4 mounted without the kernel's ext4lazyinit thread, which zeroes a new filesystem's inode tables
-# in the background, on the device whose I/O a phase counts and on its CPUs (2026-11-28, 8 rounds of
-# the storage seed cells each way, /work/exp: with it, a noatime hit phase that makes 5 writes made 23
-# in 1 of 8 (8 MB, in a report's), and fills ran 3,500-5,400 objects/s; with noinit_itable, 5 writes in all 8, fills
-# 5,600-6,900/s). Not mkfs -E lazy_itable_init=0: three reports with it took 45 s of storage, not 36.
+# ext4 mounted without the kernel's ext4lazyinit thread, which zeroes a new ext4's inode tables in the
+# background after its first mount (Documentation/admin-guide/ext4.rst, init_itable): writes no phase
+# makes, on the device a phase counts. 2026-11-28: a noatime hit phase that makes 5 writes made 23,
+# 8 MB (a report at 02:33 UTC), and 1 of 8 in a check at 05:14; lazy init, mkfs -E lazy_itable_init=0
+# and noinit_itable interleaved, 4 rounds each (05:38): none such, and no speed between them (fill
+# medians 6,263-6,511 objects/s; the 40 % two sequential runs showed was the host's drift).
 MOUNT_EXTRA = {"ext4": "noinit_itable"}
 FS_PACKAGES = {"xfs": "xfsprogs", "btrfs": "btrfs-progs"}
 TEMP_PREFIX = "proxytune-storage-"
