@@ -20,8 +20,8 @@ against the proxy's own code), one per run of the pairs, before and after alike 
 under the same load: the claim is of a proxy's CPU, whichever limit it runs at), are the second
 classic row: 6 windows in the quick report (10 with --full), enough for a verdict
 (reports/verdicts.py: 5 at least); its interval is over both sides' windows, and its reason gives
-each side's range. With a `budget_watch` (probes.selfload.BudgetWatch), one more before run, no
-pair's side, is watched by the doctor: its time budget says where that side's latency went (reports/latency.py: wrk waits
+each side's range. With a `budget_watch` (probes.selfload.BudgetWatch), the warm-up run, a before
+side and no pair's, is watched by the doctor: its time budget says where that side's latency went (reports/latency.py: wrk waits
 there ~50x Squid's own clock, in the accept queue of a Squid at its descriptor limit). The doctor
 is kept off the pairs because its probes do not cost both sides alike: they take CPU from an after
 Squid that has none to spare and not from a before one held back by its limit (2026-11-28, three
@@ -51,8 +51,7 @@ def run(host, profile_ref: str = PROFILE, quiet: bool = True, plan: dict | None 
         watch=None, budget_watch=None) -> dict:
     """The before/after result, shaped as `bench proxy --compare-profile`'s (seeds.cooper reads it)
     plus its rounds; with a watch, each pair run's CPU split too; with a budget_watch (made with the
-    steady phase's seconds), one more before run, "before (doctor)", for its time budget
-    (reports/latency.py)."""
+    steady phase's seconds), the warm-up run's time budget (reports/latency.py)."""
     if os.geteuid() != 0:
         raise ProxytuneError("Cooper's host settings need root (a private network namespace, Squid as its user)")
     return netns.call(_measure, host, profile_ref, dict(plan or (FULL if full else PLAN)), quiet, watch,
@@ -96,10 +95,11 @@ def _measure(host, profile_ref: str, plan: dict, quiet: bool, watch, budget_watc
     # (2026-11-28: in 4 of 13 sections its goodput was 1,431-2,435/s against 750-1,400 after it, its
     # CPU split x1.25 against x2.4-4.3; every later run starts with the TIME_WAIT sockets of those
     # before it, 0 for the first, 6,000-20,000 after: /proc/net/sockstat in the namespace)
-    runs = [run("before", None, WARM_UP)] + [{**run(side, watch), "round": r} for r in range(plan["rounds"])
-                                             for side in (("before", "after") if r % 2 == 0 else ("after", "before"))]
-    if budget_watch:
-        runs.append(run("before", budget_watch(plan["steady_s"]), "before (doctor)"))
+    # The doctor watches the warm-up: its time budget explains a before side's latency (a Squid at its
+    # descriptor limit) and no pair's side pays its probes; a run of its own cost ~9 s a report.
+    warm_watch = budget_watch(plan["steady_s"]) if budget_watch else None
+    runs = [run("before", warm_watch, WARM_UP)] + [{**run(side, watch), "round": r} for r in range(plan["rounds"])
+                                                   for side in (("before", "after") if r % 2 == 0 else ("after", "before"))]
     res = proxybench.run_series(plan, runs, quiet)
     stores = res["stores"]
     for s, r in zip(stores, runs):

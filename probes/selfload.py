@@ -80,7 +80,7 @@ class BudgetWatch:
     """The doctor itself (bpftrace and perf) on a proxy a benchmark loads, for one steady phase of
     `seconds`: its time budget (where the load's latency went: reports/latency.py) and its CPU split.
     It costs a compile and attach of a few seconds before the load starts, so a report takes it on
-    one run only (microbench.hostsettings: one more before run, no pair's side)."""
+    one run only (microbench.hostsettings: the warm-up run, a before side and no pair's)."""
 
     def __init__(self, seconds: float):
         self.seconds = seconds

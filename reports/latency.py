@@ -41,7 +41,7 @@ def explain(store: dict, label: str) -> str | None:
             f"(access.log elapsed), x{g['ratio']:,.1f}: {g['diff_ms']:,.1f} ms of each request is outside Squid's clock")
     b = store.get("budget")
     if not b or not b.get("parts"):
-        why = store.get("budget_unavailable") or "this run had no time budget (the report takes one on its extra before run, watched by the doctor)"
+        why = store.get("budget_unavailable") or "this run had no time budget (the report takes one on its warm-up run, watched by the doctor)"
         return head + f"; unexplained here: {why}"
     known = {k: p["ms"] for k, p in b["parts"].items() if p.get("measurable") and p.get("ms") is not None}
     outside = {k: v for k, v in known.items() if k in ("accept_queue", "proxy_queue")}

@@ -19,10 +19,10 @@ def test_before_and_after_in_a_namespace_the_host_never_sees(default_report):
     assert default_report.run.returncode == 0, default_report.run.stderr[-3000:]
     r = json.loads((default_report.out / "report.json").read_text())["data"]["sections"]["host_settings"]
     assert [s["label"] for s in r["stores"]] == ["warm-up (not counted)", "before", "after", "after", "before",
-                                                 "before", "after", "before (doctor)"]
+                                                 "before", "after"]
     assert all(s["cpus"] == [int(r["cpus"]["squid"])] for s in r["stores"])        # taskset reached Squid
     assert int(r["cpus"]["squid"]) not in r["cpus"]["load"]
-    assert [bool((s.get("budget") or {}).get("parts")) for s in r["stores"]] == [False] * 7 + [True]   # no pair's side
+    assert [bool((s.get("budget") or {}).get("parts")) for s in r["stores"]] == [True] + [False] * 6   # the warm-up
     assert all(s["service_ms"]["n"] > 0 for s in r["stores"])            # Squid's own clock, from its log
     assert 0 not in {i for p in r["rounds"] for i in p.values()}          # the warm-up is no pair's side
     assert [w["label"] for w in r["cpu_split"]["repeats"]] == ["before", "after", "after", "before", "before",
