@@ -118,7 +118,7 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 tables.storage_section, ("Object stores (ext4, relatime; rawdev)", compare.storage_rows), None,
                 summary.from_storage,
                 ((4, seeds.largefile, part_of("storage")), (5, seeds.noatime, part_of("storage"))), True),
-    Measurement("host_settings", "Squid before/after the host settings (Cooper), CPU split", (73, 400), "benches",
+    Measurement("host_settings", "Squid before/after the host settings (Cooper), CPU split", (64, 400), "benches",
                 _hostsettings, "Squid before/after the host settings", None, tables.proxy_section, None, None, None,
                 ((6, seeds.cooper, part_of("host_settings", "proxy")),), False),
     Measurement("proxy", "bench proxy: Squid's stores under load", (120, 120), "with_proxy", _proxy, "bench proxy",
