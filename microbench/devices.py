@@ -22,12 +22,12 @@ from . import rawdev
 
 MKFS = {"ext2": ["mkfs.ext2", "-q", "-F"], "ext4": ["mkfs.ext4", "-q", "-F"], "xfs": ["mkfs.xfs", "-q", "-f"],
         "btrfs": ["mkfs.btrfs", "-q", "-f"]}
-# ext4 mounted without the kernel's ext4lazyinit thread, which zeroes a new ext4's inode tables in the
-# background after its first mount (Documentation/admin-guide/ext4.rst, init_itable): writes no phase
-# makes, on the device a phase counts. 2026-11-28: a noatime hit phase that makes 5 writes made 23,
-# 8 MB (a report at 02:33 UTC), and 1 of 8 in a check at 05:14; lazy init, mkfs -E lazy_itable_init=0
-# and noinit_itable interleaved, 4 rounds each (05:38): none such, and no speed between them (fill
-# medians 6,263-6,511 objects/s; the 40 % two sequential runs showed was the host's drift).
+# ext4 mounted noinit_itable: the kernel's ext4lazyinit thread then does not zero a new ext4's inode
+# tables in the background after its first mount (Documentation/admin-guide/ext4.rst, init_itable):
+# writes no phase makes, on the device a phase counts. 2026-11-28: a noatime hit phase that makes 5
+# writes made 23, 8 MB (a report at 02:33 UTC), and 1 of 8 in a check at 05:14; rare: lazy init, mkfs
+# -E lazy_itable_init=0 and noinit_itable interleaved, 4 rounds each (05:38), showed none, and no speed
+# between them (fill medians 6,263-6,511 objects/s; the 40 % two sequential runs showed was the host's drift).
 MOUNT_EXTRA = {"ext4": "noinit_itable"}
 FS_PACKAGES = {"xfs": "xfsprogs", "btrfs": "btrfs-progs"}
 TEMP_PREFIX = "proxytune-storage-"
@@ -84,6 +84,7 @@ class Sandbox(rundir.InRunDir):
         dev = self.loop(size_mb, name)
         self.mkfs(fs, dev)
         mp = self.dir / name
+        self.extra.pop(mp, None)
         if fs in MOUNT_EXTRA:
             self.extra[mp] = MOUNT_EXTRA[fs]
         return dev, self.mount(dev, name, options)
@@ -94,6 +95,7 @@ class Sandbox(rundir.InRunDir):
         self.umount(mp)
         subprocess.run(["losetup", "-d", dev], capture_output=True)   # held elsewhere: detached on last close
         self.loops.remove(dev)
+        self.extra.pop(mp, None)
         (self.dir / f"{mp.name}.img").unlink(missing_ok=True)
 
     def mkfs(self, fs: str, dev: str) -> None:

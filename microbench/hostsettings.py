@@ -95,8 +95,9 @@ def _measure(host, profile_ref: str, plan: dict, quiet: bool, watch, budget_watc
     # (2026-11-28: in 4 of 13 sections its goodput was 1,431-2,435/s against 750-1,400 after it, its
     # CPU split x1.25 against x2.4-4.3; every later run starts with the TIME_WAIT sockets of those
     # before it, 0 for the first, 6,000-20,000 after: /proc/net/sockstat in the namespace)
-    # The doctor watches the warm-up: its time budget explains a before side's latency (a Squid at its
-    # descriptor limit) and no pair's side pays its probes; a run of its own cost ~9 s a report.
+    # The doctor watches the warm-up: its time budget says where that run's latency went (a before side,
+    # a Squid at its descriptor limit; the first run, so its figures are its own, not the pairs') and no
+    # pair's side pays its probes; a run of its own cost ~9 s a report.
     warm_watch = budget_watch(plan["steady_s"]) if budget_watch else None
     runs = [run("before", warm_watch, WARM_UP)] + [{**run(side, watch), "round": r} for r in range(plan["rounds"])
                                                    for side in (("before", "after") if r % 2 == 0 else ("after", "before"))]

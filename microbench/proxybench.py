@@ -471,6 +471,8 @@ def run_series(plan: dict, runs: list[dict], quiet: bool = False) -> dict:
             w = s.pop("watched")
             if "budget" in w:                       # the doctor watched it (probes.selfload.BudgetWatch)
                 s["budget"] = w.pop("budget")
+                if w.get("budget_unavailable"):     # why not, said in the run's latency note
+                    s["budget_unavailable"] = w["budget_unavailable"]
             else:
                 result["watched"].append({**w, "label": s["label"]})
     return result

@@ -203,7 +203,9 @@ def _added(x, y):
             key = (b.get("min"), b.get("max"))
             buckets[key] = {**b, "count": buckets.get(key, {}).get("count", 0) + b.get("count", 0)}
         return sorted(buckets.values(), key=lambda b: -math.inf if b.get("min") is None else b["min"])
-    return x + y
+    if isinstance(x, (int, float)) and isinstance(y, (int, float)):
+        return x + y
+    raise TypeError(f"a map of two shapes: {type(x).__name__} and {type(y).__name__}")
 
 
 class Run:
@@ -301,6 +303,7 @@ class Standing:
         self.windows: queue.Queue = queue.Queue()
         self.err = ""
         self.clock = clock
+        self.failed = ""
         self.shortest = interval_s * self.SHORTEST if interval_s else 0.0
         self.last = run.started if run.started is not None else clock()
         self.threads = [threading.Thread(target=self._read_out, daemon=True),
@@ -309,20 +312,32 @@ class Standing:
             t.start()
 
     def _read_out(self) -> None:
+        """Queue each window at its mark; None once bpftrace has exited (or this reader failed)."""
+        try:
+            self._windows_of(iter(self.proc.stdout.readline, ""))
+        except Exception as e:                          # a defect of ours: said by poll(), not a thread's trace
+            self.failed = f"{type(e).__name__}: {e}"
+        finally:
+            self.windows.put(None)                      # bpftrace exited: every later poll says so
+
+    def _windows_of(self, lines_in) -> None:
         lines: list[str] = []
-        held: dict = {}
-        for line in iter(self.proc.stdout.readline, ""):
+        held, held_at = {}, None
+        for line in lines_in:
             if WINDOW_MARK in line and '"printf"' in line:
-                now = self.clock()
-                maps, lines = merge_maps(held, parse_output("\n".join(lines))), []
+                now, maps, lines = self.clock(), parse_output("\n".join(lines)), []
+                try:
+                    maps = merge_maps(held, maps)
+                except TypeError:                       # one map of two shapes: the held window goes alone
+                    held["_window_s"], self.last = held_at - self.last, held_at
+                    self.windows.put(held)
                 if now - self.last < self.shortest:
-                    held = maps                         # its span goes on from self.last
+                    held, held_at = maps, now           # its span goes on from self.last
                     continue
                 maps["_window_s"], self.last, held = now - self.last, now, {}
                 self.windows.put(maps)
             elif line.startswith("{"):
                 lines.append(line)
-        self.windows.put(None)                          # bpftrace exited
 
     def _read_err(self) -> None:
         for line in iter(self.proc.stderr.readline, ""):
@@ -337,6 +352,8 @@ class Standing:
             return None
         if maps is None:
             self.windows.put(None)                      # every later poll says so too
+            if self.failed:
+                raise ProxytuneError(f"reading bpftrace's windows failed ({self.failed})")
             rc = self.proc.wait()
             raise ProxytuneError(f"bpftrace exited with {rc} ({_clean(self.err)[-200:] or 'no message'})")
         maps["_stderr"] = _clean(self.err)

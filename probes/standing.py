@@ -71,7 +71,8 @@ class Session:
             self.paged_out = _page_out(run.proc)
             self.standing = bpftrace.Standing(run, window_s)
             # the program's first interval began while it attached, before any window was open: its dump
-            # is dropped, so each window's reads and its dump cover the same span
+            # is dropped, so each window's reads and its dump cover the same span (a first dump that came
+            # within half an interval of the attach is held and dropped with the second: Standing)
             self.standing.next_window(LATE_WINDOWS * window_s)
         except BaseException:
             self.close()

@@ -69,6 +69,6 @@ def notes(stores: list[dict], labels: list[str]) -> list[str]:
             out.append(n)
     if unwatched:
         out.append(f"wrk's p50 against Squid's own, runs without a time budget: {', '.join(unwatched)}"
-                   + ("; the watched run above says where such a gap goes" if out else
+                   + ("; the watched run above says where its own gap went" if out else
                       "; unexplained here: no run of this result had a time budget"))
     return out

@@ -8,6 +8,7 @@ and their interval: the rule is reports/verdicts.py's, stated there once. Each
 row names the cells and repetitions it was computed from.
 """
 
+import math
 import statistics
 
 from proxytune.core.sections import RENDER_ERRORS, unrenderable
@@ -143,8 +144,10 @@ def noatime(st: dict | None) -> dict:
     the atime writes cost the device. Here the hit phase is CPU-bound (its CPU per hit follows its
     hits/s, 34-55 us from run to run), so hits/s move +-25 % between pairs of the same work and cannot
     show a few per cent (docs/BENCHMARKS.md "noatime"). The work ratio is the larger of operations
-    and sectors: an atime write may cost a read's seek or only its bytes. A saved result without
-    device counts is judged by its hits/s, as before."""
+    and sectors: an atime write may cost a read's seek or only its bytes. It is no measured speed-up:
+    the most noatime can give where the disk holds the proxy, and the row says so. Only the rounds
+    with both sides' counts are pairs (fewer than 5: inconclusive); a saved result with none
+    (storage.device_work) is judged by its hits/s, as before, and the reason says which."""
     claim, seed = "noatime speeds up a file-per-object cache", "noatime"
     original = "aufs 110 -> 168 xact/s, x1.53 (squid-definitive-guide-appendix-d-filesystems.txt)"
     p = (st or {}).get("seed_pairs", {}).get("noatime")
@@ -154,25 +157,30 @@ def noatime(st: dict | None) -> dict:
     today = (f"{p['fs']}/{p['engine']}: {statistics.median(p['a_objects_per_s']):,.0f} -> "
              f"{statistics.median(p['b_objects_per_s']):,.0f} hits/s (medians)")
     cells = _pairs_cells(p, len(p["ratios"]))
-    if not p.get("a_device"):
+    both = [(a, b) for a, b in zip(p.get("a_device") or [], p.get("b_device") or []) if a and b]
+    if not both:
         return row(seed, claim, original, today, speed, 168 / 110,
-                   "relatime already limits atime writes to one per file", cells)
-    work = verdicts.paired([_work_ratio(a, b) for a, b in zip(p["a_device"], p["b_device"])])
-    per = lambda side, key: statistics.median(d[key] for d in p[side])
+                   "judged by hits/s: this result has no device counts; relatime already limits atime writes "
+                   "to one per file", cells)
+    work = verdicts.paired([_work_ratio(a, b) for a, b in both])
+    per = lambda side, key: statistics.median(d[key] for d in p[side] if d)
     today += (f"; device work per hit {per('a_device', 'sectors_per_object'):.2f} -> "
               f"{per('b_device', 'sectors_per_object'):.2f} sectors, {per('a_device', 'ops_per_object'):.3f} -> "
               f"{per('b_device', 'ops_per_object'):.3f} operations")
     lo, hi = speed["interval"]
     return row(seed, claim, original, today, work, 168 / 110,
-               f"device work per hit, relatime / noatime: relatime writes an atime once per file; hits/s "
-               f"x{speed['median']:.2f} (x{lo:.2f} to x{hi:.2f}) follow this host's CPU, not the device", cells)
+               f"judged by device work per hit, relatime / noatime ({len(both)} pairs with counts): the most "
+               f"noatime can speed a proxy held by its disk, not a speed measured; relatime writes an atime "
+               f"once per file; hits/s x{speed['median']:.2f} (x{lo:.2f} to x{hi:.2f}) follow this host's CPU",
+               cells, against="then (xact/s)")
 
 
 def _work_ratio(a: dict, b: dict) -> float:
-    """relatime's device work over noatime's, the larger of operations and sectors; infinite when noatime
-    moved nothing (a measurement at the end of the range, verdicts.paired)."""
-    ratios = [a[k] / b[k] if b[k] else float("inf") for k in ("ops_per_object", "sectors_per_object")]
-    return max(ratios)
+    """relatime's device work over noatime's, the larger of operations and sectors; a measure neither
+    side moved is even (1); NaN (the pair left out) where noatime alone moved nothing: no ratio."""
+    ratios = [1.0 if not a[k] and not b[k] else a[k] / b[k] if b[k] else math.nan
+              for k in ("ops_per_object", "sectors_per_object")]
+    return math.nan if any(math.isnan(r) for r in ratios) else max(ratios)
 
 
 def cooper(px: dict | None) -> dict:

@@ -130,6 +130,27 @@ def test_a_dump_right_after_a_stalled_one_joins_the_next_window():
         standing.next_window(5)
 
 
+def test_a_held_window_that_cannot_merge_goes_alone_and_a_failed_reader_is_an_exit():
+    """A map printed as two shapes (a hist, then a number) cannot be added: the held window is queued
+    as it was, with its own span. A reader that fails queues the end, so a poll says it failed
+    instead of waiting out its deadline, and says why."""
+    out = ('{"type": "map", "data": {"@c": 1}}\n' + _mark()
+           + '{"type": "hist", "data": {"@h": [{"min": 1, "max": 1, "count": 2}]}}\n' + _mark()
+           + '{"type": "map", "data": {"@h": 3}}\n' + _mark())
+    times = iter([1.0, 1.01, 2.0])
+    run = _FakeRun(_FakeProc(out))
+    run.started = 0.0
+    standing = bpftrace.Standing(run, interval_s=1.0, clock=lambda: next(times))
+    first, held, last = standing.next_window(5), standing.next_window(5), standing.next_window(5)
+    assert first["@c"] == 1 and held["@h"][0]["count"] == 2 and held["_window_s"] == pytest.approx(0.01)
+    assert last["@h"] == 3 and last["_window_s"] == pytest.approx(0.99)
+    broken = _FakeRun(_FakeProc(_mark()))
+    broken.started = 0.0
+    standing = bpftrace.Standing(broken, interval_s=1.0, clock=lambda: 1 / 0)
+    with pytest.raises(ProxytuneError, match="reading bpftrace's windows failed .ZeroDivisionError"):
+        standing.next_window(5)
+
+
 def test_no_window_by_the_deadline_is_an_error():
     r, w = os.pipe()
     proc = _FakeProc("")

@@ -66,11 +66,17 @@ def test_the_proxy_section_labels_each_round_and_carries_the_notes():
     gaps = [n for n in sec.notes if "wrk's p50" in n]        # no run watched: one line, said unexplained
     assert gaps == ["wrk's p50 against Squid's own, runs without a time budget: before #1 x75.0; unexplained here: "
                     "no run of this result had a time budget"], sec.notes
-    doctor = {**run("before (doctor)", 0, 160.0), "budget": {"parts": {"accept_queue": _part(150.0)}}}
-    del doctor["round"]
-    r["stores"].append(doctor)
+    # as the report lays them out: the warm-up first, watched by the doctor, no pair's side
+    from proxytune.microbench.hostsettings import WARM_UP
+    warm = {**run(WARM_UP, 0, 160.0), "budget": {"parts": {"accept_queue": _part(150.0)}}}
+    del warm["round"]
+    r["stores"].insert(0, warm)
+    r["rounds"] = [{"before": 1, "after": 2}]
     labels, _ = tables.proxy_rows(r)
-    assert labels == ["before #1", "after #1", "before (doctor)"]
+    assert labels == [WARM_UP, "before #1", "after #1"]
     gaps = [n for n in tables.proxy_section(r).notes if "wrk's p50" in n]
-    assert gaps[0].startswith("before (doctor): wrk's p50 160.0 ms") and "accept queue 150.0 ms" in gaps[0], gaps
-    assert gaps[1].endswith("before #1 x75.0; the watched run above says where such a gap goes") and len(gaps) == 2
+    assert gaps[0].startswith(f"{WARM_UP}: wrk's p50 160.0 ms") and "accept queue 150.0 ms" in gaps[0], gaps
+    assert gaps[1].endswith("before #1 x75.0; the watched run above says where its own gap went") and len(gaps) == 2
+    warm.update(budget=None, budget_unavailable="bpftrace is not installed")   # the doctor could not attach
+    gaps = [n for n in tables.proxy_section(r).notes if "wrk's p50" in n]
+    assert "bpftrace is not installed" in gaps[0], gaps

@@ -3,6 +3,7 @@ the run's own data (a measured result from docs/results, and variations of it), 
 
 import copy
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -55,14 +56,17 @@ def test_ratios_are_the_measured_ones():
     v = {p["variant"]: p["ns_per_call"]["median"] for p in MEASURED["fdscan"]["points"] if p["n"] == n}
     assert by["Mogul's comm_select fix"]["ratio"] == pytest.approx(v[1] / v[5], rel=1e-3)
     st = _rounds(MEASURED["storage"])
-    pairs = st["seed_pairs"]["noatime"]
+    pairs = st["seed_pairs"]["noatime"]            # a result from before flushes were counted: its hits/s
+    assert seeds.noatime(st)["ratio"] == pytest.approx(sorted(pairs["ratios"])[2], rel=1e-3)
+    assert seeds.noatime(st)["reason"].startswith("x") and "judged by hits/s" in seeds.noatime(st)["reason"]
+    assert len(pairs["ratios"]) == 5 and pairs["a"] == "relatime ufs" and pairs["b"] == "noatime ufs"
+    st = _with_work(st, (1.0,) * 5, sectors=(1.0,) * 5)
     rel, noa = (_hit(st, atime)["device_io"] for atime in ("relatime", "noatime"))
-    work = max((rel["read_ios"] + rel["write_ios"] + rel.get("flush_ios", 0))
-               / (noa["read_ios"] + noa["write_ios"] + noa.get("flush_ios", 0)),
+    work = max((rel["read_ios"] + rel["write_ios"] + rel["flush_ios"])
+               / (noa["read_ios"] + noa["write_ios"] + noa["flush_ios"]),
                (rel["read_sectors"] + rel["write_sectors"]) / (noa["read_sectors"] + noa["write_sectors"]))
     assert seeds.noatime(st)["ratio"] == pytest.approx(work, rel=1e-3)          # the device's, not hits/s
-    assert f"x{sorted(pairs['ratios'])[2]:.2f}" in seeds.noatime(st)["reason"]
-    assert len(pairs["ratios"]) == 5 and pairs["a"] == "relatime ufs" and pairs["b"] == "noatime ufs"
+    assert f"x{sorted(st['seed_pairs']['noatime']['ratios'])[2]:.2f}" in seeds.noatime(st)["reason"]
 
 
 def _hit(st: dict, atime: str) -> dict:
@@ -71,16 +75,24 @@ def _hit(st: dict, atime: str) -> dict:
             ("ext4", storage.SEED_ENGINE, atime, "ufs")][0]["hit"]
 
 
-def _with_work(st: dict, works, speeds=None) -> dict:
-    """st's seed rounds with relatime's device counts `works[i]` x noatime's in round i (operations and
-    sectors alike) and noatime's hits/s `speeds[i]` x relatime's; seed_pairs derived again."""
+def _with_work(st: dict, works, speeds=None, sectors=None) -> dict:
+    """st's seed rounds with relatime's device operations `works[i]` x noatime's in round i (its sectors
+    `sectors[i]` x, else the same factor; a round's factor None: that round has no counts on relatime's
+    side) and noatime's hits/s `speeds[i]` x relatime's; seed_pairs derived again."""
     st = copy.deepcopy(st)
+    for r in st["runs"]:
+        if r.get("hit") and "flush_ios" not in (r["hit"].get("device_io") or {"flush_ios": 0}):
+            r["hit"]["device_io"]["flush_ios"] = 1                 # counted since 2026-11-28
     for r in st["runs"]:
         if r["fs"] == "ext4" and r["engine"] == storage.SEED_ENGINE and r["store"] == "ufs" and r.get("hit"):
             other = [x for x in st["runs"] if x["rep"] == r["rep"] and x["store"] == "ufs" and x.get("hit")
                      and x["atime"] != r["atime"] and x["fs"] == "ext4" and x["engine"] == r["engine"]][0]
-            if r["atime"] == "relatime":
-                r["hit"]["device_io"] = {k: v * works[r["rep"]] for k, v in other["hit"]["device_io"].items()}
+            ops, sec = works[r["rep"]], (sectors or works)[r["rep"]]
+            if r["atime"] == "relatime" and ops is None:
+                r["hit"].pop("device_io", None)
+            elif r["atime"] == "relatime":
+                r["hit"]["device_io"] = {k: v * (sec if "sectors" in k else ops)
+                                         for k, v in other["hit"]["device_io"].items()}
             elif speeds:
                 r["hit"]["objects_per_s"] = other["hit"]["objects_per_s"] * speeds[r["rep"]]
     st["seed_pairs"] = storage.seed_pairs(st["runs"])
@@ -98,6 +110,39 @@ def test_noatime_is_judged_by_the_device_work_it_saves_not_by_a_cpu_bound_hits_p
     assert edge["verdict"] == "inconclusive here" and "spans shrank to holds" in edge["reason"], edge
     three = _rounds(MEASURED["storage"], rounds=(1.0, 1.0, 1.0))
     assert seeds.noatime(_with_work(three, (1.05, 1.04, 1.03)))["verdict"] == "inconclusive here"
+    # the larger of operations and sectors, pair by pair: sectors here
+    r = seeds.noatime(_with_work(st, (1.01,) * 5, sectors=(1.3, 1.35, 1.3, 1.4, 1.3)))
+    assert r["verdict"] == "holds" and r["ratio"] == pytest.approx(1.3, rel=1e-3), r
+    r = seeds.noatime(_with_work(st, (1.3, 1.35, 1.3, 1.4, 1.3), sectors=(1.01,) * 5))
+    assert r["verdict"] == "holds" and r["ratio"] == pytest.approx(1.3, rel=1e-3), r
+
+
+def test_noatime_pairs_only_the_rounds_with_counts_and_no_count_is_no_ratio():
+    st = _rounds(MEASURED["storage"])
+    r = seeds.noatime(_with_work(st, (1.04, None, 1.05, 1.04, 1.04)))        # a round without counts
+    assert r["reps"] == 4 and r["verdict"] == "inconclusive here" and "(4 pairs with counts)" in r["reason"], r
+    assert seeds.noatime(_with_work(st, (None,) * 5))["reason"].startswith("x")      # none: its hits/s
+    assert "judged by hits/s" in seeds.noatime(_with_work(st, (None,) * 5))["reason"]
+    zero = {"ops_per_object": 0.0, "sectors_per_object": 0.0}
+    some = {"ops_per_object": 0.2, "sectors_per_object": 3.0}
+    assert seeds._work_ratio(zero, zero) == 1.0                       # neither moved: even
+    assert math.isnan(seeds._work_ratio(some, zero))                  # no ratio: the pair is left out
+    p = _with_work(st, (1.04,) * 5)
+    p["seed_pairs"]["noatime"]["b_device"][0] = dict(zero)
+    r = seeds.noatime(p)
+    assert r["reps"] == 4 and "Infinity" not in json.dumps(r), r
+
+
+def test_disk_stat_reads_flushes_where_the_kernel_counts_them(tmp_path, monkeypatch):
+    fields = "10 0 200 5 20 0 400 7 0 9 12 0 0 0 0 3 1"
+    (tmp_path / "loop9").mkdir()
+    (tmp_path / "loop9" / "stat").write_text(fields + "\n")
+    real = storage.Path
+    monkeypatch.setattr(storage, "Path", lambda p: tmp_path if p == "/sys/block" else real(p))
+    assert storage.disk_stat("/dev/loop9") == {"read_ios": 10, "read_sectors": 200, "write_ios": 20,
+                                               "write_sectors": 400, "flush_ios": 3}
+    (tmp_path / "loop9" / "stat").write_text(" ".join(fields.split()[:11]) + "\n")       # before 5.5
+    assert storage.disk_stat("/dev/loop9")["flush_ios"] == 0
 
 
 def test_a_noatime_result_without_device_counts_is_judged_by_its_hits_per_s():
