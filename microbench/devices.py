@@ -83,10 +83,7 @@ class Sandbox(rundir.InRunDir):
         PrivateTmp, a test's unshare -m) keeps an unmounted filesystem alive, and mkfs refuses it."""
         dev = self.loop(size_mb, name)
         self.mkfs(fs, dev)
-        mp = self.dir / name
-        self.extra.pop(mp, None)
-        if fs in MOUNT_EXTRA:
-            self.extra[mp] = MOUNT_EXTRA[fs]
+        self.extra[self.dir / name] = MOUNT_EXTRA.get(fs, "")
         return dev, self.mount(dev, name, options)
 
     def discard(self, dev: str, mp: Path) -> None:

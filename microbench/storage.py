@@ -269,9 +269,9 @@ def seed_pairs(runs: list[dict]) -> dict:
                          "a_objects_per_s": [p[a]["objects_per_s"] for p in rounds],
                          "b_objects_per_s": [p[b]["objects_per_s"] for p in rounds],
                          "ratios": [p[b]["objects_per_s"] / p[a]["objects_per_s"] for p in rounds]}
-            if any(device_work(p[a]) and device_work(p[b]) for p in rounds):     # None in a round without
-                out[name]["a_device"] = [device_work(p[a]) for p in rounds]
-                out[name]["b_device"] = [device_work(p[b]) for p in rounds]
+            a_dev, b_dev = [device_work(p[a]) for p in rounds], [device_work(p[b]) for p in rounds]
+            if any(x and y for x, y in zip(a_dev, b_dev)):             # None in a round without
+                out[name]["a_device"], out[name]["b_device"] = a_dev, b_dev
     return out
 
 
