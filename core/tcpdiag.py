@@ -36,7 +36,8 @@ REQUEST = struct.Struct("=BBBxI48x")                          # inet_diag_req_v2
 MESSAGE = struct.Struct("=BBBB2H16s16sI8xIIIII")                # inet_diag_msg
 # struct tcp_info (linux/tcp.h): byte offset of each field probes/inflight.py uses, with ss's name for it
 TCP_INFO_FIELDS = {"unacked": (24, "I"), "lastsnd": (44, "I"), "lastrcv": (52, "I"), "lastack": (56, "I"),
-                   "bytes_received": (128, "Q"), "data_segs_in": (152, "I"), "bytes_sent": (200, "Q")}
+                   "bytes_received": (128, "Q"), "data_segs_in": (152, "I"),
+                   "data_segs_out": (156, "I"), "bytes_sent": (200, "Q")}
 RECV_BYTES = 1 << 17
 _FIELD_STRUCTS = {name: (off, struct.Struct("=" + fmt)) for name, (off, fmt) in TCP_INFO_FIELDS.items()}
 

@@ -47,7 +47,7 @@ NUDGE_S = 1.0
 # `X == $1`, where X is pid, tid or a tracepoint field (args->next_pid): compose() matches any of the pids.
 PID_ARG = re.compile(r"(?<![\w>])((?:args->)?[a-z_]+) == \$1\b")
 # `X == $2` in a script that takes the proxy's listening ports (budget.bt): any of them; `$3` its netns inode.
-PORT_ARG = re.compile(r"(?<![\w>])((?:args->)?[a-z_]+) == \$2\b")
+PORT_ARG = re.compile(r"(?<![\w>])((?:args->|\$)?[a-z_]+) == \$2\b")
 NETNS_ARG = re.compile(r"\$3\b")
 MAP_NAME = re.compile(r"@\w+")
 CLEARED = re.compile(r"clear\((@\w+)\)")

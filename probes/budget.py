@@ -79,17 +79,23 @@ def requests(ev: dict, own: dict) -> dict:
     n = ((own.get("requests") or {}).get("n"))
     if isinstance(n, int) and n >= 0:
         return {"n": n, "per_s": n / w if w else None, "source": own["requests"].get("source", "the proxy's own count")}
-    flight = (ev.get("conns") or {}).get("flight") or {}
-    seen = flight.get("clients")
-    if not seen:
+    n = kernel_requests(ev)
+    if n is None:
         return {"n": None, "per_s": None, "source": "none: no request counter of the proxy, and no client socket "
                                                     "sampled"}
-    new = sum((ev.get("bpf") or {}).get("@bt_acc", {}).values()) if "@bt_acc" in (ev.get("bpf") or {}) else 0
-    unseen = max(0, new - seen["sockets_born_in_window"])
-    n = seen["data_segments_in"] + unseen
     return {"n": n, "per_s": n / w if w else None,
             "source": "kernel: data segments received on its client sockets (sock_diag data_segs_in, one per "
                       "request that fits in a segment) plus connections opened and closed between two ticks"}
+
+
+def kernel_requests(ev: dict) -> int | None:
+    """Requests as the window's ticks saw them arrive: data segments in on the client sockets, plus the
+    connections established between two ticks (budget.bt's accepts less the sockets born in the window)."""
+    seen = (((ev.get("conns") or {}).get("flight") or {}).get("clients"))
+    if not seen:
+        return None
+    new = sum((ev.get("bpf") or {}).get("@bt_acc", {}).values()) if "@bt_acc" in (ev.get("bpf") or {}) else 0
+    return seen["data_segments_in"] + max(0, new - seen["sockets_born_in_window"])
 
 
 def _little(total_sum: float, ticks: int, rate: float | None) -> float | None:
@@ -213,6 +219,40 @@ def _kernel_first_byte(ev: dict, req: dict, names: dict) -> dict | None:
                  awaiting_in_one_jiffy=ties, source="kernel: upstream sockets sampled")
 
 
+def _traced_first_byte(ev: dict, req: dict, names: dict) -> dict | None:
+    """origin_wait.bt's exchanges (attached when the sampled sockets were ambiguous): their mean wait times
+    the exchanges per request. bpftrace's maps span its attach to its exit, not the window (and a proxy's
+    own count may be of another window), so the exchanges per request come from the window's ticks: data
+    segments out on the upstream sockets over those in on the client sockets (one segment each for a
+    request that fits in one); else the traced starts over the requests."""
+    b = ev.get("bpf") or {}
+    if "origin_wait" not in (ev.get("scripts") or []) or not req["n"]:
+        return None
+    waits = {origin_key(k): st for k, st in (b.get("@ow_ns") or {}).items() if st.get("count")}
+    done = sum(st["count"] for st in waits.values())
+    if not done:
+        return None
+    sent = ((((ev.get("conns") or {}).get("flight") or {}).get("upstream") or {}).get("data_segments_out") or 0)
+    arrived = kernel_requests(ev) if sent else None
+    if sent and arrived:                # one window, one mechanism: the ticks' segments out over those in
+        per_req, how = sent / arrived, f"{sent} data segments sent upstream for {arrived} in from clients"
+    else:
+        begun = b.get("@ow_starts") or done
+        per_req, how = begun / req["n"], f"{begun} exchanges traced for {req['n']} requests"
+    by = {o: {**names.get(o, {}), "ms": round(st["total"] / 1e6 / done * per_req, 3),
+              "mean_wait_ms": round(st["average"] / 1e6, 3), "exchanges": st["count"]} for o, st in waits.items()}
+    p50, p99 = hist_quantiles(b.get("@ow_us"), (0.5, 0.99))
+    total_ns = sum(st["total"] for st in waits.values())
+    return _part(total_ns / 1e6 / done * per_req,
+                 "every exchange traced (sock:sock_send_length stamps the proxy's first send on an upstream "
+                 "socket since its last data in, tcp:tcp_probe takes the first data segment back): the mean "
+                 f"wait x the exchanges per request ({how})",
+                 "exact per exchange (kernel clock); p50/p99 within a factor of 2 (log2 buckets); per request "
+                 "as exact as the exchanges per request", done, p50_ms=p50, p99_ms=p99, by_origin=by,
+                 exchanges_per_request=round(per_req, 3), per_exchange="p50/p99 are per exchange",
+                 source="kernel: every upstream exchange traced")
+
+
 def _within_bounds(kernel: dict, total: dict, others: float, req: dict) -> dict:
     """The kernel's bounds narrowed by the proxy's own total: its total less the other parts it holds,
     kept within [lower, upper] (the kernel's bounds are measurements; the difference is an inference)."""
@@ -234,6 +274,11 @@ def origin_first_byte(ev: dict, req: dict, own: dict, names: dict, others: float
     theirs = (own.get("parts") or {}).get("origin_first_byte")
     if theirs and theirs.get("measurable") and theirs.get("ms") is not None:
         return _corrected(theirs, kernel, origin_unread_ms(ev, req), req, names)
+    traced = _traced_first_byte(ev, req, names)
+    if traced is not None:
+        if kernel is not None:
+            traced["kernel_sampled"] = {k: kernel.get(k) for k in ("ms", "ms_upper", "mechanism")}
+        return traced
     if kernel is None:
         return unmeasurable("no upstream socket sampled and no figure from the proxy itself")
     total = own.get("proxy_total")

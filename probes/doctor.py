@@ -26,8 +26,8 @@ from . import budget, budget_findings, bpftrace, caps, connsample, findings, net
 # Always: no syscall tracepoint among them (see triage.py for why that matters). budget.bt also counts what
 # connect_fail.bt does: one program at each TCP state change of the host instead of two.
 DEFAULT_SCRIPTS = ["loop_blocking", "fs_churn", "budget"]
-# Syscall scripts, each attached when the triage sees what it measures (or with --deep).
-TRIAGED_SCRIPTS = ["pollscan", "fd_errors", "sync_calls"]
+# Per-call or per-packet scripts, each attached when the triage sees what it measures (or with --deep).
+TRIAGED_SCRIPTS = ["pollscan", "fd_errors", "sync_calls", "origin_wait"]
 DEEP_SCRIPTS = ["connect_errors", "file_lifecycle", "epoll_events", "biolatency", "runqlat", "budget_reads"]
 
 
@@ -110,8 +110,7 @@ class Probes:
 
     def program(self, dump_every_ms: int | None = None) -> str:
         """The composed bpftrace program; standing (dumped every window) with dump_every_ms."""
-        args = budget_args(self.every)
-        return bpftrace.compose(self.scripts, self.pids, {"budget": args, "budget_reads": args}, dump_every_ms)
+        return bpftrace.compose(self.scripts, self.pids, script_args(self.every), dump_every_ms)
 
     @contextlib.contextmanager
     def window(self, kids: procgroup.Children, use_perf: bool = True, tick_s: float = connsample.TICK_S,
@@ -217,6 +216,16 @@ def proc_figures(pids: list[int], before: dict, after: dict, window: float) -> t
         if a["cpu_s"] is not None and b["cpu_s"] is not None:
             cpu += b["cpu_s"] - a["cpu_s"]
     return procs, (cpu / window if window > 0 else 0.0)
+
+
+# the scripts that take the proxy's processes, listening ports and network namespace (budget_args)
+PORT_SCRIPTS = ("budget", "budget_reads", "origin_wait")
+
+
+def script_args(every: list[int]) -> dict[str, dict]:
+    """compose()'s per-script values for the proxy whose processes are `every`."""
+    args = budget_args(every)
+    return {name: args for name in PORT_SCRIPTS}
 
 
 def budget_args(every: list[int]) -> dict:

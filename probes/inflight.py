@@ -73,7 +73,8 @@ class Tally:
         self.ties = 0
         self.origins: dict[str, dict[str, int]] = {}
         self.segs: dict[int, list[int]] = {}     # client socket inode -> [data segments in at first sight, last]
-        self.before: set[int] = set()            # client sockets already there at the first tick
+        self.up_segs: dict[int, list[int]] = {}  # upstream socket inode -> [data segments out, the same]
+        self.before: set[int] = set()            # sockets already there at the first tick
 
     def _origin(self, flow: str) -> dict[str, int]:
         return self.origins.setdefault(origin_of(flow), {"connecting": 0, "awaiting": 0, "ambiguous": 0,
@@ -91,10 +92,11 @@ class Tally:
                 self.accept[port] = self.accept.get(port, 0) + recvq
             elif port in listening:
                 self.client_unread += recvq > 0
-                self._segments(ino, got.get("data_segs_in", 0))
+                self._segments(self.segs, ino, got.get("data_segs_in", 0))
             elif state == "SYN-SENT":
                 self._origin(flow)["connecting"] += 1
             elif state == "ESTAB":
+                self._segments(self.up_segs, ino, got.get("data_segs_out", 0))
                 o = self._origin(flow)
                 o["sockets"] += 1
                 if recvq > 0:
@@ -108,22 +110,31 @@ class Tally:
         self.client_unread_ticks.append(self.client_unread - before)
         self.ticks += 1
 
-    def _segments(self, ino: int, n: int) -> None:
+    def _segments(self, segs: dict, ino: int, n: int) -> None:
         if self.ticks == 0:
             self.before.add(ino)
-        seen = self.segs.setdefault(ino, [n, n])
+        seen = segs.setdefault(ino, [n, n])
         seen[1] = max(seen[1], n)
 
+    def _grown(self, segs: dict) -> int:
+        """A socket there at the first tick counts from its count then, one born later from 0."""
+        return sum(last - (first if ino in self.before else 0) for ino, (first, last) in segs.items())
+
     def client_segments(self) -> dict:
-        """Data segments the proxy's client sockets received in the window, as far as the ticks saw them: a
-        socket there at the first tick from its count then, one born later from 0; a connection opened and
-        closed between two ticks is not seen (the budget adds the kernel's count of new connections)."""
-        grown = sum(last - (first if ino in self.before else 0) for ino, (first, last) in self.segs.items())
-        return {"data_segments_in": grown, "sockets_seen": len(self.segs),
+        """Data segments the proxy's client sockets received in the window, as far as the ticks saw them; a
+        connection opened and closed between two ticks is not seen (the budget adds the kernel's count of new
+        connections)."""
+        return {"data_segments_in": self._grown(self.segs), "sockets_seen": len(self.segs),
                 "sockets_born_in_window": len(self.segs) - len(self.before & self.segs.keys())}
+
+    def upstream_segments(self) -> dict:
+        """Data segments the proxy sent on its established upstream sockets in the window (a request that fits
+        in one segment is one), as the ticks saw them: the exchanges per request of origin_wait.bt's waits."""
+        return {"data_segments_out": self._grown(self.up_segs), "sockets_seen": len(self.up_segs)}
 
     def summary(self) -> dict:
         return {"ticks": self.ticks, "accept_queued_sum": self.accept, "client_unread_sum": self.client_unread,
                 "client_unread_per_tick": self.client_unread_ticks[:MAX_TICKS_KEPT],
                 "origins": self.origins, "awaiting_in_one_jiffy": self.ties, "clients": self.client_segments(),
+                "upstream": self.upstream_segments(),
                 "counted": "sums over the ticks of sockets the proxy holds in each state (mean = sum / ticks)"}

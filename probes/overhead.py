@@ -67,7 +67,7 @@ def _window(pids: list[int], seconds: float, tick, component: str) -> None:
     with procgroup.Children() as kids:
         run = rec = None
         if component in bpftrace.catalog():
-            run = bpftrace.Run(kids, bpftrace.compose([bpftrace.catalog()[component]], pids))
+            run = bpftrace.Run(kids, bpftrace.compose([bpftrace.catalog()[component]], pids, doctor.script_args(pids)))
             run.wait_attached()
         elif component in ("perf", "perf-nocg"):
             rec = perf.Record(kids, callgraph=component == "perf")
@@ -228,7 +228,7 @@ def program_costs(load: Load, component: str) -> dict:
     with bpfstats.enabled() as why_not, procgroup.Children() as kids:
         if why_not:
             return bpfstats.unavailable(why_not)
-        run = bpftrace.Run(kids, bpftrace.compose(scripts, load.pids))
+        run = bpftrace.Run(kids, bpftrace.compose(scripts, load.pids, doctor.script_args(load.pids)))
         run.wait_attached()                     # until each tracepoint carries its program
         first, t0 = bpfstats.programs(run.proc.pid), time.monotonic()
         w = wrk(load.url, load.seconds, load.connections, script=load.script)

@@ -13,7 +13,12 @@ doctor attaches a syscall script only where what it measures is happening:
   (nginx's master holds sockets without epoll too, but sleeps in sigsuspend);
 - `sync_calls` when its loop thread is inside fsync/fdatasync;
 - `fd_errors` when a process holds half its fd limit or more (EMFILE can
-  only come from a process near RLIMIT_NOFILE: fs/file.c `alloc_fd`).
+  only come from a process near RLIMIT_NOFILE: fs/file.c `alloc_fd`);
+- `origin_wait` (per packet, not per syscall, but as costly) when an
+  upstream socket of the target's is one TCP_INFO cannot place: kept alive,
+  its request sent, its last answer received and acknowledged in one jiffy
+  (inflight.ambiguous). Sampled, its time budget's origin wait is then only
+  bounded; traced, it is exact.
 
 What a thread waits in is read from /proc/PID/task/TID/syscall (the syscall
 number and its arguments while the task sleeps in it; "running" while on
@@ -28,6 +33,8 @@ from proxytune.core.numbers import uint
 
 from proxytune.core import procfs
 
+from . import connsample, inflight
+
 # Each process's loop thread (tid == pid) is read SAMPLES times over SPAN_S, every thread every SWEEP-th
 # time. A loop inside fsync a share s of the time is missed by all of them with (1 - s)^SAMPLES: at the
 # 5 % where blocking-disk-io starts, 0.6 %; at 12 % (a log synced per request here), 2e-6. With 12
@@ -35,6 +42,7 @@ from proxytune.core import procfs
 SAMPLES = 100
 SPAN_S = 0.5
 SWEEP = 10
+LOOKS = 3               # sock_diag looks at the upstream sockets over the span (origin_wait's trigger)
 FD_SHARE = 0.5          # fds held / soft limit from which EMFILE is worth counting at the syscalls
 
 # syscall numbers by machine (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h);
@@ -98,7 +106,10 @@ def sample(pids: list[int]) -> dict:
     running: dict[int, int] = {}
     fds: dict[int, int] = {}            # the most fds each held: a proxy at its limit dips between accepts
     tids = {pid: procfs.thread_ids(pid) for pid in pids}
+    ns, ties = connsample.namespace_of(pids[0]) if pids else None, 0
     for i in range(SAMPLES):
+        if i % (SAMPLES // LOOKS) == 0:
+            ties = max(ties, ambiguous_upstreams(ns, pids))
         for pid in tids:
             if i % SWEEP == 0:
                 fds[pid] = max(fds.get(pid, 0), procfs.fd_count(pid) or 0)
@@ -117,7 +128,18 @@ def sample(pids: list[int]) -> dict:
         time.sleep(SPAN_S / SAMPLES)
     return {"available": True, "samples": SAMPLES, "threads": sum(map(len, tids.values())), "waits": seen,
             "running": {str(p): n for p, n in running.items()}, "poll_nfds_max": max(nfds, default=0), "loop_in_sync": loop_syncs,
-            "fds_max": {str(p): n for p, n in fds.items()}}
+            "ambiguous_upstreams": ties, "fds_max": {str(p): n for p, n in fds.items()}}
+
+
+def ambiguous_upstreams(ns, pids: list[int]) -> int:
+    """How many upstream sockets of the target's one sock_diag look finds ambiguous (sent, received and
+    acknowledged in one jiffy: awaiting or idle)."""
+    owned = {ino for pid in pids if (got := connsample.fd_inventory(pid)) for ino in got[1]}
+    info: dict[int, dict] = {}
+    rows = connsample.tcp_rows(ns, info=info)
+    listening = {port for state, _, _, port, ino, _ in rows if state == "LISTEN" and ino in owned}
+    return sum(1 for state, _, _, port, ino, _ in rows if state == "ESTAB" and ino in owned
+               and port not in listening and inflight.ambiguous(info.get(ino) or {}))
 
 
 def decide(pids: list[int]) -> dict:
@@ -131,6 +153,7 @@ def decide(pids: list[int]) -> dict:
     waits = seen.get("waits", {})
     polls = sum(waits.get(n, 0) for n in POLLS)
     no_epoll = [p for p in without_epoll(pids) if (seen.get("running") or {}).get(str(p))]
+    ties = seen.get("ambiguous_upstreams", 0)
     need = {
         "pollscan": (polls > 0 or bool(no_epoll) or not seen["available"],
                      f"a thread waits in poll/select ({polls} of the samples)" if polls else
@@ -141,6 +164,9 @@ def decide(pids: list[int]) -> dict:
                        "the loop thread was not seen in fsync/fdatasync"),
         "fd_errors": (fd_share >= FD_SHARE, f"fds at {fd_share:.0%} of the soft limit"
                       + (" (EMFILE is possible)" if fd_share >= FD_SHARE else f", below {FD_SHARE:.0%}")),
+        "origin_wait": (ties > 0, f"{ties} kept-alive upstream socket(s) sent, received and were acknowledged in "
+                                  "one jiffy: awaiting their origin or idle, which sampling cannot tell" if ties else
+                        "every upstream socket sampled was placed (awaiting, idle or reading)"),
     }
     return {**seen, "fd_share": round(fd_share, 3), "without_epoll": no_epoll,
             "need": {k: {"attach": bool(a), "why": why} for k, (a, why) in need.items()}}

@@ -137,14 +137,15 @@ CELLS = _cells()
 BY_NAME = {c.name: c for c in CELLS}
 # What `make test` runs: every mechanism once within CI's time (each cell ~23 s here: the full matrix is 8 min,
 # LEAN 4): each proxy's own clock behind a slow origin, each proxy's own queue, a fast proxy with idle event
-# loops (Traffic Server) or a cache in front (Varnish); LEAN is about 3.5 min. The kernel's mechanisms alone (nginx without its own
+# loops (Traffic Server) or a cache in front (Varnish), and the kernel alone behind origin connections reused
+# within a jiffy (HAProxy without its stats socket: the triage's origin_wait.bt); LEAN is about 4 min. The kernel's mechanisms alone (nginx without its own
 # clock, two delays) and a fast nginx are tests/test_budget_live.py's. The full matrix, for docs/DIAGNOSIS.md
 # and a change to a rule: PROXYTUNE_LATENCY_FULL=1.
 # Varnish's and Traffic Server's queue cells are not in it while they fail (docs/DIAGNOSIS.md says why); their
 # clocks' queues are read live in CI by test_owntime_live.py.
 LEAN = ("varnish-fast", "trafficserver-fast",
         "haproxy-slow200-stats", "varnish-slow250", "squid-slow300-timed", "trafficserver-slow200-timed",
-        "nginx-slow300-timed", "haproxy-queue-mc4")
+        "nginx-slow300-timed", "haproxy-queue-mc4", "haproxy-slow400-nostats")
 
 
 def selected() -> list[Cell]:

@@ -477,3 +477,61 @@ def test_unread_client_data_seen_in_bursts_states_how_well_its_mean_is_known():
 def matrix_agrees(doc: dict, client_ms: float) -> bool:
     import latency_cells
     return latency_cells.agreement(doc, client_ms)["agrees"]
+
+
+def test_ambiguous_upstreams_traced_give_the_exact_wait_per_request_by_exchanges_in_the_window(fake_kind):
+    """HAProxy reuses its origin connections within a jiffy of the last answer and the origin, quiet past
+    its RTO, acknowledges at once: sampled, the wait is only bounded (CI cell haproxy-slow400-nostats:
+    22-401 ms for a 400 ms origin). origin_wait.bt times each exchange; bpftrace's maps span more than the
+    window, so the exchanges per request come from the window's ticks (segments out upstream / requests)."""
+    ev = evidence(rate=40, awaiting=1)                                          # 120 requests, sampled: 25 ms
+    ev["conns"]["flight"]["origins"]["127.0.0.1:9000"]["ambiguous"] = 15 * TICKS
+    ev["scripts"].append("origin_wait")
+    ev["bpf"].update({"@ow_ns": {"127.0.0.1,9000": {"count": 100, "average": 400e6, "total": 400e8}},
+                      "@ow_us": [{"min": 262144, "max": 524287, "count": 100}], "@ow_starts": 144})
+    ev["conns"]["flight"]["upstream"] = {"data_segments_out": 120, "sockets_seen": 16}
+    fb = budget.compute(ev)["parts"]["origin_first_byte"]
+    assert fb["ms"] == pytest.approx(400.0) and fb["exchanges_per_request"] == 1.0
+    assert fb["by_origin"]["127.0.0.1:9000"]["mean_wait_ms"] == 400.0 and fb["p99_ms"] == pytest.approx(524.287)
+    assert fb["kernel_sampled"]["ms"] == pytest.approx(25.0) and fb["kernel_sampled"]["ms_upper"] > 350
+    assert "sock_send_length" in fb["mechanism"] and "120 data segments sent upstream for 120" in fb["mechanism"]
+    ev["conns"]["flight"]["upstream"] = {"data_segments_out": 60, "sockets_seen": 16}    # half from the cache
+    assert budget.compute(ev)["parts"]["origin_first_byte"]["ms"] == pytest.approx(200.0)
+    ev["proxy"] = {"kind": "fake", "timing": {}, "directives": {}}    # its own count (900, its log's window):
+    assert budget.compute(ev)["parts"]["origin_first_byte"]["ms"] == pytest.approx(200.0)   # the ticks' ratio
+    ev["proxy"] = None
+    del ev["conns"]["flight"]["upstream"]                                        # no ticks: the traced starts
+    fb = budget.compute(ev)["parts"]["origin_first_byte"]
+    assert fb["ms"] == pytest.approx(400.0 * 144 / 120) and "144 exchanges traced" in fb["mechanism"]
+    ev["bpf"]["@ow_ns"] = {}                                                     # nothing answered: sampled
+    assert budget.compute(ev)["parts"]["origin_first_byte"]["ms"] == pytest.approx(25.0)
+
+
+def test_upstream_segments_count_from_the_first_tick_or_from_birth():
+    t = inflight.Tally()
+    up = lambda out: {"bytes_sent": 10, "bytes_received": 10, "data_segs_out": out, "lastsnd": 4, "lastrcv": 8}
+    t.tick([("ESTAB", 0, 0, "40000", 7, "127.0.0.1>127.0.0.1:9000")], {7: [1]}, set(), {7: up(50)})
+    t.tick([("ESTAB", 0, 0, "40000", 7, "127.0.0.1>127.0.0.1:9000"),
+            ("ESTAB", 0, 0, "40001", 8, "127.0.0.1>127.0.0.1:9000")], {7: [1], 8: [1]}, set(), {7: up(53), 8: up(2)})
+    assert t.summary()["upstream"] == {"data_segments_out": 5, "sockets_seen": 2}
+
+
+def test_compose_expands_a_variable_compared_with_the_listening_ports():
+    s = bpftrace.catalog()["origin_wait"]
+    text = bpftrace.compose([s], [10], {"origin_wait": {"pids": [10], "ports": ["80", "8080"], "netns": 1}})
+    assert "!(($lport == 80 || $lport == 8080))" in text and "$2" not in text
+
+
+def test_the_triage_attaches_origin_wait_only_where_an_upstream_socket_was_ambiguous(monkeypatch):
+    """Per packet, origin_wait.bt costs what a syscall tracepoint does: it comes with the triage's reason
+    (an upstream socket sampling cannot place), never by default."""
+    import os
+    from proxytune.probes import triage
+    seen = {"available": True, "waits": {}, "running": {}, "loop_in_sync": 0, "fds_max": {}}
+    monkeypatch.setattr(triage, "sample", lambda pids: {**seen, "ambiguous_upstreams": 0})
+    need = triage.decide([os.getpid()])["need"]["origin_wait"]
+    assert not need["attach"] and "placed" in need["why"]
+    monkeypatch.setattr(triage, "sample", lambda pids: {**seen, "ambiguous_upstreams": 3})
+    need = triage.decide([os.getpid()])["need"]["origin_wait"]
+    assert need["attach"] and need["why"].startswith("3 kept-alive upstream socket(s)")
+    assert "origin_wait" not in doctor.DEFAULT_SCRIPTS and "origin_wait" in doctor.TRIAGED_SCRIPTS

@@ -86,8 +86,12 @@ def test_the_doctor_attaches_only_the_syscalls_its_findings_read():
     syscalls = {t.split(":sys_", 1)[1].split("_", 1)[1] for t in tps if t.startswith("syscalls:")}
     assert syscalls == {"poll", "ppoll", "select", "pselect6", "openat", "socket", "accept", "accept4",
                         "fsync", "fdatasync"}
+    # origin_wait's per-packet pair, triaged too (only where sampled upstream sockets are ambiguous)
     assert tps - {t for t in tps if t.startswith("syscalls:")} == {
-        "sched:sched_switch", "sock:inet_sock_set_state", "ext4:ext4_allocate_inode", "ext4:ext4_unlink_enter"}
+        "sched:sched_switch", "sock:inet_sock_set_state", "ext4:ext4_allocate_inode", "ext4:ext4_unlink_enter",
+        "sock:sock_send_length", "tcp:tcp_probe"}
+    default = _tracepoints(bpftrace.compose([cat[n] for n in doctor.DEFAULT_SCRIPTS], [101, 202]))
+    assert not {"sock:sock_send_length", "tcp:tcp_probe"} & default       # never per packet by default
 
 
 def test_host_wide_events_run_one_program_that_tests_integers_before_any_map():
