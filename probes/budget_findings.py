@@ -101,12 +101,14 @@ def proxy_queue(ev: dict, b: dict, found: list) -> Finding | None:
     # waited in it (Traffic Server shows no queue length: its log's SERVER_CONNECT - SERVER_FIRST_CONNECT)
     formed = any(isinstance(cause.get(k), (int, float)) and cause[k] > 0
                  for k in ("queue_now", "queue_max", "waited", "queue_mean"))
-    if b.get("dominant") != "proxy_queue" or not _significant(part) or not formed:
+    if not _significant(part) or not formed:
         return None
     cap = _own_cap_queueing(found, cause)
     if cap:                   # the proxy's own cap makes them wait (Varnish's pool at thread_pool_max queues
-        cap.evidence.update({"queue_wait_ms_per_request": part["ms"],      # its sessions): one finding, the cap's
+        cap.evidence.update({"queue_wait_ms_per_request": part["ms"],      # its sessions): one finding, the cap's,
                              "queue": {k: cause.get(k) for k in ("what", "directive", "queue_now", "queue_max")}})
+        return None           # which ranks first and carries the wait whichever part of the budget dominates
+    if b.get("dominant") != "proxy_queue":
         return None
     where = f"`{cause.get('directive')}` ({cause.get('where')})" if cause.get("directive") else "its queue"
     evidence = {**_budget_evidence(b, "proxy_queue"), "directive": cause.get("directive"), "where": cause.get("where"),

@@ -445,6 +445,12 @@ def test_a_queue_behind_the_proxys_own_cap_is_that_caps_finding_with_the_wait(fa
     assert ids(found) == ["varnish-thread-pool"]
     assert found[0].evidence["queue_wait_ms_per_request"] == pytest.approx(300.0)
     assert found[0].evidence["queue"]["queue_max"] == 10
+    # clients waiting to be accepted dominate (a pool with queued sessions does not run its acceptor): the cap's
+    # finding still carries the queue's wait (CI cell varnish-queue-max10x1: accept queue 219 ms, queue 108 ms)
+    ev = evidence(rate=300, awaiting=30, accept=200, kind="fake", timing={})
+    cap.evidence.pop("queue_wait_ms_per_request")
+    b, found = doctor_answer(ev, [cap])
+    assert b["dominant"] == "accept_queue" and found[0].evidence["queue_wait_ms_per_request"] == pytest.approx(300.0)
     other = Finding("haproxy-maxconn", "high", "haproxy is at its global maxconn", {"cap": "`maxconn 200`"}, "x",
                     impact=1e6)
     fake_kind.parts = {"proxy_queue": own(300.0, cause={**cause, "directive": "server s1 127.0.0.1:9000 maxconn 4"},
