@@ -170,8 +170,9 @@ LATENCY_OPEN = """### The cells that still fail, and why (not in `make test`'s l
   (bin/varnishd/cache/cache_pool.c), and wrk opens every connection at once. The budget's accept-queue part
   (Little's law: 7 queued over 32 requests/s, 219 ms) counts clients that wrk's mean cannot, since it averages
   completed requests only; the rest of the budget (queue 94-110 ms, origin 101 ms) is the served clients'.
-  Also failing in every look: the `varnish-thread-pool` finding carries no `queue_wait_ms_per_request` in its
-  evidence (not looked into yet). Next: let every connection be accepted before the queue forms (connections
+  Also failing in every look here: the `varnish-thread-pool` finding carried no `queue_wait_ms_per_request`,
+  because the proxy-queue rule gave the cap its wait only when the queue dominated the budget; since a2091ec
+  it does whichever part dominates (these looks predate it). Next: let every connection be accepted before the queue forms (connections
   opened a few at a time, or the threads made after the clients connect), and a finding for clients starved
   in an accept queue.
 - `trafficserver-queue-max4`, `trafficserver-queue-max8` (budget 123-150 and 52-140 ms against wrk's 252 and
