@@ -80,11 +80,11 @@ def probe_run(name, pid, comm, duration, as_json):
       proxytune probe run pollscan --comm squid
       proxytune probe run syscall_mix --pid 1234 --duration 5 --json
     """
-    from proxytune.probes import bpftrace, caps, proc, render as prender
+    from proxytune.probes import bpftrace, caps, doctor, proc, render as prender
     script = bpftrace.named(name)
     pids = proc.resolve(pid, comm)
     caps.require_script(script)
-    maps = bpftrace.run_for([script], pids, duration)
+    maps = bpftrace.run_for([script], pids, duration, doctor.script_args(pids))
     if as_json:
         emit_result("probe", {"probe": name, "pids": pids, **maps})
     else:

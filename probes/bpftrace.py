@@ -47,6 +47,8 @@ NUDGE_S = 1.0
 # `X == $1`, where X is pid, tid or a tracepoint field (args->next_pid): compose() matches any of the pids.
 PID_ARG = re.compile(r"(?<![\w>])((?:args->)?[a-z_]+) == \$1\b")
 # `X == $2` in a script that takes the proxy's listening ports (budget.bt): any of them; `$3` its netns inode.
+# scripts whose `!(X == $2)` would hold for every socket without the ports: composed only with them
+NEEDS_PORTS = ("origin_wait",)
 PORT_ARG = re.compile(r"(?<![\w>])((?:args->|\$)?[a-z_]+) == \$2\b")
 NETNS_ARG = re.compile(r"\$3\b")
 MAP_NAME = re.compile(r"@\w+")
@@ -108,10 +110,59 @@ BTF = Path("/sys/kernel/btf/vmlinux")
 STRUCT_CAST = re.compile(r"\(struct \w+ \*\)")
 
 
+PROBE_HEAD = re.compile(r"^tracepoint:", re.M)
+ARG_FIELD = re.compile(r"args->(\w+)")
+FORMAT_FIELD = re.compile(r"field:[^;]*?(\w+)(?:\[\d*\])?;")
+
+
+def tracepoint_fields(tp: str) -> set[str]:
+    """The fields a tracepoint's record has on this kernel (events/CAT/NAME/format): they change between
+    kernels (tcp:tcp_probe gained skaddr after 6.8)."""
+    cat, name = tp.split(":")
+    try:
+        return set(FORMAT_FIELD.findall((TRACING / "events" / cat / name / "format").read_text()))
+    except OSError:
+        return set()
+
+
+def missing_fields(s: Script) -> list[str]:
+    """The `args->FIELD`s s reads that this kernel's tracepoints lack: bpftrace refuses the whole program
+    for one of them, and the doctor composes one program of every script."""
+    out = []
+    for head, block in probe_blocks(COMMENT.sub("", s.text)):
+        used = list(dict.fromkeys(ARG_FIELD.findall(block)))
+        for tp in re.findall(r"tracepoint:(\w+:\w+)", head):
+            have = tracepoint_fields(tp)
+            out += [f"{tp} field {f}" for f in used if have and f not in have]
+    return list(dict.fromkeys(out))
+
+
+def probe_blocks(body: str) -> list[tuple[str, str]]:
+    """(its tracepoints, its predicate and braced body) of each tracepoint probe block of a script: the
+    head runs to the predicate or the first brace, the body to the brace that balances it."""
+    out = []
+    for m in PROBE_HEAD.finditer(body):
+        opening = body.find("{", m.start())
+        if opening < 0:
+            break
+        pred = body.find("/", m.start(), opening)
+        depth, i = 0, opening
+        for i in range(opening, len(body)):
+            depth += {"{": 1, "}": -1}.get(body[i], 0)
+            if depth == 0:
+                break
+        head_end = pred if pred >= 0 else opening
+        out.append((body[m.start():head_end], body[head_end:i + 1]))
+    return out
+
+
 def missing_tracepoints(s: Script) -> list[str]:
-    """The tracepoints s needs that this kernel lacks, and its BTF when s reads a kernel struct (a cast
-    such as `(struct sock *)args->skaddr` is resolved through BTF: without it the program does not load)."""
+    """The tracepoints s needs that this kernel lacks (or the fields it reads of them), and its BTF when s
+    reads a kernel struct (a cast such as `(struct sock *)args->skaddr` is resolved through BTF: without it
+    the program does not load)."""
     missing = [tp for tp in s.tracepoints if not tracepoint_exists(tp)]
+    if not missing:
+        missing = missing_fields(s)
     if STRUCT_CAST.search(s.text.split("*/", 1)[-1]) and not BTF.exists():
         missing.append(f"kernel BTF ({BTF})")
     return missing
@@ -136,6 +187,9 @@ def compose(scripts: list[Script], pids: list[int], args: dict[str, dict] | None
         ends += [m.strip() for m in END_RE.findall(text)]
         text = END_RE.sub("", text)
         text = PID_ARG.sub(lambda m: _any_of(m.group(1), own.get("pids") or pids), text)
+        if s.name in NEEDS_PORTS and not own.get("ports"):
+            raise ProxytuneError(f"{s.name} needs the proxy's listening ports",
+                                 "without them every socket of the proxy would count as an upstream one")
         text = PORT_ARG.sub(lambda m: _any_of(m.group(1), [int(p) for p in own.get("ports") or [0]]), text)
         text = NETNS_ARG.sub(str(int(own.get("netns") or 0)), text)
         text = "\n".join(l for l in text.splitlines() if not l.startswith("#!"))
@@ -389,10 +443,10 @@ def _clean(err: str) -> str:
     return "\n".join(l for l in (err or "").splitlines() if "RLIMIT_MEMLOCK" not in l).strip()
 
 
-def run_for(scripts: list[Script], pids: list[int], seconds: float) -> dict:
-    """Run scripts together for `seconds` and return the merged maps."""
+def run_for(scripts: list[Script], pids: list[int], seconds: float, args: dict[str, dict] | None = None) -> dict:
+    """Run scripts together for `seconds` and return the merged maps (`args`: compose()'s per script)."""
     with procgroup.Children() as kids:
-        run = Run(kids, compose(scripts, pids))
+        run = Run(kids, compose(scripts, pids, args))
         run.wait_attached()
         watch = target.Watch(pids)
         watch.wait(seconds)

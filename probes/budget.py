@@ -58,8 +58,11 @@ def unmeasurable(why: str, mechanism: str = "none") -> dict:
 
 
 def origin_key(bpf_key: str) -> str:
-    """bpftrace's "IP,PORT" map key as "IP:PORT" ("[v6]:PORT"), the form ss and the proxy modules use."""
+    """bpftrace's "IP,PORT" map key as "IP:PORT" ("[v6]:PORT"), the form ss and the proxy modules use; a
+    v4-mapped address of a v6 socket in its v4 form, as inflight.origin_of keys the sampled sockets."""
     addr, _, port = str(bpf_key).rpartition(",")
+    if addr.startswith("::ffff:") and "." in addr:
+        addr = addr[7:]
     return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
 
@@ -232,13 +235,7 @@ def _traced_first_byte(ev: dict, req: dict, names: dict) -> dict | None:
     done = sum(st["count"] for st in waits.values())
     if not done:
         return None
-    sent = ((((ev.get("conns") or {}).get("flight") or {}).get("upstream") or {}).get("data_segments_out") or 0)
-    arrived = kernel_requests(ev) if sent else None
-    if sent and arrived:                # one window, one mechanism: the ticks' segments out over those in
-        per_req, how = sent / arrived, f"{sent} data segments sent upstream for {arrived} in from clients"
-    else:
-        begun = b.get("@ow_starts") or done
-        per_req, how = begun / req["n"], f"{begun} exchanges traced for {req['n']} requests"
+    per_req, how = _exchanges_per_request(ev, req, b.get("@ow_starts") or done)
     by = {o: {**names.get(o, {}), "ms": round(st["total"] / 1e6 / done * per_req, 3),
               "mean_wait_ms": round(st["average"] / 1e6, 3), "exchanges": st["count"]} for o, st in waits.items()}
     p50, p99 = hist_quantiles(b.get("@ow_us"), (0.5, 0.99))
@@ -246,11 +243,30 @@ def _traced_first_byte(ev: dict, req: dict, names: dict) -> dict | None:
     return _part(total_ns / 1e6 / done * per_req,
                  "every exchange traced (sock:sock_send_length stamps the proxy's first send on an upstream "
                  "socket since its last data in, tcp:tcp_probe takes the first data segment back): the mean "
-                 f"wait x the exchanges per request ({how})",
-                 "exact per exchange (kernel clock); p50/p99 within a factor of 2 (log2 buckets); per request "
-                 "as exact as the exchanges per request", done, p50_ms=p50, p99_ms=p99, by_origin=by,
-                 exchanges_per_request=round(per_req, 3), per_exchange="p50/p99 are per exchange",
+                 f"wait x the exchanges per request ({how}); from the first send, a request body the client "
+                 "still uploads counts as the origin's",
+                 "exact per exchange (kernel clock); p50/p99 are per exchange, the upper edges of log2 buckets; "
+                 "per request as exact as the exchanges per request; an exchange still open at the window's end "
+                 "is not in the mean", done, population="every request (the waits: every upstream exchange)",
+                 p50_ms=p50, p99_ms=p99, by_origin=by, exchanges_per_request=round(per_req, 3),
                  source="kernel: every upstream exchange traced")
+
+
+def _exchanges_per_request(ev: dict, req: dict, begun: int) -> tuple[float, str]:
+    """Upstream exchanges per request: from the window's ticks, data segments out on the upstream sockets
+    (and one per upstream connection opened and closed between two ticks: budget.bt's connects less the
+    sockets born in the window) over the requests in from the clients; else the traced starts, over the
+    requests, scaled from bpftrace's span to the window's."""
+    flight = (ev.get("conns") or {}).get("flight") or {}
+    up = flight.get("upstream") or {}
+    unseen = max(0, ((ev.get("bpf") or {}).get("@conn_tries") or 0) - up.get("sockets_born_in_window", 0))
+    sent = (up.get("data_segments_out") or 0) + (unseen if up else 0)
+    arrived = kernel_requests(ev) if sent else None
+    if sent and arrived:                # one window, one mechanism: the ticks' segments out over those in
+        return sent / arrived, f"{sent} data segments sent upstream for {arrived} in from clients"
+    span = (ev.get("window_s") or 0) / (ev.get("bpf_window_s") or ev.get("window_s") or 1)
+    return begun * span / req["n"], f"{begun} exchanges traced in bpftrace's span, x{span:.2f} to the window's, " \
+                                    f"for {req['n']} requests"
 
 
 def _within_bounds(kernel: dict, total: dict, others: float, req: dict) -> dict:
@@ -277,7 +293,10 @@ def origin_first_byte(ev: dict, req: dict, own: dict, names: dict, others: float
     traced = _traced_first_byte(ev, req, names)
     if traced is not None:
         if kernel is not None:
-            traced["kernel_sampled"] = {k: kernel.get(k) for k in ("ms", "ms_upper", "mechanism")}
+            slack = kernel.get("resolution_ms") or 0.0
+            traced["kernel_sampled"] = {**{k: kernel.get(k) for k in ("ms", "ms_upper", "mechanism")},
+                                        "traced_within_bounds": kernel["ms"] - slack <= traced["ms"]
+                                        <= kernel["ms_upper"] + slack}
         return traced
     if kernel is None:
         return unmeasurable("no upstream socket sampled and no figure from the proxy itself")

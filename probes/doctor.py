@@ -86,9 +86,10 @@ class Probes:
 
     def __init__(self, pids: list[int], host=None, profile_ref: str = "linux/proxy",
                  cache_dirs: list[str] | None = None, deep: bool = False, use_perf: bool = True,
-                 sampling: caps.Capability | None = None, stacks: bool = True):
+                 sampling: caps.Capability | None = None, stacks: bool = True, standing: bool = False):
         """`sampling`: whether perf can sample, already found (a standing session settled again keeps
-        its own: finding it runs `perf record -a`, 0.3 s of CPU each time); `stacks`: perf's call graphs."""
+        its own: finding it runs `perf record -a`, 0.3 s of CPU each time); `stacks`: perf's call graphs;
+        `standing`: for a watcher's standing session (nothing per packet)."""
         caps.require_tracefs()
         if not bpftrace.version():
             raise ProxytuneError("bpftrace is not installed", "Debian: apt-get install bpftrace")
@@ -96,11 +97,13 @@ class Probes:
         self.triaged = triage.decide(pids)
         self.scripts, self.skipped = usable_scripts(deep, self.triaged["need"])
         self.watched = proxies.identify(pids[0])
+        self.every = list(dict.fromkeys(pids + (self.watched.processes() if self.watched else [])))
+        self.args = script_args(self.every)
+        self._without_per_packet(standing)
         self.comm = procfs.comm_of(pids[0])
         profile_ref, service = proxies.audit_as(self.watched, profile_ref, self.comm)
         self.dirs = list(cache_dirs or []) or proxy_cache_dirs(self.watched)
         self.port_range = nsstate.port_range(pids[0])
-        self.every = list(dict.fromkeys(pids + (self.watched.processes() if self.watched else [])))
         self.audit = (audit(host, profile_ref, service, self.dirs) if host is not None
                       else {"available": False, "reason": "not asked"})
         self.sampling = sampling or (caps.perf_sampling() if use_perf else no("not asked (--no-perf)"))
@@ -110,7 +113,20 @@ class Probes:
 
     def program(self, dump_every_ms: int | None = None) -> str:
         """The composed bpftrace program; standing (dumped every window) with dump_every_ms."""
-        return bpftrace.compose(self.scripts, self.pids, script_args(self.every), dump_every_ms)
+        return bpftrace.compose(self.scripts, self.pids, self.args, dump_every_ms)
+
+    def _without_per_packet(self, standing: bool) -> None:
+        """origin_wait.bt leaves when it cannot tell upstream sockets from clients (no listening port found,
+        or more than budget_args keeps) and in a standing session: per packet, it is not for always-on."""
+        ports = self.args["origin_wait"]
+        why = ("a standing session (watch) attaches nothing per packet" if standing else
+               "no listening port of the proxy found: its upstream sockets cannot be told from its clients"
+               if not ports["ports"] else
+               f"more than {MAX_PORTS} listening ports: a client socket could count as upstream"
+               if ports["truncated"] else None)
+        if why and any(s.name == "origin_wait" for s in self.scripts):
+            self.scripts = [s for s in self.scripts if s.name != "origin_wait"]
+            self.skipped["origin_wait"] = why
 
     @contextlib.contextmanager
     def window(self, kids: procgroup.Children, use_perf: bool = True, tick_s: float = connsample.TICK_S,
@@ -218,6 +234,7 @@ def proc_figures(pids: list[int], before: dict, after: dict, window: float) -> t
     return procs, (cpu / window if window > 0 else 0.0)
 
 
+MAX_PORTS = 64          # listening ports a program tests against (one comparison each, per event)
 # the scripts that take the proxy's processes, listening ports and network namespace (budget_args)
 PORT_SCRIPTS = ("budget", "budget_reads", "origin_wait")
 
@@ -236,7 +253,7 @@ def budget_args(every: list[int]) -> dict:
         netns = os.stat(f"/proc/{int(every[0])}/ns/net").st_ino
     except OSError:
         netns = 0
-    return {"pids": every, "ports": ports[:64], "netns": netns}
+    return {"pids": every, "ports": ports[:MAX_PORTS], "netns": netns, "truncated": len(ports) > MAX_PORTS}
 
 
 class own_clocks(contextlib.AbstractContextManager):

@@ -130,7 +130,8 @@ class Tally:
     def upstream_segments(self) -> dict:
         """Data segments the proxy sent on its established upstream sockets in the window (a request that fits
         in one segment is one), as the ticks saw them: the exchanges per request of origin_wait.bt's waits."""
-        return {"data_segments_out": self._grown(self.up_segs), "sockets_seen": len(self.up_segs)}
+        return {"data_segments_out": self._grown(self.up_segs), "sockets_seen": len(self.up_segs),
+                "sockets_born_in_window": len(self.up_segs) - len(self.before & self.up_segs.keys())}
 
     def summary(self) -> dict:
         return {"ticks": self.ticks, "accept_queued_sum": self.accept, "client_unread_sum": self.client_unread,

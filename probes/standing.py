@@ -62,7 +62,7 @@ class Session:
         self.kids.__enter__()
         self.standing = None
         try:
-            self.probes = doctor.Probes(self.pids, use_perf=use_perf, **probes_kw)
+            self.probes = doctor.Probes(self.pids, use_perf=use_perf, standing=True, **probes_kw)
             self.text = self.probes.program(dump_every_ms=int(window_s * 1000))
             run = bpftrace.Run(self.kids, self.text)
             run.wait_attached()
@@ -91,7 +91,7 @@ class Session:
         counts its error log's lines from where that object first read it: a new one would start at
         0 and make the window's count negative)."""
         kept = self.probes.sampling if self.probes.sampling.ok and shutil.which("perf") else None    # else found anew
-        probes = doctor.Probes(self.pids, use_perf=self.use_perf, sampling=kept, **self.probes_kw)
+        probes = doctor.Probes(self.pids, use_perf=self.use_perf, sampling=kept, standing=True, **self.probes_kw)
         if probes.program(dump_every_ms=int(self.window_s * 1000)) != self.text:
             return False
         probes.carry, probes.watched = self.probes.carry, self.probes.watched

@@ -18,7 +18,11 @@ doctor attaches a syscall script only where what it measures is happening:
   upstream socket of the target's is one TCP_INFO cannot place: kept alive,
   its request sent, its last answer received and acknowledged in one jiffy
   (inflight.ambiguous). Sampled, its time budget's origin wait is then only
-  bounded; traced, it is exact.
+  bounded; traced, it is exact. A healthy proxy that pools connections to a
+  fast origin has such sockets too (idle since an answer that came within
+  the jiffy of its request): a one-shot doctor run pays the per-packet cost
+  for an exact answer there as well; a watcher's standing session never
+  attaches it (doctor.Probes).
 
 What a thread waits in is read from /proc/PID/task/TID/syscall (the syscall
 number and its arguments while the task sleeps in it; "running" while on
@@ -106,9 +110,11 @@ def sample(pids: list[int]) -> dict:
     running: dict[int, int] = {}
     fds: dict[int, int] = {}            # the most fds each held: a proxy at its limit dips between accepts
     tids = {pid: procfs.thread_ids(pid) for pid in pids}
-    ns, ties = connsample.namespace_of(pids[0]) if pids else None, 0
+    ns = connsample.namespace_of(pids[0]) if pids else None
+    ties = 0 if ns is not None else None
+    looks = {round(k * (SAMPLES - 1) / (LOOKS - 1)) for k in range(LOOKS)}      # the first, the last, between
     for i in range(SAMPLES):
-        if i % (SAMPLES // LOOKS) == 0:
+        if ns is not None and i in looks:
             ties = max(ties, ambiguous_upstreams(ns, pids))
         for pid in tids:
             if i % SWEEP == 0:
@@ -126,6 +132,8 @@ def sample(pids: list[int]) -> dict:
                     nfds.append(got[1])
                 loop_syncs += got[0] in SYNCS and tid == pid
         time.sleep(SPAN_S / SAMPLES)
+    if ns is not None:
+        ns.close()
     return {"available": True, "samples": SAMPLES, "threads": sum(map(len, tids.values())), "waits": seen,
             "running": {str(p): n for p, n in running.items()}, "poll_nfds_max": max(nfds, default=0), "loop_in_sync": loop_syncs,
             "ambiguous_upstreams": ties, "fds_max": {str(p): n for p, n in fds.items()}}
@@ -153,7 +161,7 @@ def decide(pids: list[int]) -> dict:
     waits = seen.get("waits", {})
     polls = sum(waits.get(n, 0) for n in POLLS)
     no_epoll = [p for p in without_epoll(pids) if (seen.get("running") or {}).get(str(p))]
-    ties = seen.get("ambiguous_upstreams", 0)
+    ties = seen.get("ambiguous_upstreams")
     need = {
         "pollscan": (polls > 0 or bool(no_epoll) or not seen["available"],
                      f"a thread waits in poll/select ({polls} of the samples)" if polls else
@@ -164,9 +172,10 @@ def decide(pids: list[int]) -> dict:
                        "the loop thread was not seen in fsync/fdatasync"),
         "fd_errors": (fd_share >= FD_SHARE, f"fds at {fd_share:.0%} of the soft limit"
                       + (" (EMFILE is possible)" if fd_share >= FD_SHARE else f", below {FD_SHARE:.0%}")),
-        "origin_wait": (ties > 0, f"{ties} kept-alive upstream socket(s) sent, received and were acknowledged in "
-                                  "one jiffy: awaiting their origin or idle, which sampling cannot tell" if ties else
-                        "every upstream socket sampled was placed (awaiting, idle or reading)"),
+        "origin_wait": (bool(ties), f"{ties} kept-alive upstream socket(s) sent, received and were acknowledged "
+                                    "in one jiffy: awaiting their origin or idle, which sampling cannot tell" if ties
+                        else "every upstream socket sampled was placed (awaiting, idle or reading)" if ties == 0
+                        else "the target's sockets could not be read (its network namespace)"),
     }
     return {**seen, "fd_share": round(fd_share, 3), "without_epoll": no_epoll,
             "need": {k: {"attach": bool(a), "why": why} for k, (a, why) in need.items()}}

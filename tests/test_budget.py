@@ -5,11 +5,13 @@ its loop, the dominant part, the four rules and their ranking among the
 other findings, and the old recorded evidence that has no budget inputs."""
 
 import json
+import os
 import statistics
 
 import pytest
 
 from proxytune import proxies as kinds
+from proxytune.core.errors import ProxytuneError
 from proxytune.probes import budget, budget_findings, bpftrace, doctor, inflight
 from proxytune.probes.findings import Finding
 
@@ -506,9 +508,18 @@ def test_ambiguous_upstreams_traced_give_the_exact_wait_per_request_by_exchanges
     ev["proxy"] = {"kind": "fake", "timing": {}, "directives": {}}    # its own count (900, its log's window):
     assert budget.compute(ev)["parts"]["origin_first_byte"]["ms"] == pytest.approx(200.0)   # the ticks' ratio
     ev["proxy"] = None
-    del ev["conns"]["flight"]["upstream"]                                        # no ticks: the traced starts
+    assert budget.compute(ev)["parts"]["origin_first_byte"]["kernel_sampled"]["traced_within_bounds"]
+    ev["conns"]["flight"]["upstream"] = {"data_segments_out": 60, "sockets_seen": 16, "sockets_born_in_window": 2}
+    ev["bpf"]["@conn_tries"] = 62                        # 60 upstream connections opened and closed between ticks
+    assert budget.compute(ev)["parts"]["origin_first_byte"]["ms"] == pytest.approx(400.0)
+    del ev["bpf"]["@conn_tries"]
+    del ev["conns"]["flight"]["upstream"]                                        # no ticks: the traced starts,
+    ev["bpf_window_s"] = W * 1.2                                                 # over bpftrace's longer span
     fb = budget.compute(ev)["parts"]["origin_first_byte"]
-    assert fb["ms"] == pytest.approx(400.0 * 144 / 120) and "144 exchanges traced" in fb["mechanism"]
+    assert fb["ms"] == pytest.approx(400.0 * 144 / 1.2 / 120) and "144 exchanges traced" in fb["mechanism"]
+    ev["bpf_window_s"] = W
+    ev["bpf"]["@ow_ns"] = {"::ffff:127.0.0.1,9000": ev["bpf"]["@ow_ns"]["127.0.0.1,9000"]}   # a v6 socket, v4-mapped
+    assert list(budget.compute(ev)["parts"]["origin_first_byte"]["by_origin"]) == ["127.0.0.1:9000"]
     ev["bpf"]["@ow_ns"] = {}                                                     # nothing answered: sampled
     assert budget.compute(ev)["parts"]["origin_first_byte"]["ms"] == pytest.approx(25.0)
 
@@ -519,13 +530,87 @@ def test_upstream_segments_count_from_the_first_tick_or_from_birth():
     t.tick([("ESTAB", 0, 0, "40000", 7, "127.0.0.1>127.0.0.1:9000")], {7: [1]}, set(), {7: up(50)})
     t.tick([("ESTAB", 0, 0, "40000", 7, "127.0.0.1>127.0.0.1:9000"),
             ("ESTAB", 0, 0, "40001", 8, "127.0.0.1>127.0.0.1:9000")], {7: [1], 8: [1]}, set(), {7: up(53), 8: up(2)})
-    assert t.summary()["upstream"] == {"data_segments_out": 5, "sockets_seen": 2}
+    assert t.summary()["upstream"] == {"data_segments_out": 5, "sockets_seen": 2, "sockets_born_in_window": 1}
+    t.tick([("ESTAB", 0, 0, "8080", 9, "127.0.0.1>127.0.0.1:51000")], {9: [1]}, {"8080"}, {9: up(40)})
+    assert t.summary()["upstream"]["data_segments_out"] == 5                   # a client socket is none of them
 
 
 def test_compose_expands_a_variable_compared_with_the_listening_ports():
     s = bpftrace.catalog()["origin_wait"]
     text = bpftrace.compose([s], [10], {"origin_wait": {"pids": [10], "ports": ["80", "8080"], "netns": 1}})
     assert "!(($lport == 80 || $lport == 8080))" in text and "$2" not in text
+    # without the ports every socket of the proxy would pass `!($lport == 0)`: refused, not composed
+    with pytest.raises(ProxytuneError, match="needs the proxy's listening ports"):
+        bpftrace.compose([s], [10])
+    cat = bpftrace.catalog()
+    for name, script in cat.items():                      # no `$2` left unsubstituted in any script
+        assert "$2" not in bpftrace.compose([script], [10], {name: {"pids": [10], "ports": ["80"], "netns": 1}})
+
+
+def test_a_script_reading_a_field_this_kernels_tracepoint_lacks_is_skipped_not_composed(monkeypatch, tmp_path):
+    """tcp:tcp_probe gained skaddr in later kernels: bpftrace refuses a whole program for one missing field,
+    and the doctor composes one program of every script, so the script goes, named with the field."""
+    for tp, fields in {"sock/sock_send_length": "sk protocol ret", "tcp/tcp_probe": "sport dport family data_len",
+                       "sock/inet_sock_set_state": "skaddr newstate"}.items():
+        d = tmp_path / "events" / tp
+        d.mkdir(parents=True)
+        d.joinpath("format").write_text("format:\n" + "".join(f"\tfield:int {f};\toffset:0;\tsize:4;\n"
+                                                                for f in fields.split()))
+    monkeypatch.setattr(bpftrace, "TRACING", tmp_path)
+    s = bpftrace.catalog()["origin_wait"]
+    assert bpftrace.missing_tracepoints(s) == ["tcp:tcp_probe field skaddr"]
+    (tmp_path / "events/tcp/tcp_probe/format").write_text("\tfield:const void * skaddr;\n\tfield:__u16 sport;\n"
+                                                          "\tfield:__u16 dport;\n\tfield:__u16 family;\n"
+                                                          "\tfield:__u16 data_len;\n")
+    assert bpftrace.missing_tracepoints(s) == []
+
+
+def test_origin_wait_leaves_without_ports_and_in_a_standing_session(monkeypatch):
+    """Without a listening port (or with more than it tests) a client socket could pass as upstream; a
+    watcher's standing session attaches nothing per packet."""
+    import os
+    from proxytune.probes import triage
+    monkeypatch.setattr(triage, "decide", lambda pids: {"need": {n: {"attach": True} for n in doctor.TRIAGED_SCRIPTS}})
+    monkeypatch.setattr(doctor.caps, "require_tracefs", lambda: None)
+    monkeypatch.setattr(doctor.bpftrace, "version", lambda: "v0.17.0")
+    monkeypatch.setattr(doctor.bpftrace, "missing_tracepoints", lambda s: [])
+    monkeypatch.setattr(doctor.proxies, "identify", lambda pid: None)
+    monkeypatch.setattr(doctor.caps, "perf_sampling", lambda: doctor.no("test"))
+    args = {"pids": [os.getpid()], "ports": ["8080"], "netns": 1, "truncated": False}
+    monkeypatch.setattr(doctor, "script_args", lambda every: {n: args for n in doctor.PORT_SCRIPTS})
+    names = lambda p: [s.name for s in p.scripts]
+    assert "origin_wait" in names(doctor.Probes([os.getpid()], use_perf=False))
+    p = doctor.Probes([os.getpid()], use_perf=False, standing=True)
+    assert "origin_wait" not in names(p) and "standing" in p.skipped["origin_wait"]
+    args.update(ports=[])
+    p = doctor.Probes([os.getpid()], use_perf=False)
+    assert "origin_wait" not in names(p) and "no listening port" in p.skipped["origin_wait"]
+    args.update(ports=["80"], truncated=True)
+    assert "more than 64" in doctor.Probes([os.getpid()], use_perf=False).skipped["origin_wait"]
+
+
+def test_the_triage_looks_at_upstream_sockets_only_and_says_when_it_could_not(monkeypatch):
+    """One sock_diag look: the target's established sockets that are not on its listening ports and that
+    TCP_INFO cannot place; a namespace that cannot be read is said, not taken as 'all placed'."""
+    from proxytune.probes import connsample, triage
+    tie = {"bytes_sent": 160, "bytes_received": 300, "lastsnd": 80, "lastrcv": 80, "lastack": 80}
+    rows = [("LISTEN", 0, 128, "8080", 1, "0.0.0.0>0.0.0.0:*"), ("ESTAB", 0, 0, "8080", 2, "127.0.0.1>10.0.0.9:5000"),
+            ("ESTAB", 0, 0, "41000", 3, "127.0.0.1>127.0.0.1:9000"), ("ESTAB", 0, 0, "41001", 4, "127.0.0.1>127.0.0.1:9000"),
+            ("ESTAB", 0, 0, "41002", 5, "127.0.0.1>127.0.0.1:9000")]
+    infos = {2: tie, 3: tie, 4: {**tie, "lastack": 40}, 5: tie}
+
+    def fake_rows(ns, info=None):
+        info.update(infos)
+        return rows
+    monkeypatch.setattr(connsample, "tcp_rows", fake_rows)
+    monkeypatch.setattr(connsample, "fd_inventory", lambda pid: (5, {1, 2, 3, 4}))      # 5 is another process's
+    assert triage.ambiguous_upstreams(object(), [10]) == 1          # 2 is a client, 4 awaits (delayed ACK)
+    monkeypatch.setattr(connsample, "namespace_of", lambda pid: None)
+    monkeypatch.setattr(triage, "waiting_in", lambda pid, tid, table: None)
+    seen = triage.sample([os.getpid()])
+    assert seen["ambiguous_upstreams"] is None
+    monkeypatch.setattr(triage, "sample", lambda pids: seen)
+    assert "could not be read" in triage.decide([os.getpid()])["need"]["origin_wait"]["why"]
 
 
 def test_the_triage_attaches_origin_wait_only_where_an_upstream_socket_was_ambiguous(monkeypatch):

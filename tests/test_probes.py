@@ -64,7 +64,8 @@ def test_every_catalog_script_loads_standalone_and_composed(tmp_path):
     for s in bpftrace.catalog().values():
         attached, err = _attaches_standalone(s.path)
         assert attached, f"{s.name}: {bpftrace._clean(err)}"
-    maps = bpftrace.run_for(list(bpftrace.catalog().values()), [1], 0.5)
+    cat = bpftrace.catalog()
+    maps = bpftrace.run_for(list(cat.values()), [1], 0.5, {n: {"pids": [1], "ports": ["22"], "netns": 0} for n in cat})
     assert maps["_stderr"] == "" or "ERROR" not in maps["_stderr"]
 
 

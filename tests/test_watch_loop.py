@@ -249,7 +249,7 @@ def test_refresh_keeps_the_attached_program_only_when_the_new_triage_composes_th
     assert s.refresh() is same
     if same:
         assert s.probes is not old and s.probes.carry == {"at": 1.0} and s.probes.watched is old.watched
-        assert s.probes.kw == (False, {"deep": True, "sampling": old.sampling}) and not s.stale
+        assert s.probes.kw == (False, {"deep": True, "sampling": old.sampling, "standing": True}) and not s.stale
     else:
         assert s.probes is old and s.stale
 
