@@ -116,10 +116,15 @@ class Probes:
         return bpftrace.compose(self.scripts, self.pids, self.args, dump_every_ms)
 
     def _without_per_packet(self, standing: bool) -> None:
-        """origin_wait.bt leaves when it cannot tell upstream sockets from clients (no listening port found,
-        or more than budget_args keeps) and in a standing session: per packet, it is not for always-on."""
+        """origin_wait.bt leaves when the proxy's own clock times its requests (the budget places the origin's
+        wait with it: budget.origin_first_byte), when it cannot tell upstream sockets from clients (no
+        listening port found, or more than budget_args keeps) and in a standing session: per packet, it is
+        not for always-on."""
         ports = self.args["origin_wait"]
+        clock = self.watched.timing() if self.watched is not None else None
         why = ("a standing session (watch) attaches nothing per packet" if standing else
+               f"{self.watched.kind}'s own clock times its requests: the budget places the origin's wait with it"
+               if clock is not None and not clock.data.get("unavailable") else
                "no listening port of the proxy found: its upstream sockets cannot be told from its clients"
                if not ports["ports"] else
                f"more than {MAX_PORTS} listening ports: a client socket could count as upstream"

@@ -7,6 +7,7 @@ other findings, and the old recorded evidence that has no budget inputs."""
 import json
 import os
 import statistics
+import types
 
 import pytest
 
@@ -587,6 +588,26 @@ def test_origin_wait_leaves_without_ports_and_in_a_standing_session(monkeypatch)
     assert "origin_wait" not in names(p) and "no listening port" in p.skipped["origin_wait"]
     args.update(ports=["80"], truncated=True)
     assert "more than 64" in doctor.Probes([os.getpid()], use_perf=False).skipped["origin_wait"]
+    args.update(truncated=False)                           # a proxy whose own clock times its requests
+
+    class Watched:
+        kind, worker_thread = "haproxy", None
+
+        def __init__(self, unavailable):
+            self.clock = types.SimpleNamespace(data={"unavailable": True} if unavailable else {})
+
+        def timing(self):
+            return self.clock
+
+        def processes(self):
+            return []
+    monkeypatch.setattr(doctor.proxies, "audit_as", lambda w, ref, comm: (ref, None))
+    monkeypatch.setattr(doctor, "proxy_cache_dirs", lambda w: [])
+    monkeypatch.setattr(doctor.proxies, "identify", lambda pid: Watched(unavailable=False))
+    p = doctor.Probes([os.getpid()], use_perf=False)
+    assert "origin_wait" not in names(p) and "own clock" in p.skipped["origin_wait"]
+    monkeypatch.setattr(doctor.proxies, "identify", lambda pid: Watched(unavailable=True))   # no stats socket
+    assert "origin_wait" in names(doctor.Probes([os.getpid()], use_perf=False))
 
 
 def test_the_triage_looks_at_upstream_sockets_only_and_says_when_it_could_not(monkeypatch):
