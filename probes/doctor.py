@@ -94,12 +94,15 @@ class Probes:
         if not bpftrace.version():
             raise ProxytuneError("bpftrace is not installed", "Debian: apt-get install bpftrace")
         self.pids = pids
-        self.triaged = triage.decide(pids)
-        self.scripts, self.skipped = usable_scripts(deep, self.triaged["need"])
         self.watched = proxies.identify(pids[0])
         self.every = list(dict.fromkeys(pids + (self.watched.processes() if self.watched else [])))
         self.args = script_args(self.every)
-        self._without_per_packet(standing)
+        refused = self._per_packet_refused(standing)
+        self.triaged = triage.decide(pids, upstream_looks=refused is None)     # no looks for a script refused
+        self.scripts, self.skipped = usable_scripts(deep, self.triaged["need"])
+        if refused and any(s.name == "origin_wait" for s in self.scripts):
+            self.scripts = [s for s in self.scripts if s.name != "origin_wait"]
+            self.skipped["origin_wait"] = refused
         self.comm = procfs.comm_of(pids[0])
         profile_ref, service = proxies.audit_as(self.watched, profile_ref, self.comm)
         self.dirs = list(cache_dirs or []) or proxy_cache_dirs(self.watched)
@@ -115,23 +118,20 @@ class Probes:
         """The composed bpftrace program; standing (dumped every window) with dump_every_ms."""
         return bpftrace.compose(self.scripts, self.pids, self.args, dump_every_ms)
 
-    def _without_per_packet(self, standing: bool) -> None:
-        """origin_wait.bt leaves when the proxy's own clock times its requests (the budget places the origin's
-        wait with it: budget.origin_first_byte), when it cannot tell upstream sockets from clients (no
-        listening port found, or more than budget_args keeps) and in a standing session: per packet, it is
-        not for always-on."""
+    def _per_packet_refused(self, standing: bool) -> str | None:
+        """Why origin_wait.bt may not attach, None when it may: the proxy's own clock times its requests (the
+        budget places the origin's wait with it: budget.origin_first_byte), upstream sockets cannot be told
+        from clients (no listening port found, or more than budget_args keeps), or a standing session (per
+        packet, it is not for always-on)."""
         ports = self.args["origin_wait"]
         clock = self.watched.timing() if self.watched is not None else None
-        why = ("a standing session (watch) attaches nothing per packet" if standing else
-               f"{self.watched.kind}'s own clock times its requests: the budget places the origin's wait with it"
-               if clock is not None and not clock.data.get("unavailable") else
-               "no listening port of the proxy found: its upstream sockets cannot be told from its clients"
-               if not ports["ports"] else
-               f"more than {MAX_PORTS} listening ports: a client socket could count as upstream"
-               if ports["truncated"] else None)
-        if why and any(s.name == "origin_wait" for s in self.scripts):
-            self.scripts = [s for s in self.scripts if s.name != "origin_wait"]
-            self.skipped["origin_wait"] = why
+        return ("a standing session (watch) attaches nothing per packet" if standing else
+                f"{self.watched.kind}'s own clock times its requests: the budget places the origin's wait with it"
+                if clock is not None and not clock.data.get("unavailable") else
+                "no listening port of the proxy found: its upstream sockets cannot be told from its clients"
+                if not ports["ports"] else
+                f"more than {MAX_PORTS} listening ports: a client socket could count as upstream"
+                if ports["truncated"] else None)
 
     @contextlib.contextmanager
     def window(self, kids: procgroup.Children, use_perf: bool = True, tick_s: float = connsample.TICK_S,

@@ -98,7 +98,7 @@ def without_epoll(pids: list[int]) -> list[int]:
     return out
 
 
-def sample(pids: list[int]) -> dict:
+def sample(pids: list[int], upstream_looks: bool = True) -> dict:
     """Where the target's threads wait over SPAN_S (loop threads SAMPLES times, all threads every SWEEP-th):
     counts per syscall, descriptors per poll."""
     table = CALLS.get(platform.machine())
@@ -110,7 +110,7 @@ def sample(pids: list[int]) -> dict:
     running: dict[int, int] = {}
     fds: dict[int, int] = {}            # the most fds each held: a proxy at its limit dips between accepts
     tids = {pid: procfs.thread_ids(pid) for pid in pids}
-    ns = connsample.namespace_of(pids[0]) if pids else None
+    ns = connsample.namespace_of(pids[0]) if pids and upstream_looks else None
     ties = 0 if ns is not None else None
     looks = {round(k * (SAMPLES - 1) / (LOOKS - 1)) for k in range(LOOKS)}      # the first, the last, between
     for i in range(SAMPLES):
@@ -150,9 +150,10 @@ def ambiguous_upstreams(ns, pids: list[int]) -> int:
                and port not in listening and inflight.ambiguous(info.get(ino) or {}))
 
 
-def decide(pids: list[int]) -> dict:
-    """The triage: what was seen, and for each conditional script whether it is needed and why."""
-    seen = sample(pids)
+def decide(pids: list[int], upstream_looks: bool = True) -> dict:
+    """The triage: what was seen, and for each conditional script whether it is needed and why
+    (upstream_looks=False: origin_wait may not attach anyway, so its sock_diag looks are not made)."""
+    seen = sample(pids, upstream_looks)
     fd_share = 0.0
     for pid in pids:
         lim, held = procfs.nofile_limits(pid), (seen.get("fds_max") or {}).get(str(pid)) or procfs.fd_count(pid)
@@ -175,7 +176,8 @@ def decide(pids: list[int]) -> dict:
         "origin_wait": (bool(ties), f"{ties} kept-alive upstream socket(s) sent, received and were acknowledged "
                                     "in one jiffy: awaiting their origin or idle, which sampling cannot tell" if ties
                         else "every upstream socket sampled was placed (awaiting, idle or reading)" if ties == 0
-                        else "the target's sockets could not be read (its network namespace)"),
+                        else "the target's sockets could not be read (its network namespace)" if upstream_looks
+                        else "not looked at: origin_wait may not attach to this target"),
     }
     return {**seen, "fd_share": round(fd_share, 3), "without_epoll": no_epoll,
             "need": {k: {"attach": bool(a), "why": why} for k, (a, why) in need.items()}}

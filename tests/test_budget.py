@@ -571,7 +571,9 @@ def test_origin_wait_leaves_without_ports_and_in_a_standing_session(monkeypatch)
     watcher's standing session attaches nothing per packet."""
     import os
     from proxytune.probes import triage
-    monkeypatch.setattr(triage, "decide", lambda pids: {"need": {n: {"attach": True} for n in doctor.TRIAGED_SCRIPTS}})
+    looked = []
+    monkeypatch.setattr(triage, "decide", lambda pids, upstream_looks=True: looked.append(upstream_looks) or
+                        {"need": {n: {"attach": True} for n in doctor.TRIAGED_SCRIPTS}})
     monkeypatch.setattr(doctor.caps, "require_tracefs", lambda: None)
     monkeypatch.setattr(doctor.bpftrace, "version", lambda: "v0.17.0")
     monkeypatch.setattr(doctor.bpftrace, "missing_tracepoints", lambda s: [])
@@ -583,6 +585,7 @@ def test_origin_wait_leaves_without_ports_and_in_a_standing_session(monkeypatch)
     assert "origin_wait" in names(doctor.Probes([os.getpid()], use_perf=False))
     p = doctor.Probes([os.getpid()], use_perf=False, standing=True)
     assert "origin_wait" not in names(p) and "standing" in p.skipped["origin_wait"]
+    assert looked == [True, False]                          # refused: the triage makes no sock_diag looks
     args.update(ports=[])
     p = doctor.Probes([os.getpid()], use_perf=False)
     assert "origin_wait" not in names(p) and "no listening port" in p.skipped["origin_wait"]
@@ -630,7 +633,7 @@ def test_the_triage_looks_at_upstream_sockets_only_and_says_when_it_could_not(mo
     monkeypatch.setattr(triage, "waiting_in", lambda pid, tid, table: None)
     seen = triage.sample([os.getpid()])
     assert seen["ambiguous_upstreams"] is None
-    monkeypatch.setattr(triage, "sample", lambda pids: seen)
+    monkeypatch.setattr(triage, "sample", lambda pids, upstream_looks=True: seen)
     assert "could not be read" in triage.decide([os.getpid()])["need"]["origin_wait"]["why"]
 
 
@@ -640,10 +643,10 @@ def test_the_triage_attaches_origin_wait_only_where_an_upstream_socket_was_ambig
     import os
     from proxytune.probes import triage
     seen = {"available": True, "waits": {}, "running": {}, "loop_in_sync": 0, "fds_max": {}}
-    monkeypatch.setattr(triage, "sample", lambda pids: {**seen, "ambiguous_upstreams": 0})
+    monkeypatch.setattr(triage, "sample", lambda pids, upstream_looks=True: {**seen, "ambiguous_upstreams": 0})
     need = triage.decide([os.getpid()])["need"]["origin_wait"]
     assert not need["attach"] and "placed" in need["why"]
-    monkeypatch.setattr(triage, "sample", lambda pids: {**seen, "ambiguous_upstreams": 3})
+    monkeypatch.setattr(triage, "sample", lambda pids, upstream_looks=True: {**seen, "ambiguous_upstreams": 3})
     need = triage.decide([os.getpid()])["need"]["origin_wait"]
     assert need["attach"] and need["why"].startswith("3 kept-alive upstream socket(s)")
     assert "origin_wait" not in doctor.DEFAULT_SCRIPTS and "origin_wait" in doctor.TRIAGED_SCRIPTS
