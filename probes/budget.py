@@ -131,6 +131,21 @@ def _little_precision(ticks: int, rate: float | None) -> str:
             "a state shorter than the gap between ticks is seen in proportion to its length") if res else ""
 
 
+def starved(ev: dict) -> dict[str, int]:
+    """Connections that sat in a listener's accept queue through the whole window, never accepted: the
+    ports where no connection arrived (budget.bt's @bt_acc, every SYN_RECV -> ESTABLISHED) and the queue
+    was as long at the last tick as at the first. With no arrival the queue can only shorten, one accept at
+    a time, so every connection there at the last tick was there at every tick. Little's law needs its
+    queue to flow: these clients complete no request (a Varnish pool with queued sessions does not run its
+    acceptor: cache_pool.c), so their time is no request's; they are counted apart, not averaged in."""
+    flight = (ev.get("conns") or {}).get("flight") or {}
+    if "budget" not in (ev.get("scripts") or []):
+        return {}                          # arrivals not traced: a steady queue may be a flowing one
+    arrived = (ev.get("bpf") or {}).get("@bt_acc") or {}
+    return {port: last for port, (first, last) in (flight.get("accept_queued_ends") or {}).items()
+            if last > 0 and first == last and not arrived.get(str(port))}
+
+
 def accept_queue(ev: dict, req: dict) -> dict:
     flight = (ev.get("conns") or {}).get("flight") or {}
     ticks, rate = flight.get("ticks") or 0, req["per_s"]
@@ -139,16 +154,22 @@ def accept_queue(ev: dict, req: dict) -> dict:
     if not rate:
         return unmeasurable("no request rate (no request counted in the window)")
     queued = flight.get("accept_queued_sum") or {}
-    ms = _little(sum(queued.values()), ticks, rate)
+    stuck = starved(ev)
+    ms = _little(sum(queued.values()) - ticks * sum(stuck.values()), ticks, rate)
     new = (ev.get("bpf") or {}).get("@bt_acc") or {}
     per_port = {port: {"mean_queued": round(n / ticks, 3)} for port, n in queued.items()}
     w = ev.get("window_s") or 0
     for port, n in new.items():
         per_port.setdefault(str(port), {})["connections_per_s"] = round(n / w, 1) if w else None
+    for port, n in stuck.items():
+        per_port.setdefault(str(port), {})["never_accepted"] = n
+    more = {"starved": {"connections": sum(stuck.values()), "by_port": stuck, "window_s": round(w, 3),
+                        "note": "in the accept queue at every tick and none accepted: no request of theirs was "
+                                "served in the window, so they are not in the mean per request"}} if stuck else {}
     return _part(ms, "Little's law: each listener's accept queue (Recv-Q of its LISTEN socket, sock_diag) at "
                      "every tick, mean length / the request rate", _little_precision(ticks, rate), ticks,
                  by_port=per_port, resolution_ms=_resolution(ticks, rate),
-                 source="kernel: listeners' accept queues sampled")
+                 source="kernel: listeners' accept queues sampled", **more)
 
 
 def proxy_queue(own: dict, kind: str | None) -> dict:
@@ -522,4 +543,7 @@ def headline(b: dict) -> str:
     checks = "".join(f"; against {c['against']} {c['ms']:,.1f} ms: x{c['ratio']:.2f} "
                      f"({'agrees' if c['agrees'] else 'does not agree'})" for c in b.get("checks") or []
                      if c.get("ratio") is not None)
-    return f"{b['total_ms']:,.2f} ms per request ({n}, counted by {r.get('source', '?')}){dom}{checks}"
+    stuck = (((b.get("parts") or {}).get("accept_queue") or {}).get("starved") or {}).get("connections")
+    starved_text = (f"; {stuck} connection(s) waited in the accept queue the whole window, never accepted "
+                    "(not in the mean)" if stuck else "")
+    return f"{b['total_ms']:,.2f} ms per request ({n}, counted by {r.get('source', '?')}){dom}{checks}{starved_text}"

@@ -10,7 +10,8 @@ normal course of a request:
   the directive that makes requests wait;
 - accept-wait: connections waited in a listener's accept queue (seen at a
   tick) while the proxy is at none of its caps (an own cap that stopped
-  accepting is its own finding, with this wait as evidence);
+  accepting is its own finding, with this wait as evidence), or sat there
+  the whole window, never accepted (budget.starved: no mean shows them);
 - proxy-cpu: the proxy holds ready data while a loop thread is near a full
   core, or all its threads together near all the host's CPUs (a thread
   pool) (CPU_SATURATED: queueing delay grows as ρ/(1-ρ) service times, 9 at
@@ -136,10 +137,12 @@ def _cause(found: list, ids) -> Finding | None:
 
 def accept_wait(ev: dict, b: dict, found: list) -> Finding | None:
     part = b["parts"]["accept_queue"]
-    if b.get("dominant") != "accept_queue" or not _significant(part):
-        return None
     if any(f.id in OWN_CAP_IDS for f in found):
         return None                    # the cap stopped accepting: its finding carries this wait
+    if (part.get("starved") or {}).get("connections"):
+        return _never_accepted(ev, b, found)
+    if b.get("dominant") != "accept_queue" or not _significant(part):
+        return None
     busiest = b["parts"]["proxy_self"].get("busiest_thread") or {}
     cause = _cause(found, LOOP_CAUSES + CPU_CAUSES)
     if cause:
@@ -158,6 +161,24 @@ def accept_wait(ev: dict, b: dict, found: list) -> Finding | None:
     return Finding("accept-wait", "medium",
                    f"new connections wait {_ms(part['ms'])} per request in the accept queue, with no cap reached",
                    evidence, fix, impact=part["ms"])
+
+
+def _never_accepted(ev: dict, b: dict, found: list) -> Finding:
+    """Clients left in the accept queue through the whole window while no cap of the proxy's is reached: its
+    loop does not come back to the listener at all (blocked, or not accepting), a stall no mean shows."""
+    part = b["parts"]["accept_queue"]
+    stuck = part["starved"]
+    cause = _cause(found, LOOP_CAUSES + CPU_CAUSES)
+    evidence = {"never_accepted": stuck["by_port"], "window_s": stuck.get("window_s"),
+                "listeners": part.get("by_port"), "mechanism": part.get("mechanism"),
+                "why": f"see {cause.id} ({cause.title})" if cause else "no cap is reached: the proxy did not accept"}
+    fix = (cause.fix if cause else
+           "find what keeps the proxy from accepting (a loop blocked, a listener paused, a worker that does not "
+           "accept): these clients get no answer at all while the listener's queue holds them")
+    return Finding("accept-wait", "medium",
+                   f"{stuck['connections']} connection(s) waited in the accept queue the whole window "
+                   f"({stuck.get('window_s')} s), never accepted, with no cap reached",
+                   evidence, fix, impact=1000.0 * (stuck.get("window_s") or 1))
 
 
 def proxy_cpu(ev: dict, b: dict, found: list) -> Finding | None:
@@ -203,6 +224,8 @@ def evaluate(ev: dict, b: dict, found: list) -> list[Finding]:
     for f in found:
         if f.id in OWN_CAP_IDS and acc.get("measurable"):
             f.evidence["accept_wait_ms_per_request"] = acc["ms"]
+            if acc.get("starved"):             # clients the cap left unaccepted through the whole window
+                f.evidence["never_accepted"] = acc["starved"]["by_port"]
     return [f for f in (rule(ev, b, found) for rule in RULES) if f]
 
 

@@ -68,6 +68,7 @@ class Tally:
     def __init__(self):
         self.ticks = 0
         self.accept: dict[str, int] = {}
+        self.accept_ends: dict[str, list[int]] = {}   # port -> [queued at its first tick, at its last]
         self.client_unread = 0
         self.client_unread_ticks: list[int] = []    # per tick: its spread bounds the mean (arrivals come in bursts)
         self.ties = 0
@@ -83,13 +84,14 @@ class Tally:
     def tick(self, rows, owner: dict, listening: set[str], info: dict[int, dict]) -> None:
         """One tick of connsample's rows, the inode -> pids map of the proxy's sockets, its listening
         ports and each socket's TCP_INFO fields by inode (tcp_rows(..., info=): a field at 0 is left out)."""
-        before = self.client_unread
+        before, queued = self.client_unread, {}
         for state, recvq, _, port, ino, flow in rows:
             if ino not in owner:
                 continue
             got = info.get(ino) or {}
             if state == "LISTEN":
                 self.accept[port] = self.accept.get(port, 0) + recvq
+                queued[port] = queued.get(port, 0) + recvq
             elif port in listening:
                 self.client_unread += recvq > 0
                 self._segments(self.segs, ino, got.get("data_segs_in", 0))
@@ -108,6 +110,8 @@ class Tally:
                 elif ambiguous(got):
                     o["ambiguous"] += 1
         self.client_unread_ticks.append(self.client_unread - before)
+        for port, n in queued.items():          # a port's listeners together (reuseport, v4 and v6)
+            self.accept_ends.setdefault(port, [n, n])[1] = n
         self.ticks += 1
 
     def _segments(self, segs: dict, ino: int, n: int) -> None:
@@ -134,7 +138,8 @@ class Tally:
                 "sockets_born_in_window": len(self.up_segs) - len(self.before & self.up_segs.keys())}
 
     def summary(self) -> dict:
-        return {"ticks": self.ticks, "accept_queued_sum": self.accept, "client_unread_sum": self.client_unread,
+        return {"ticks": self.ticks, "accept_queued_sum": self.accept, "accept_queued_ends": self.accept_ends,
+                "client_unread_sum": self.client_unread,
                 "client_unread_per_tick": self.client_unread_ticks[:MAX_TICKS_KEPT],
                 "origins": self.origins, "awaiting_in_one_jiffy": self.ties, "clients": self.client_segments(),
                 "upstream": self.upstream_segments(),

@@ -650,3 +650,46 @@ def test_the_triage_attaches_origin_wait_only_where_an_upstream_socket_was_ambig
     need = triage.decide([os.getpid()])["need"]["origin_wait"]
     assert need["attach"] and need["why"].startswith("3 kept-alive upstream socket(s)")
     assert "origin_wait" not in doctor.DEFAULT_SCRIPTS and "origin_wait" in doctor.TRIAGED_SCRIPTS
+
+
+def starving(ends, arrivals=0, scripts=("budget",)):
+    """A Varnish pool at its cap (live, varnish-queue-max10x1): 7 connections in the accept queue at every
+    tick and none arriving; `ends` the queue at the first and last tick."""
+    ev = evidence(rate=30, accept=ends[0])
+    ev["conns"]["flight"]["accept_queued_ends"] = {"8080": list(ends)}
+    ev["bpf"]["@bt_acc"] = {"8080": arrivals} if arrivals else {}
+    ev["scripts"] = list(scripts)
+    return ev
+
+
+def test_connections_never_accepted_are_counted_apart_not_averaged_into_the_requests():
+    b = budget.compute(starving((7, 7)))
+    part = b["parts"]["accept_queue"]
+    assert part["ms"] == 0 and part["starved"]["connections"] == 7 and part["by_port"]["8080"]["never_accepted"] == 7
+    assert "7 connection(s) waited in the accept queue the whole window" in budget.headline(b)
+    # arrivals, a queue that shortened, or arrivals not traced: a queue that may flow, Little's law on it all
+    for ev in (starving((7, 7), arrivals=3), starving((9, 7)), starving((7, 7), scripts=())):
+        b = budget.compute(ev)
+        part = b["parts"]["accept_queue"]
+        mean = ev["conns"]["flight"]["accept_queued_sum"]["8080"] / TICKS
+        assert "starved" not in part and part["ms"] == pytest.approx(mean / b["requests"]["per_s"] * 1000, rel=1e-3)
+
+
+def test_clients_never_accepted_go_to_the_own_cap_or_to_accept_wait():
+    cap = Finding("varnish-thread-pool", "high", "varnish is at its worker threads", {}, "raise thread_pool_max",
+                  impact=1e6)
+    _, found = doctor_answer(starving((7, 7)), [cap])
+    assert ids(found) == ["varnish-thread-pool"] and found[0].evidence["never_accepted"] == {"8080": 7}
+    _, found = doctor_answer(starving((7, 7)))
+    assert ids(found) == ["accept-wait"] and "never accepted" in found[0].title
+    assert found[0].evidence["never_accepted"] == {"8080": 7}
+    _, found = doctor_answer(starving((7, 7), arrivals=3))
+    assert "never accepted" not in " ".join(f.title for f in found)
+
+
+def test_a_port_s_listeners_are_one_accept_queue_at_each_tick():
+    """reuseport or v4 and v6 listeners on one port: their queues are added per tick before the ends are kept."""
+    t = inflight.Tally()
+    for a, b in ((2, 3), (1, 0)):
+        t.tick([("LISTEN", a, 128, "8080", 1, ""), ("LISTEN", b, 128, "8080", 2, "")], {1: [1], 2: [1]}, {"8080"}, {})
+    assert t.summary()["accept_queued_ends"] == {"8080": [5, 1]} and t.summary()["accept_queued_sum"] == {"8080": 6}
