@@ -32,6 +32,13 @@ from types import SimpleNamespace
 
 RUNS = 3
 WINDOW = "2"                       # seconds per look
+SETTLE_S = 1.5                     # the load's start to the first look: the queue and the connections form
+# Traffic Server's clock is its log, read one flush interval back (proxies/trafficserver.py flush_lag:
+# max_secs_per_buffer 5 s + 1). The doctor's own start (bpftrace's compile, ~6 s) comes before its window,
+# so a look reads from ~1.5 s into the load: a steady load by then, but not a per-origin queue, which takes
+# seconds to grow its tail (live: its first 2 s averaged 167 ms, every later 2 s 280-380 ms). A queue cell
+# waits the flush interval longer.
+CLOCK_LAG_S = {"trafficserver": 6.0 + 2.0}
 ORIGIN_TOLERANCE = 0.25            # the measured origin wait against the origin's real delay
 CLIENT_TOLERANCE = 0.30            # the budget's total against wrk's mean latency
 CLOCK_MS = 1.0                     # the proxies' own clocks count whole ms (haproxy, squid, ATS, nginx)
@@ -62,6 +69,11 @@ class Cell:
     pause_ms: int = 0              # wrk's pause between one connection's requests
     cap: int = 0                   # the queue's limit (queue cells)
     opts: dict = field(default_factory=dict)
+    window: str = WINDOW           # seconds per look: longer where few requests carry a long tail
+
+    @property
+    def settle_s(self) -> float:
+        return SETTLE_S + (CLOCK_LAG_S.get(self.proxy, 0.0) if self.shape == "queue" else 0.0)
 
     @property
     def expect(self) -> str:
@@ -115,10 +127,10 @@ def _cells() -> list[Cell]:
           "remap, origin 400 ms, squid log format, no stats plugin", opts={"stats_plugin": False}),
         c("trafficserver-queue-max4", "trafficserver", "queue", 0.05, 24, True,
           "per_server.connection.max 4 (queue_size -1), 24 clients, origin 50 ms", cap=4,
-          opts={"log_format": TS_TIMED, "records": _ts_queue(4)}),
+          opts={"log_format": TS_TIMED, "records": _ts_queue(4)}, window="4"),
         c("trafficserver-queue-max8", "trafficserver", "queue", 0.02, 48, True,
           "per_server.connection.max 8 (queue_size -1), 48 clients, origin 20 ms", cap=8,
-          opts={"log_format": TS_TIMED, "records": _ts_queue(8)}),
+          opts={"log_format": TS_TIMED, "records": _ts_queue(8)}, window="4"),
         # nginx: no queue in OSS; upstream times in its log_format, or access_log off
         c("nginx-fast", "nginx", "fast", 0, 8, True, "paced load, fast origin", pause_ms=100,
           opts={"timed_log": True}),
@@ -141,8 +153,8 @@ BY_NAME = {c.name: c for c in CELLS}
 # within a jiffy (HAProxy without its stats socket: the triage's origin_wait.bt); LEAN is about 4 min. The kernel's mechanisms alone (nginx without its own
 # clock, two delays) and a fast nginx are tests/test_budget_live.py's. The full matrix, for docs/DIAGNOSIS.md
 # and a change to a rule: PROXYTUNE_LATENCY_FULL=1.
-# Varnish's and Traffic Server's queue cells are not in it while they fail (docs/DIAGNOSIS.md says why); their
-# clocks' queues are read live in CI by test_owntime_live.py.
+# Varnish's and Traffic Server's queue cells play in the full matrix only (about 40 s each, CI's hour is full);
+# their clocks' queues are read live in CI by test_owntime_live.py and their recorded looks replay in CI.
 LEAN = ("varnish-fast", "trafficserver-fast",
         "haproxy-slow200-stats", "varnish-slow250", "squid-slow300-timed", "trafficserver-slow200-timed",
         "nginx-slow300-timed", "haproxy-queue-mc4", "haproxy-slow400-nostats")
@@ -185,15 +197,46 @@ UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}
 
 
 def wrk_summary(out: str) -> dict:
-    """wrk's mean latency (ms), requests, errors from its summary."""
-    m = re.search(r"Latency\s+([0-9.]+)(us|ms|s|m)\s", out)
-    reqs = re.search(r"([0-9]+) requests in ([0-9.]+)(m?s)", out)
+    """wrk's mean and max latency (ms), connections, requests, run time, errors from its summary."""
+    lat = re.search(r"Latency\s+([0-9.]+)(us|ms|s|m)\s+[0-9.]+(?:us|ms|s|m)\s+([0-9.]+)(us|ms|s|m)\s", out)
+    mean = re.search(r"Latency\s+([0-9.]+)(us|ms|s|m)\s", out)
+    conns = re.search(r"threads and ([0-9]+) connections", out)
+    reqs = re.search(r"([0-9]+) requests in ([0-9.]+)(m|s|ms)\b", out)
     errs = re.search(r"Socket errors: connect ([0-9]+), read ([0-9]+), write ([0-9]+), timeout ([0-9]+)", out)
     non2 = re.search(r"Non-2xx or 3xx responses: ([0-9]+)", out)
-    return {"mean_ms": round(float(m.group(1)) * UNITS[m.group(2)], 3) if m else None,
+    return {"mean_ms": round(float(mean.group(1)) * UNITS[mean.group(2)], 3) if mean else None,
+            "max_ms": round(float(lat.group(3)) * UNITS[lat.group(4)], 3) if lat else None,
+            "connections": int(conns.group(1)) if conns else None,
             "requests": int(reqs.group(1)) if reqs else None,
+            "runtime_ms": round(float(reqs.group(2)) * UNITS[reqs.group(3)], 1) if reqs else None,
             "errors": dict(zip(("connect", "read", "write", "timeout"), map(int, errs.groups()))) if errs else {},
             "non_2xx": int(non2.group(1)) if non2 else 0}
+
+
+def client_mean(w: dict, pause_ms: float = 0) -> tuple[float | None, str]:
+    """The mean time of the requests wrk completed, and how it is known. wrk's printed mean is not always
+    it: before printing, wrk.c corrects its histogram for coordinated omission (stats_correct): with the
+    expected interval E = run time / (requests / connections), every latency L above 2E adds samples
+    L - E, L - 2E, ... down to E. A load whose latencies have a tail beyond 2E (a polled, unfair queue: Traffic
+    Server's per-origin queue, p99 at ten times the mean) reads up to twice its real mean (live: 643 ms printed,
+    315 ms in the proxy's log of the same 1,144 requests). When wrk's max is at most 2E nothing was added: its
+    mean is the mean. Else two figures bound the mean from above: the printed one (every added sample is above
+    E, and E, a connection's whole cycle, is at least the mean) and Little's law on wrk's own counts
+    (connections x run time / requests - pause: each connection holds one request but for its pause; one
+    starved in an accept queue, or idle, counts as if it waited); the smaller is taken and named."""
+    mean, top, c, n, t = (w.get(k) for k in ("mean_ms", "max_ms", "connections", "requests", "runtime_ms"))
+    if not (c and n and t) or top is None or not n // c:
+        return mean, "wrk's printed mean"
+    expected = t / (n // c)
+    if top <= 2 * expected:
+        return mean, f"wrk's printed mean (max {top:g} ms <= 2 x its interval {expected:.1f} ms: not corrected)"
+    little = round(c * t / n - pause_ms, 3)
+    why = f"wrk's mean is corrected for coordinated omission (max {top:g} ms > 2 x {expected:.1f} ms)"
+    if mean is not None and mean <= little:
+        return mean, f"wrk's printed mean, below Little's law's {little} ms: {why}"
+    return little, (f"Little's law on wrk's counts ({c} connections x {t / 1000:g} s / {n} requests"
+                    + (f" - {pause_ms:g} ms pause" if pause_ms else "") + f"), below its printed mean {mean} ms: "
+                    + why)
 
 
 def where_set(cell: Cell, conf: Path | None) -> str:
@@ -261,7 +304,8 @@ def verdict_problems(cell: Cell, doc: dict, m: dict) -> list[str]:
         return ["no budget in the doctor's answer"]
     agree = agreement(doc, m.get("client_ms"))
     if not agree["agrees"]:
-        out.append(f"budget total {agree['total_ms']} ms vs wrk mean {agree['client_ms']} ms: not within "
+        out.append(f"budget total {agree['total_ms']} ms vs the clients' mean {agree['client_ms']} ms "
+                   f"({m.get('client_how') or 'wrk'}): not within "
                    f"{int(CLIENT_TOLERANCE * 100)} %")
     if cell.shape == "fast":
         loud = [f"{f['id']} ({f['severity']})" for f in found if f["id"] in BUDGET_FINDINGS
@@ -321,8 +365,9 @@ def condition_problems(cell: Cell, doc: dict, m: dict) -> list[str]:
 
 
 def look_facts(cell: Cell, origin_port: int, where: str | None, client: dict) -> dict:
-    return {"origin": f"127.0.0.1:{origin_port}", "where": where, "wrk": client, "client_ms": client.get("mean_ms"),
-            "delay_ms": cell.delay * 1000}
+    ms, how = client_mean(client, cell.pause_ms or 0)
+    return {"origin": f"127.0.0.1:{origin_port}", "where": where, "wrk": client, "client_ms": ms,
+            "client_how": how, "delay_ms": cell.delay * 1000}
 
 
 def results_line(cell: Cell, run: int, doc: dict, m: dict, problems: list[str]) -> dict:
@@ -334,7 +379,8 @@ def results_line(cell: Cell, run: int, doc: dict, m: dict, problems: list[str]) 
             "problems": problems, "delay_ms": m["delay_ms"], "origin": m["origin"],
             "origin_wait_ms": origin_wait(doc, m["origin"]) if cell.shape != "fast" else None,
             "origin_wait_upper_ms": origin_bound(doc, m["origin"]) if cell.shape != "fast" else None,
-            "agreement": agreement(doc, m.get("client_ms")), "budget_text": budget_text(doc),
+            "agreement": agreement(doc, m.get("client_ms")), "client_how": m.get("client_how"),
+            "budget_text": budget_text(doc),
             "budget": {k: budget.get(k) for k in ("total_ms", "dominant", "unmeasured")},
             "parts_ms": {k: (v or {}).get("ms") for k, v in (budget.get("parts") or {}).items()}}
 

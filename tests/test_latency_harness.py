@@ -127,3 +127,35 @@ def test_the_total_agrees_within_what_the_clocks_state():
     assert not lc.agreement(d, 0.67)["agrees"]
     d["data"]["budget"]["parts"]["origin_first_byte"]["uncertainty_ms"] = 6.4      # haproxy's stated half-width
     assert lc.agreement(d, 0.67)["agrees"]
+
+
+TAILED = """Running 10m test @ http://127.0.0.1:51209/
+  2 threads and 24 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   643.13ms  866.65ms   4.47s    84.19%
+    Req/Sec    38.31     15.80    80.00     59.79%
+  1125 requests in 15.02s, 197.75KB read
+Requests/sec:     74.90
+"""
+
+
+def test_client_mean_undoes_nothing_when_wrk_added_nothing():
+    """wrk.c stats_correct adds samples only for latencies above twice its expected interval: below, its
+    printed mean is the requests' mean."""
+    ms, how = lc.client_mean(lc.wrk_summary(WRK))
+    assert ms == 302.51 and "not corrected" in how
+
+
+def test_client_mean_of_a_tailed_load_is_littles_law_on_wrks_counts():
+    """A live Traffic Server queue (max 4, 24 clients): wrk printed 643 ms, the proxy logged 1,144
+    transactions averaging 315 ms; wrk's counts give 24 x 15.02 s / 1125 = 320 ms."""
+    w = lc.wrk_summary(TAILED)
+    assert (w["max_ms"], w["connections"], w["runtime_ms"]) == (4470.0, 24, 15020.0)
+    ms, how = lc.client_mean(w)
+    assert ms == pytest.approx(320.43, abs=0.01) and "coordinated omission" in how
+    assert lc.client_mean(w, pause_ms=100)[0] == pytest.approx(220.43, abs=0.01)
+    # connections starved in an accept queue inflate Little's law: the printed mean, also an upper bound, is smaller
+    starved = {**w, "mean_ms": 210.0, "max_ms": 1000.0, "runtime_ms": 5000.0, "requests": 300}
+    assert lc.client_mean(starved, pause_ms=100) == (210.0, pytest.approx(lc.client_mean(starved, 100)[1]))
+    assert "below Little's law" in lc.client_mean(starved, 100)[1]
+    assert lc.client_mean({**w, "max_ms": None})[0] == 643.13      # an unreadable max: the printed mean, named

@@ -31,8 +31,8 @@ def fast_origin(_netns):
         yield fast.port
 
 
-def doctor(pid: int) -> dict:
-    r = proxytune("doctor", "--pid", str(pid), "--duration", lc.WINDOW, "--no-perf", "--json", timeout=120)
+def doctor(pid: int, window: str) -> dict:
+    r = proxytune("doctor", "--pid", str(pid), "--duration", window, "--no-perf", "--json", timeout=120)
     assert r.returncode in (0, 1), r.stderr[-2000:]
     return json.loads(r.stdout)
 
@@ -69,10 +69,10 @@ def test_latency_cell(cell, fast_origin, tmp_path):
             load = lc.wrk(srv.port, cell.conns, script)
             docs = []
             try:
-                time.sleep(1.5)                            # the queue and the connections settle
+                time.sleep(cell.settle_s)                  # the queue, the connections and the clock settle
                 t1 = time.monotonic()
                 for run in range(lc.RUNS):
-                    docs.append(doctor(srv.pid))
+                    docs.append(doctor(srv.pid, cell.window))
             finally:
                 client = end_wrk(load)
         print(f"timing {cell.name}: start+settle {t1 - t0:.1f} s, looks {time.monotonic() - t1:.1f} s; wrk {client}")
