@@ -131,19 +131,30 @@ def _little_precision(ticks: int, rate: float | None) -> str:
             "a state shorter than the gap between ticks is seen in proportion to its length") if res else ""
 
 
-def starved(ev: dict) -> dict[str, int]:
-    """Connections that sat in a listener's accept queue through the whole window, never accepted: the
-    ports where no connection arrived (budget.bt's @bt_acc, every SYN_RECV -> ESTABLISHED) and the queue
-    was as long at the last tick as at the first. With no arrival the queue can only shorten, one accept at
-    a time, so every connection there at the last tick was there at every tick. Little's law needs its
+def starved(ev: dict) -> dict[str, dict]:
+    """Listeners whose accept queue no connection left in the window. A connection enters at SYN_RECV ->
+    ESTABLISHED (budget.bt's @bt_acc, over a span holding every tick) and leaves when accepted, so
+    accepted = queued at the first tick + arrivals - queued at the last; at 0, the queue's first connections
+    waited through every tick and none of the window's requests came through it. Little's law needs its
     queue to flow: these clients complete no request (a Varnish pool with queued sessions does not run its
-    acceptor: cache_pool.c), so their time is no request's; they are counted apart, not averaged in."""
+    acceptor: cache_pool.c), so their time is no request's; they are counted apart, not averaged in. Only
+    for a port seen at every tick (>= 2) whose arrivals budget.bt counted (its ports, in its namespace)."""
     flight = (ev.get("conns") or {}).get("flight") or {}
-    if "budget" not in (ev.get("scripts") or []):
-        return {}                          # arrivals not traced: a steady queue may be a flowing one
-    arrived = (ev.get("bpf") or {}).get("@bt_acc") or {}
-    return {port: last for port, (first, last) in (flight.get("accept_queued_ends") or {}).items()
-            if last > 0 and first == last and not arrived.get(str(port))}
+    traced = ev.get("budget_traced") or {}
+    ticks = flight.get("ticks") or 0
+    if ("budget" not in (ev.get("scripts") or []) or ticks < 2 or traced.get("truncated")
+            or not traced.get("netns")):
+        return {}                          # arrivals not counted: a queue that looks still may flow
+    ports = {str(p) for p in traced.get("ports") or []}
+    arrived = {str(k): v for k, v in ((ev.get("bpf") or {}).get("@bt_acc") or {}).items()}
+    out = {}
+    for port, ends in (flight.get("accept_queued_ends") or {}).items():
+        if len(ends) < 4 or str(port) not in ports or (ends[2], ends[3]) != (0, ticks - 1):
+            continue                       # a listener not there at every tick, or not traced
+        first, last = ends[0], ends[1]
+        if first > 0 and first + (arrived.get(str(port)) or 0) - last <= 0:
+            out[str(port)] = {"whole_window": first, "at_the_end": last}
+    return out
 
 
 def accept_queue(ev: dict, req: dict) -> dict:
@@ -155,17 +166,21 @@ def accept_queue(ev: dict, req: dict) -> dict:
         return unmeasurable("no request rate (no request counted in the window)")
     queued = flight.get("accept_queued_sum") or {}
     stuck = starved(ev)
-    ms = _little(sum(queued.values()) - ticks * sum(stuck.values()), ticks, rate)
+    ms = _little(sum(n for port, n in queued.items() if str(port) not in stuck), ticks, rate)
     new = (ev.get("bpf") or {}).get("@bt_acc") or {}
     per_port = {port: {"mean_queued": round(n / ticks, 3)} for port, n in queued.items()}
     w = ev.get("window_s") or 0
     for port, n in new.items():
         per_port.setdefault(str(port), {})["connections_per_s"] = round(n / w, 1) if w else None
-    for port, n in stuck.items():
-        per_port.setdefault(str(port), {})["never_accepted"] = n
-    more = {"starved": {"connections": sum(stuck.values()), "by_port": stuck, "window_s": round(w, 3),
-                        "note": "in the accept queue at every tick and none accepted: no request of theirs was "
-                                "served in the window, so they are not in the mean per request"}} if stuck else {}
+    for port, s in stuck.items():
+        per_port.setdefault(str(port), {})["never_accepted"] = s["at_the_end"]
+    more = {"starved": {"connections": sum(s["at_the_end"] for s in stuck.values()),
+                        "whole_window": sum(s["whole_window"] for s in stuck.values()),
+                        "by_port": {p: s["at_the_end"] for p, s in stuck.items()}, "window_s": round(w, 3),
+                        # what Little's law would have averaged in: the finding's impact, in ms per request
+                        "little_ms": round(_little(sum(queued.get(p, 0) for p in stuck), ticks, rate) or 0, 3),
+                        "note": "no connection left these accept queues in the window: none of the window's "
+                                "requests came through them, so they are not in the mean per request"}} if stuck else {}
     return _part(ms, "Little's law: each listener's accept queue (Recv-Q of its LISTEN socket, sock_diag) at "
                      "every tick, mean length / the request rate", _little_precision(ticks, rate), ticks,
                  by_port=per_port, resolution_ms=_resolution(ticks, rate),
@@ -544,6 +559,6 @@ def headline(b: dict) -> str:
                      f"({'agrees' if c['agrees'] else 'does not agree'})" for c in b.get("checks") or []
                      if c.get("ratio") is not None)
     stuck = (((b.get("parts") or {}).get("accept_queue") or {}).get("starved") or {}).get("connections")
-    starved_text = (f"; {stuck} connection(s) waited in the accept queue the whole window, never accepted "
+    starved_text = (f"; {stuck} connection(s) in an accept queue that none left in the window, never accepted "
                     "(not in the mean)" if stuck else "")
     return f"{b['total_ms']:,.2f} ms per request ({n}, counted by {r.get('source', '?')}){dom}{checks}{starved_text}"

@@ -169,16 +169,17 @@ def _never_accepted(ev: dict, b: dict, found: list) -> Finding:
     part = b["parts"]["accept_queue"]
     stuck = part["starved"]
     cause = _cause(found, LOOP_CAUSES + CPU_CAUSES)
-    evidence = {"never_accepted": stuck["by_port"], "window_s": stuck.get("window_s"),
+    evidence = {"never_accepted": stuck["by_port"], "there_the_whole_window": stuck.get("whole_window"),
+                "window_s": stuck.get("window_s"),
                 "listeners": part.get("by_port"), "mechanism": part.get("mechanism"),
                 "why": f"see {cause.id} ({cause.title})" if cause else "no cap is reached: the proxy did not accept"}
     fix = (cause.fix if cause else
            "find what keeps the proxy from accepting (a loop blocked, a listener paused, a worker that does not "
            "accept): these clients get no answer at all while the listener's queue holds them")
     return Finding("accept-wait", "medium",
-                   f"{stuck['connections']} connection(s) waited in the accept queue the whole window "
-                   f"({stuck.get('window_s')} s), never accepted, with no cap reached",
-                   evidence, fix, impact=1000.0 * (stuck.get("window_s") or 1))
+                   f"{stuck['connections']} connection(s) wait in an accept queue that none left in the window "
+                   f"({stuck.get('window_s')} s): never accepted, with no cap reached",
+                   evidence, fix, impact=stuck.get("little_ms") or 0.0)
 
 
 def proxy_cpu(ev: dict, b: dict, found: list) -> Finding | None:

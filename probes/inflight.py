@@ -68,7 +68,8 @@ class Tally:
     def __init__(self):
         self.ticks = 0
         self.accept: dict[str, int] = {}
-        self.accept_ends: dict[str, list[int]] = {}   # port -> [queued at its first tick, at its last]
+        # port -> [queued at its first tick, at its last, the first tick's index, the last's]
+        self.accept_ends: dict[str, list[int]] = {}
         self.client_unread = 0
         self.client_unread_ticks: list[int] = []    # per tick: its spread bounds the mean (arrivals come in bursts)
         self.ties = 0
@@ -111,7 +112,8 @@ class Tally:
                     o["ambiguous"] += 1
         self.client_unread_ticks.append(self.client_unread - before)
         for port, n in queued.items():          # a port's listeners together (reuseport, v4 and v6)
-            self.accept_ends.setdefault(port, [n, n])[1] = n
+            ends = self.accept_ends.setdefault(port, [n, n, self.ticks, self.ticks])
+            ends[1], ends[3] = n, self.ticks
         self.ticks += 1
 
     def _segments(self, segs: dict, ino: int, n: int) -> None:

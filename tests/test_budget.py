@@ -652,13 +652,15 @@ def test_the_triage_attaches_origin_wait_only_where_an_upstream_socket_was_ambig
     assert "origin_wait" not in doctor.DEFAULT_SCRIPTS and "origin_wait" in doctor.TRIAGED_SCRIPTS
 
 
-def starving(ends, arrivals=0, scripts=("budget",)):
-    """A Varnish pool at its cap (live, varnish-queue-max10x1): 7 connections in the accept queue at every
-    tick and none arriving; `ends` the queue at the first and last tick."""
+def starving(ends, arrivals=0, scripts=("budget",), seen=(0, TICKS - 1), traced=None):
+    """A Varnish pool at its cap (live, varnish-queue-max10x1): connections in the accept queue at every
+    tick and none arriving; `ends` the queue at the first and last tick, `seen` the ticks they were read at."""
     ev = evidence(rate=30, accept=ends[0])
-    ev["conns"]["flight"]["accept_queued_ends"] = {"8080": list(ends)}
+    ev["conns"]["flight"]["accept_queued_ends"] = {"8080": [*ends, *seen]}
     ev["bpf"]["@bt_acc"] = {"8080": arrivals} if arrivals else {}
     ev["scripts"] = list(scripts)
+    ev["budget_traced"] = traced if traced is not None else {"ports": ["8080"], "netns": 4026531840,
+                                                              "truncated": False}
     return ev
 
 
@@ -666,13 +668,26 @@ def test_connections_never_accepted_are_counted_apart_not_averaged_into_the_requ
     b = budget.compute(starving((7, 7)))
     part = b["parts"]["accept_queue"]
     assert part["ms"] == 0 and part["starved"]["connections"] == 7 and part["by_port"]["8080"]["never_accepted"] == 7
-    assert "7 connection(s) waited in the accept queue the whole window" in budget.headline(b)
-    # arrivals, a queue that shortened, or arrivals not traced: a queue that may flow, Little's law on it all
-    for ev in (starving((7, 7), arrivals=3), starving((9, 7)), starving((7, 7), scripts=())):
+    assert part["starved"]["little_ms"] == pytest.approx(7 / b["requests"]["per_s"] * 1000, rel=1e-3)
+    assert "7 connection(s) in an accept queue that none left" in budget.headline(b)
+    # a queue that grew by its arrivals, none accepted: its first 7 waited throughout
+    grew = budget.compute(starving((7, 9), arrivals=2))["parts"]["accept_queue"]["starved"]
+    assert (grew["whole_window"], grew["connections"]) == (7, 9)
+    # one accepted (7 + 3 - 9), a queue that shortened, arrivals not counted (budget.bt not attached, the port
+    # not among its ports, cut at 64 ports, no namespace), a listener not seen at every tick, one tick:
+    # a queue that may flow, Little's law on all of it
+    untraced = [{"ports": ["9090"], "netns": 1, "truncated": False}, {"ports": ["8080"], "netns": 1, "truncated": True},
+                {"ports": ["8080"], "netns": 0, "truncated": False}]
+    for ev in (starving((7, 9), arrivals=3), starving((9, 7)), starving((7, 7), scripts=()),
+               *(starving((7, 7), traced=t) for t in untraced), starving((7, 7), seen=(3, TICKS - 1)),
+               starving((7, 7), seen=(0, TICKS - 2))):
         b = budget.compute(ev)
         part = b["parts"]["accept_queue"]
         mean = ev["conns"]["flight"]["accept_queued_sum"]["8080"] / TICKS
         assert "starved" not in part and part["ms"] == pytest.approx(mean / b["requests"]["per_s"] * 1000, rel=1e-3)
+    one = starving((7, 7), seen=(0, 0))
+    one["conns"]["flight"]["ticks"] = 1
+    assert "starved" not in budget.compute(one)["parts"]["accept_queue"]
 
 
 def test_clients_never_accepted_go_to_the_own_cap_or_to_accept_wait():
@@ -682,7 +697,7 @@ def test_clients_never_accepted_go_to_the_own_cap_or_to_accept_wait():
     assert ids(found) == ["varnish-thread-pool"] and found[0].evidence["never_accepted"] == {"8080": 7}
     _, found = doctor_answer(starving((7, 7)))
     assert ids(found) == ["accept-wait"] and "never accepted" in found[0].title
-    assert found[0].evidence["never_accepted"] == {"8080": 7}
+    assert found[0].evidence["never_accepted"] == {"8080": 7} and 200 < found[0].impact < 250   # ms per request
     _, found = doctor_answer(starving((7, 7), arrivals=3))
     assert "never accepted" not in " ".join(f.title for f in found)
 
@@ -692,4 +707,4 @@ def test_a_port_s_listeners_are_one_accept_queue_at_each_tick():
     t = inflight.Tally()
     for a, b in ((2, 3), (1, 0)):
         t.tick([("LISTEN", a, 128, "8080", 1, ""), ("LISTEN", b, 128, "8080", 2, "")], {1: [1], 2: [1]}, {"8080"}, {})
-    assert t.summary()["accept_queued_ends"] == {"8080": [5, 1]} and t.summary()["accept_queued_sum"] == {"8080": 6}
+    assert t.summary()["accept_queued_ends"] == {"8080": [5, 1, 0, 1]} and t.summary()["accept_queued_sum"] == {"8080": 6}
