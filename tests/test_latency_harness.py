@@ -142,8 +142,10 @@ Requests/sec:     74.90
 def test_client_mean_undoes_nothing_when_wrk_added_nothing():
     """wrk.c stats_correct adds samples only for latencies above twice its expected interval: below, its
     printed mean is the requests' mean."""
-    ms, how = lc.client_mean(lc.wrk_summary(WRK))
+    ms, how = lc.client_mean(lc.wrk_summary(WRK.replace("timeout 2", "timeout 0")))
     assert ms == 302.51 and "not corrected" in how
+    ms, how = lc.client_mean(lc.wrk_summary(WRK))          # 2 past its timeout: not in its mean, in Little's law
+    assert ms == pytest.approx(16 * 10010 / 528, abs=0.01) and "past wrk's timeout" in how
 
 
 def test_client_mean_of_a_tailed_load_is_littles_law_on_wrks_counts():
@@ -158,4 +160,7 @@ def test_client_mean_of_a_tailed_load_is_littles_law_on_wrks_counts():
     starved = {**w, "mean_ms": 210.0, "max_ms": 1000.0, "runtime_ms": 5000.0, "requests": 300}
     assert lc.client_mean(starved, pause_ms=100) == (210.0, pytest.approx(lc.client_mean(starved, 100)[1]))
     assert "below Little's law" in lc.client_mean(starved, 100)[1]
+    # a request past --timeout is in Little's law, not in wrk's mean; too few requests leave the printed mean
+    assert lc.client_mean({**starved, "errors": {"timeout": 2}}, 100)[0] == pytest.approx(300.0)
+    assert lc.client_mean({**w, "requests": 50, "runtime_ms": 1000.0}, pause_ms=600)[0] == 643.13
     assert lc.client_mean({**w, "max_ms": None})[0] == 643.13      # an unreadable max: the printed mean, named
