@@ -35,10 +35,12 @@ WINDOW = "2"                       # seconds per look
 SETTLE_S = 1.5                     # the load's start to the first look: the queue and the connections form
 # Traffic Server's clock is its log, read one flush interval back (proxies/trafficserver.py flush_lag:
 # max_secs_per_buffer 5 s + 1). The doctor's own start (bpftrace's compile, ~6 s) comes before its window,
-# so a look reads from ~1.5 s into the load: a steady load by then, but not a per-origin queue, which takes
-# seconds to grow its tail (live: its first 2 s averaged 167 ms, every later 2 s 280-380 ms). A queue cell
-# waits the flush interval longer.
-CLOCK_LAG_S = {"trafficserver": 6.0 + 2.0}
+# so a first look read the load's first seconds: slower ones (trafficserver-slow400-plain, 2026-11-28:
+# 33 requests/s at 480 ms there, 40/s at 401 ms in the next looks), and a per-origin queue that has not grown
+# its tail yet (its first 2 s averaged 167 ms, every later 2 s 280-380 ms). Its cells wait the flush
+# interval, and a queue's 2 s, longer.
+CLOCK_LAG_S = {"trafficserver": 6.0}
+QUEUE_TAIL_S = 2.0
 ORIGIN_TOLERANCE = 0.25            # the measured origin wait against the origin's real delay
 CLIENT_TOLERANCE = 0.30            # the budget's total against wrk's mean latency
 CLOCK_MS = 1.0                     # the proxies' own clocks count whole ms (haproxy, squid, ATS, nginx)
@@ -73,7 +75,8 @@ class Cell:
 
     @property
     def settle_s(self) -> float:
-        return SETTLE_S + (CLOCK_LAG_S.get(self.proxy, 0.0) if self.shape == "queue" else 0.0)
+        lag = CLOCK_LAG_S.get(self.proxy, 0.0)          # a clock that reads back: also past the queue's growth
+        return SETTLE_S + lag + (QUEUE_TAIL_S if lag and self.shape == "queue" else 0.0)
 
     @property
     def expect(self) -> str:
