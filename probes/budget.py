@@ -98,7 +98,11 @@ def kernel_requests(ev: dict) -> int | None:
     if not seen:
         return None
     new = sum((ev.get("bpf") or {}).get("@bt_acc", {}).values()) if "@bt_acc" in (ev.get("bpf") or {}) else 0
-    return seen["data_segments_in"] + max(0, new - seen["sockets_born_in_window"])
+    # connections still in an accept queue at the last tick that were not there at the first arrived in the
+    # window but carried no served request
+    q = ((ev.get("conns") or {}).get("flight") or {}).get("unaccepted") or {}
+    waiting = sum((q.get("at_last_tick") or {}).values()) - sum((q.get("through_every_tick") or {}).values())
+    return seen["data_segments_in"] + max(0, new - seen["sockets_born_in_window"] - max(0, waiting))
 
 
 def _little(total_sum: float, ticks: int, rate: float | None) -> float | None:
@@ -132,29 +136,36 @@ def _little_precision(ticks: int, rate: float | None) -> str:
 
 
 def starved(ev: dict) -> dict[str, dict]:
-    """Listeners whose accept queue no connection left in the window. A connection enters at SYN_RECV ->
-    ESTABLISHED (budget.bt's @bt_acc, over a span holding every tick) and leaves when accepted, so
-    accepted = queued at the first tick + arrivals - queued at the last; at 0, the queue's first connections
-    waited through every tick and none of the window's requests came through it. Little's law needs its
-    queue to flow: these clients complete no request (a Varnish pool with queued sessions does not run its
-    acceptor: cache_pool.c), so their time is no request's; they are counted apart, not averaged in. Only
-    for a port seen at every tick (>= 2) whose arrivals budget.bt counted (its ports, in its namespace)."""
+    """Connections that waited in one of the proxy's accept queues through the whole window: seen at every
+    tick (>= 2) as the same established socket that no process holds (inflight.Tally._unaccepted). Little's
+    law needs its queue to flow: these clients complete no request (a Varnish pool with queued sessions does
+    not run its acceptor: cache_pool.c; a stopped worker's reuseport socket), so their time is no request's;
+    they are counted apart, not averaged in."""
     flight = (ev.get("conns") or {}).get("flight") or {}
-    traced = ev.get("budget_traced") or {}
-    ticks = flight.get("ticks") or 0
-    if ("budget" not in (ev.get("scripts") or []) or ticks < 2 or traced.get("truncated")
-            or not traced.get("netns")):
-        return {}                          # arrivals not counted: a queue that looks still may flow
-    ports = {str(p) for p in traced.get("ports") or []}
-    arrived = {str(k): v for k, v in ((ev.get("bpf") or {}).get("@bt_acc") or {}).items()}
-    out = {}
-    for port, ends in (flight.get("accept_queued_ends") or {}).items():
-        if len(ends) < 4 or str(port) not in ports or (ends[2], ends[3]) != (0, ticks - 1):
-            continue                       # a listener not there at every tick, or not traced
-        first, last = ends[0], ends[1]
-        if first > 0 and first + (arrived.get(str(port)) or 0) - last <= 0:
-            out[str(port)] = {"whole_window": first, "at_the_end": last}
-    return out
+    seen = flight.get("unaccepted") or {}
+    if (flight.get("ticks") or 0) < 2:
+        return {}
+    last, held = seen.get("at_last_tick") or {}, seen.get("at_last_tick_ticks") or {}
+    ticks = flight["ticks"]
+    # on such a port the queue is stalled: those that joined it in the window and were still there at the
+    # end were not served either, and their ticks come out of the mean with the others'
+    return {str(port): {"whole_window": n, "at_the_end": last.get(port, n), "queued_ticks": held.get(port, n * ticks)}
+            for port, n in (seen.get("through_every_tick") or {}).items() if n > 0}
+
+
+def _starved_part(stuck: dict, queued: dict, ticks: int, rate: float | None, w: float) -> dict:
+    """The budget's note on connections never accepted (empty when none)."""
+    if not stuck:
+        return {}
+    # what Little's law would have averaged in: the finding's impact, in ms per request
+    little = _little(sum(s["whole_window"] for s in stuck.values()) * ticks, ticks, rate) if rate else None
+    return {"starved": {"connections": sum(s["at_the_end"] for s in stuck.values()),
+                        "whole_window": sum(s["whole_window"] for s in stuck.values()),
+                        "by_port": {p: s["whole_window"] for p, s in stuck.items()}, "window_s": round(w, 3),
+                        "little_ms": round(little or 0.0, 3),
+                        "note": "in the accept queue at every tick, never accepted (and on the same listeners "
+                                "those still queued at the end): no request of theirs was served in the window, so "
+                                "they are not in the mean per request"}}
 
 
 def accept_queue(ev: dict, req: dict) -> dict:
@@ -162,27 +173,23 @@ def accept_queue(ev: dict, req: dict) -> dict:
     ticks, rate = flight.get("ticks") or 0, req["per_s"]
     if not ticks:
         return unmeasurable("the listeners were not sampled (no sock_diag reading in the window)")
-    if not rate:
-        return unmeasurable("no request rate (no request counted in the window)")
     queued = flight.get("accept_queued_sum") or {}
     stuck = starved(ev)
-    ms = _little(sum(n for port, n in queued.items() if str(port) not in stuck), ticks, rate)
+    w = ev.get("window_s") or 0
+    more = _starved_part(stuck, queued, ticks, rate, w)
+    if not rate:          # nothing served: a stalled proxy's clients can still be waiting, never accepted
+        return {**unmeasurable("no request rate (no request counted in the window)"), **more}
+    # the connections that waited through every tick were in the queue at each: their part of the sums
+    ms = _little(sum(queued.values()) - sum(s["queued_ticks"] for s in stuck.values()), ticks, rate)
     new = (ev.get("bpf") or {}).get("@bt_acc") or {}
     per_port = {port: {"mean_queued": round(n / ticks, 3)} for port, n in queued.items()}
-    w = ev.get("window_s") or 0
     for port, n in new.items():
         per_port.setdefault(str(port), {})["connections_per_s"] = round(n / w, 1) if w else None
     for port, s in stuck.items():
-        per_port.setdefault(str(port), {})["never_accepted"] = s["at_the_end"]
-    more = {"starved": {"connections": sum(s["at_the_end"] for s in stuck.values()),
-                        "whole_window": sum(s["whole_window"] for s in stuck.values()),
-                        "by_port": {p: s["at_the_end"] for p, s in stuck.items()}, "window_s": round(w, 3),
-                        # what Little's law would have averaged in: the finding's impact, in ms per request
-                        "little_ms": round(_little(sum(queued.get(p, 0) for p in stuck), ticks, rate) or 0, 3),
-                        "note": "no connection left these accept queues in the window: none of the window's "
-                                "requests came through them, so they are not in the mean per request"}} if stuck else {}
-    return _part(ms, "Little's law: each listener's accept queue (Recv-Q of its LISTEN socket, sock_diag) at "
-                     "every tick, mean length / the request rate", _little_precision(ticks, rate), ticks,
+        per_port.setdefault(str(port), {})["never_accepted"] = s["whole_window"]
+    return _part(max(0.0, ms) if ms is not None else None,
+                 "Little's law: each listener's accept queue (Recv-Q of its LISTEN socket, sock_diag) at "
+                 "every tick, mean length / the request rate", _little_precision(ticks, rate), ticks,
                  by_port=per_port, resolution_ms=_resolution(ticks, rate),
                  source="kernel: listeners' accept queues sampled", **more)
 
@@ -558,7 +565,7 @@ def headline(b: dict) -> str:
     checks = "".join(f"; against {c['against']} {c['ms']:,.1f} ms: x{c['ratio']:.2f} "
                      f"({'agrees' if c['agrees'] else 'does not agree'})" for c in b.get("checks") or []
                      if c.get("ratio") is not None)
-    stuck = (((b.get("parts") or {}).get("accept_queue") or {}).get("starved") or {}).get("connections")
-    starved_text = (f"; {stuck} connection(s) in an accept queue that none left in the window, never accepted "
+    stuck = (((b.get("parts") or {}).get("accept_queue") or {}).get("starved") or {}).get("whole_window")
+    starved_text = (f"; {stuck} connection(s) waited in the accept queue the whole window, never accepted "
                     "(not in the mean)" if stuck else "")
     return f"{b['total_ms']:,.2f} ms per request ({n}, counted by {r.get('source', '?')}){dom}{checks}{starved_text}"

@@ -177,8 +177,8 @@ def _never_accepted(ev: dict, b: dict, found: list) -> Finding:
            "find what keeps the proxy from accepting (a loop blocked, a listener paused, a worker that does not "
            "accept): these clients get no answer at all while the listener's queue holds them")
     return Finding("accept-wait", "medium",
-                   f"{stuck['connections']} connection(s) wait in an accept queue that none left in the window "
-                   f"({stuck.get('window_s')} s): never accepted, with no cap reached",
+                   f"{stuck['whole_window']} connection(s) waited in the accept queue the whole window "
+                   f"({stuck.get('window_s')} s), never accepted, with no cap reached",
                    evidence, fix, impact=stuck.get("little_ms") or 0.0)
 
 
@@ -225,8 +225,8 @@ def evaluate(ev: dict, b: dict, found: list) -> list[Finding]:
     for f in found:
         if f.id in OWN_CAP_IDS and acc.get("measurable"):
             f.evidence["accept_wait_ms_per_request"] = acc["ms"]
-            if acc.get("starved"):             # clients the cap left unaccepted through the whole window
-                f.evidence["never_accepted"] = acc["starved"]["by_port"]
+        if f.id in OWN_CAP_IDS and acc.get("starved"):   # clients the cap left unaccepted the whole window
+            f.evidence["never_accepted"] = acc["starved"]["by_port"]
     return [f for f in (rule(ev, b, found) for rule in RULES) if f]
 
 

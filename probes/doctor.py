@@ -189,8 +189,6 @@ class Probes:
         ev["window_s"] = seconds
         ev["sched"] = sched.delta(w.sched0, sched1, seconds)
         ev["bpf"] = {k: v for k, v in maps.items() if not k.startswith("_")}
-        # what budget.bt counted arrivals on (a port it did not trace has none counted, not none arrived)
-        ev["budget_traced"] = {k: v for k, v in self.args["budget"].items() if k != "pids"}
         ev["bpftrace_stderr"] = maps.get("_stderr", "")
         ev["bpf_window_s"] = maps.get("_window_s") or seconds
         ev["netstat"] = netstat.delta(w.ns0, ns1)

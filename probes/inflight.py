@@ -68,8 +68,11 @@ class Tally:
     def __init__(self):
         self.ticks = 0
         self.accept: dict[str, int] = {}
-        # port -> [queued at its first tick, at its last, the first tick's index, the last's]
-        self.accept_ends: dict[str, list[int]] = {}
+        # connections in the proxy's accept queues, by port and 4-tuple: those at the first tick still
+        # there at every tick since (waiting through the window), and those there at the latest tick
+        self.unaccepted_through: dict[str, set[str]] | None = None
+        self.unaccepted_now: dict[str, set[str]] = {}
+        self.unaccepted_ticks: dict[tuple[str, str], int] = {}   # (port, 4-tuple) -> ticks seen queued so far
         self.client_unread = 0
         self.client_unread_ticks: list[int] = []    # per tick: its spread bounds the mean (arrivals come in bursts)
         self.ties = 0
@@ -85,14 +88,14 @@ class Tally:
     def tick(self, rows, owner: dict, listening: set[str], info: dict[int, dict]) -> None:
         """One tick of connsample's rows, the inode -> pids map of the proxy's sockets, its listening
         ports and each socket's TCP_INFO fields by inode (tcp_rows(..., info=): a field at 0 is left out)."""
-        before, queued = self.client_unread, {}
+        before = self.client_unread
+        self._unaccepted(rows, owner, listening)
         for state, recvq, _, port, ino, flow in rows:
             if ino not in owner:
                 continue
             got = info.get(ino) or {}
             if state == "LISTEN":
                 self.accept[port] = self.accept.get(port, 0) + recvq
-                queued[port] = queued.get(port, 0) + recvq
             elif port in listening:
                 self.client_unread += recvq > 0
                 self._segments(self.segs, ino, got.get("data_segs_in", 0))
@@ -111,10 +114,34 @@ class Tally:
                 elif ambiguous(got):
                     o["ambiguous"] += 1
         self.client_unread_ticks.append(self.client_unread - before)
-        for port, n in queued.items():          # a port's listeners together (reuseport, v4 and v6)
-            ends = self.accept_ends.setdefault(port, [n, n, self.ticks, self.ticks])
-            ends[1], ends[3] = n, self.ticks
         self.ticks += 1
+
+    def _unaccepted(self, rows, owner: dict, listening: set[str]) -> None:
+        """The connections waiting in the proxy's accept queues at this tick: an established socket no
+        process holds (inode 0: accept() has not made it a file yet) on an address and port one of the
+        proxy's listeners takes (its own, or a wildcard). Tracked by 4-tuple, so a stalled worker's queue is
+        told from a busy one's on the same port (reuseport) and another server's on the same port apart."""
+        takes = {(flow.split(">", 1)[0], port) for state, _, _, port, ino, flow in rows
+                 if state == "LISTEN" and ino in owner}
+        wild = {port for address, port in takes if address in ("0.0.0.0", "::", "*")}
+        now: dict[str, set[str]] = {}
+        for state, _, _, port, ino, flow in rows:
+            if state != "ESTAB" or ino is not None or port not in listening:
+                continue
+            local = flow.split(">", 1)[0].removeprefix("::ffff:")
+            if port in wild or (local, port) in takes or (f"::ffff:{local}", port) in takes:
+                now.setdefault(port, set()).add(flow)
+        self.unaccepted_now = now
+        self.unaccepted_ticks = {(port, f): self.unaccepted_ticks.get((port, f), 0) + 1
+                                 for port, flows in now.items() for f in flows}
+        self.unaccepted_through = now if self.unaccepted_through is None else {
+            port: kept for port, flows in self.unaccepted_through.items() if (kept := flows & now.get(port, set()))}
+
+    def _queued_ticks(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for (port, _), n in self.unaccepted_ticks.items():
+            out[port] = out.get(port, 0) + n
+        return out
 
     def _segments(self, segs: dict, ino: int, n: int) -> None:
         if self.ticks == 0:
@@ -140,7 +167,12 @@ class Tally:
                 "sockets_born_in_window": len(self.up_segs) - len(self.before & self.up_segs.keys())}
 
     def summary(self) -> dict:
-        return {"ticks": self.ticks, "accept_queued_sum": self.accept, "accept_queued_ends": self.accept_ends,
+        return {"ticks": self.ticks, "accept_queued_sum": self.accept,
+                "unaccepted": {"through_every_tick": {p: len(f) for p, f in (self.unaccepted_through or {}).items()},
+                               "at_last_tick": {p: len(f) for p, f in self.unaccepted_now.items()},
+                               # ticks those still queued at the last tick spent queued: no request of theirs
+                               # was served in the window
+                               "at_last_tick_ticks": self._queued_ticks()},
                 "client_unread_sum": self.client_unread,
                 "client_unread_per_tick": self.client_unread_ticks[:MAX_TICKS_KEPT],
                 "origins": self.origins, "awaiting_in_one_jiffy": self.ties, "clients": self.client_segments(),

@@ -167,9 +167,12 @@ LATENCY_OPEN = """### Two cells that once failed, and what they taught
   4-12 of the wrk connections sat in the listener's accept queue at every tick of every look, never
   accepted: a pool with queued sessions does not run its acceptor (bin/varnishd/cache/cache_pool.c). Little's
   law averaged their queue into the served requests' time, though none of theirs was served. The budget now
-  counts a queue that no connection entered and none left (budget.bt's arrivals, the first and last tick)
-  apart: "N connection(s) waited in the accept queue the whole window, never accepted", in the headline and in
-  the own cap's finding (`never_accepted`), or as `accept-wait` when no cap is reached.
+  counts the connections seen at every tick as the same established socket that no process holds (inode 0:
+  not accepted yet), by 4-tuple, apart: "N connection(s) waited in the accept queue the whole window, never
+  accepted", in the headline and in the own cap's finding (`never_accepted`), or as `accept-wait` when no cap
+  is reached (a helper's attack found a stopped nginx worker, a reuseport worker stopped beside a live one and
+  a stalled server sharing its port number with another, all named since). These two cells' rows below are
+  from a run of them with that method (13:47-13:48 UTC).
 - `trafficserver-queue-max4`, `trafficserver-queue-max8` failed (budget 123-150 ms against wrk's 252 ms):
   wrk's printed mean was not its requests' mean. wrk.c corrects its histogram for coordinated omission before
   printing (stats_correct: every latency above twice the expected interval adds samples below it), and
@@ -181,8 +184,8 @@ LATENCY_OPEN = """### Two cells that once failed, and what they taught
   ms for its 400 ms origin in two full runs, 400 ms since), its queue cells 2 s more (the queue's tail grows)
   and look 6 s: few long waits make a short window's mean noisy (4 s looks read 0.90-1.26 of the clients'
   mean, 6 s looks 0.76-1.04 before the longer wait, 0.90-1.04 after). Traffic Server's rows below are from
-  a run of its five cells with that wait (12:29-12:32 UTC), the others from the full run before it
-  (12:20-12:29 UTC), the same code.
+  a run of its five cells with that wait (12:29-12:32 UTC), the others' from the full run before it
+  (12:20-12:29 UTC).
 """
 
 

@@ -652,59 +652,78 @@ def test_the_triage_attaches_origin_wait_only_where_an_upstream_socket_was_ambig
     assert "origin_wait" not in doctor.DEFAULT_SCRIPTS and "origin_wait" in doctor.TRIAGED_SCRIPTS
 
 
-def starving(ends, arrivals=0, scripts=("budget",), seen=(0, TICKS - 1), traced=None):
-    """A Varnish pool at its cap (live, varnish-queue-max10x1): connections in the accept queue at every
-    tick and none arriving; `ends` the queue at the first and last tick, `seen` the ticks they were read at."""
-    ev = evidence(rate=30, accept=ends[0])
-    ev["conns"]["flight"]["accept_queued_ends"] = {"8080": [*ends, *seen]}
-    ev["bpf"]["@bt_acc"] = {"8080": arrivals} if arrivals else {}
-    ev["scripts"] = list(scripts)
-    ev["budget_traced"] = traced if traced is not None else {"ports": ["8080"], "netns": 4026531840,
-                                                              "truncated": False}
+def starving(through=7, last=None, rate=30, ticks=TICKS):
+    """A Varnish pool at its cap (live, varnish-queue-max10x1): `through` connections seen in the accept queue
+    at every tick, never accepted (inflight.Tally._unaccepted), `last` in it at the last tick."""
+    ev = evidence(rate=rate, accept=through)
+    ev["conns"]["flight"]["ticks"] = ticks
+    ev["conns"]["flight"]["accept_queued_sum"] = {"8080": through * ticks}
+    ev["conns"]["flight"]["unaccepted"] = {"through_every_tick": {"8080": through} if through else {},
+                                           "at_last_tick": {"8080": through if last is None else last}}
     return ev
 
 
 def test_connections_never_accepted_are_counted_apart_not_averaged_into_the_requests():
-    b = budget.compute(starving((7, 7)))
+    b = budget.compute(starving(7))
     part = b["parts"]["accept_queue"]
-    assert part["ms"] == 0 and part["starved"]["connections"] == 7 and part["by_port"]["8080"]["never_accepted"] == 7
+    assert part["ms"] == 0 and part["starved"]["whole_window"] == 7 and part["by_port"]["8080"]["never_accepted"] == 7
     assert part["starved"]["little_ms"] == pytest.approx(7 / b["requests"]["per_s"] * 1000, rel=1e-3)
-    assert "7 connection(s) in an accept queue that none left" in budget.headline(b)
-    # a queue that grew by its arrivals, none accepted: its first 7 waited throughout
-    grew = budget.compute(starving((7, 9), arrivals=2))["parts"]["accept_queue"]["starved"]
-    assert (grew["whole_window"], grew["connections"]) == (7, 9)
-    # one accepted (7 + 3 - 9), a queue that shortened, arrivals not counted (budget.bt not attached, the port
-    # not among its ports, cut at 64 ports, no namespace), a listener not seen at every tick, one tick:
-    # a queue that may flow, Little's law on all of it
-    untraced = [{"ports": ["9090"], "netns": 1, "truncated": False}, {"ports": ["8080"], "netns": 1, "truncated": True},
-                {"ports": ["8080"], "netns": 0, "truncated": False}]
-    for ev in (starving((7, 9), arrivals=3), starving((9, 7)), starving((7, 7), scripts=()),
-               *(starving((7, 7), traced=t) for t in untraced), starving((7, 7), seen=(3, TICKS - 1)),
-               starving((7, 7), seen=(0, TICKS - 2))):
-        b = budget.compute(ev)
-        part = b["parts"]["accept_queue"]
-        mean = ev["conns"]["flight"]["accept_queued_sum"]["8080"] / TICKS
-        assert "starved" not in part and part["ms"] == pytest.approx(mean / b["requests"]["per_s"] * 1000, rel=1e-3)
-    one = starving((7, 7), seen=(0, 0))
-    one["conns"]["flight"]["ticks"] = 1
-    assert "starved" not in budget.compute(one)["parts"]["accept_queue"]
+    assert "7 connection(s) waited in the accept queue the whole window" in budget.headline(b)
+    # none through every tick (they were accepted, or came later): Little's law on all of the queue
+    ev = starving(0, last=7)
+    ev["conns"]["flight"]["accept_queued_sum"] = {"8080": 7 * TICKS}
+    b = budget.compute(ev)
+    assert "starved" not in b["parts"]["accept_queue"]
+    assert b["parts"]["accept_queue"]["ms"] == pytest.approx(7 / b["requests"]["per_s"] * 1000, rel=1e-3)
+    # part of the queue flows (a live worker beside a stopped one): only the stalled part is taken out
+    ev = starving(5)
+    ev["conns"]["flight"]["accept_queued_sum"] = {"8080": 8 * TICKS}
+    b = budget.compute(ev)
+    assert b["parts"]["accept_queue"]["ms"] == pytest.approx(3 / b["requests"]["per_s"] * 1000, rel=1e-3)
+    assert "starved" not in budget.compute(starving(7, ticks=1))["parts"]["accept_queue"]    # one tick proves nothing
+    # a stalled queue that also took new clients in the window, none accepted (nginx's worker stopped while
+    # 10 connect a second: live, 59 through every tick, 30 more by the end): all of it out of the mean
+    ev = starving(7, last=9)
+    ev["conns"]["flight"]["unaccepted"]["at_last_tick_ticks"] = {"8080": 7 * TICKS + 2 * 3}
+    ev["conns"]["flight"]["accept_queued_sum"] = {"8080": 7 * TICKS + 2 * 3}
+    assert budget.compute(ev)["parts"]["accept_queue"]["ms"] == 0
+
+
+def test_a_stalled_proxy_that_served_nothing_still_shows_its_clients_never_accepted():
+    ev = starving(20, rate=0)
+    ev["conns"]["flight"]["clients"]["data_segments_in"] = 0
+    b, found = doctor_answer(ev)
+    part = b["parts"]["accept_queue"]
+    assert not part["measurable"] and part["starved"]["whole_window"] == 20
+    assert ids(found) == ["accept-wait"] and "20 connection(s) waited" in found[0].title
 
 
 def test_clients_never_accepted_go_to_the_own_cap_or_to_accept_wait():
     cap = Finding("varnish-thread-pool", "high", "varnish is at its worker threads", {}, "raise thread_pool_max",
                   impact=1e6)
-    _, found = doctor_answer(starving((7, 7)), [cap])
+    _, found = doctor_answer(starving(7), [cap])
     assert ids(found) == ["varnish-thread-pool"] and found[0].evidence["never_accepted"] == {"8080": 7}
-    _, found = doctor_answer(starving((7, 7)))
+    _, found = doctor_answer(starving(7))
     assert ids(found) == ["accept-wait"] and "never accepted" in found[0].title
     assert found[0].evidence["never_accepted"] == {"8080": 7} and 200 < found[0].impact < 250   # ms per request
-    _, found = doctor_answer(starving((7, 7), arrivals=3))
-    assert "never accepted" not in " ".join(f.title for f in found)
 
 
-def test_a_port_s_listeners_are_one_accept_queue_at_each_tick():
-    """reuseport or v4 and v6 listeners on one port: their queues are added per tick before the ends are kept."""
+def _tick(t, rows, listeners=(("LISTEN", 0, 128, "8080", 1, "0.0.0.0>0.0.0.0:*"),)):
+    t.tick([*listeners, *rows], {1: [1], 2: [1]}, {"8080"}, {})
+
+
+def test_a_connection_waiting_in_the_accept_queue_is_an_established_socket_no_process_holds():
+    """Tracked by 4-tuple: one there at every tick waited through the window; one accepted (it gets an inode)
+    or gone drops out; a socket on another server's address with the same port is not the proxy's."""
     t = inflight.Tally()
-    for a, b in ((2, 3), (1, 0)):
-        t.tick([("LISTEN", a, 128, "8080", 1, ""), ("LISTEN", b, 128, "8080", 2, "")], {1: [1], 2: [1]}, {"8080"}, {})
-    assert t.summary()["accept_queued_ends"] == {"8080": [5, 1, 0, 1]} and t.summary()["accept_queued_sum"] == {"8080": 6}
+    q = lambda peer, local="127.0.0.1": ("ESTAB", 0, 0, "8080", None, f"{local}>127.0.0.1:{peer}")
+    _tick(t, [q(5001), q(5002)])
+    _tick(t, [q(5001), ("ESTAB", 0, 0, "8080", 2, "127.0.0.1>127.0.0.1:5002"), q(5003)])
+    _tick(t, [q(5001), q(5003), q(5004)])
+    s = t.summary()["unaccepted"]
+    assert s == {"through_every_tick": {"8080": 1}, "at_last_tick": {"8080": 3}, "at_last_tick_ticks": {"8080": 3 + 2 + 1}}
+    t = inflight.Tally()
+    own = (("LISTEN", 0, 128, "8080", 1, "127.0.0.1>0.0.0.0:*"),)
+    for _ in range(2):
+        _tick(t, [q(5001), q(6001, local="127.0.0.2")], own)
+    assert t.summary()["unaccepted"]["through_every_tick"] == {"8080": 1}
