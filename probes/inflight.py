@@ -62,6 +62,12 @@ def origin_of(flow: str) -> str:
 MAX_TICKS_KEPT = 4096      # a window of ~0.25 s ticks: 17 minutes of per-tick counts
 
 
+def _host(flow: str) -> str:
+    """A row's local address as one spelling: tcp_rows brackets v6 ones ("[::]", "[::ffff:127.0.0.1]"), and a
+    dual-stack listener's v4 clients are v4-mapped."""
+    return flow.split(">", 1)[0].strip("[]").removeprefix("::ffff:")
+
+
 class Tally:
     """Sums over the ticks of each state's count; summary() is the evidence (means are sums / ticks)."""
 
@@ -121,15 +127,11 @@ class Tally:
         process holds (inode 0: accept() has not made it a file yet) on an address and port one of the
         proxy's listeners takes (its own, or a wildcard). Tracked by 4-tuple, so a stalled worker's queue is
         told from a busy one's on the same port (reuseport) and another server's on the same port apart."""
-        takes = {(flow.split(">", 1)[0], port) for state, _, _, port, ino, flow in rows
-                 if state == "LISTEN" and ino in owner}
+        takes = {(_host(flow), port) for state, _, _, port, ino, flow in rows if state == "LISTEN" and ino in owner}
         wild = {port for address, port in takes if address in ("0.0.0.0", "::", "*")}
         now: dict[str, set[str]] = {}
         for state, _, _, port, ino, flow in rows:
-            if state != "ESTAB" or ino is not None or port not in listening:
-                continue
-            local = flow.split(">", 1)[0].removeprefix("::ffff:")
-            if port in wild or (local, port) in takes or (f"::ffff:{local}", port) in takes:
+            if state == "ESTAB" and ino is None and port in listening and (port in wild or (_host(flow), port) in takes):
                 now.setdefault(port, set()).add(flow)
         self.unaccepted_now = now
         self.unaccepted_ticks = {(port, f): self.unaccepted_ticks.get((port, f), 0) + 1

@@ -727,3 +727,13 @@ def test_a_connection_waiting_in_the_accept_queue_is_an_established_socket_no_pr
     for _ in range(2):
         _tick(t, [q(5001), q(6001, local="127.0.0.2")], own)
     assert t.summary()["unaccepted"]["through_every_tick"] == {"8080": 1}
+
+
+def test_a_dual_stack_listener_takes_its_v4_mapped_clients_into_its_queue():
+    """tcp_rows spells v6 addresses in brackets: a [::] listener is a wildcard, [::ffff:a.b.c.d] is a.b.c.d."""
+    for listener, child in (("[::]", "[::ffff:127.0.0.1]"), ("[::1]", "[::1]"), ("127.0.0.1", "[::ffff:127.0.0.1]")):
+        t = inflight.Tally()
+        for _ in range(2):
+            _tick(t, [("ESTAB", 0, 0, "8080", None, f"{child}>[::1]:5001")],
+                  (("LISTEN", 0, 128, "8080", 1, f"{listener}>[::]:*"),))
+        assert t.summary()["unaccepted"]["through_every_tick"] == {"8080": 1}, (listener, child)
