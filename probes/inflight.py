@@ -74,11 +74,9 @@ class Tally:
     def __init__(self):
         self.ticks = 0
         self.accept: dict[str, int] = {}
-        # connections in the proxy's accept queues, by port and 4-tuple: those at the first tick still
-        # there at every tick since (waiting through the window), and those there at the latest tick
-        self.unaccepted_through: dict[str, set[str]] | None = None
-        self.unaccepted_now: dict[str, set[str]] = {}
-        self.unaccepted_ticks: dict[tuple[str, str], int] = {}   # (port, 4-tuple) -> ticks seen queued so far
+        # the connections in the proxy's accept queues at the latest tick, (port, 4-tuple) -> the ticks in a
+        # row they have been seen there: as many as there were ticks, they waited through the window
+        self.unaccepted: dict[tuple[str, str], int] = {}
         self.client_unread = 0
         self.client_unread_ticks: list[int] = []    # per tick: its spread bounds the mean (arrivals come in bursts)
         self.ties = 0
@@ -133,16 +131,16 @@ class Tally:
         for state, _, _, port, ino, flow in rows:
             if state == "ESTAB" and ino is None and port in listening and (port in wild or (_host(flow), port) in takes):
                 now.setdefault(port, set()).add(flow)
-        self.unaccepted_now = now
-        self.unaccepted_ticks = {(port, f): self.unaccepted_ticks.get((port, f), 0) + 1
-                                 for port, flows in now.items() for f in flows}
-        self.unaccepted_through = now if self.unaccepted_through is None else {
-            port: kept for port, flows in self.unaccepted_through.items() if (kept := flows & now.get(port, set()))}
+        self.unaccepted = {(port, f): self.unaccepted.get((port, f), 0) + 1 for port, flows in now.items() for f in flows}
 
-    def _queued_ticks(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for (port, _), n in self.unaccepted_ticks.items():
-            out[port] = out.get(port, 0) + n
+    def _unaccepted_summary(self) -> dict:
+        out: dict[str, dict[str, int]] = {"through_every_tick": {}, "at_last_tick": {}, "at_last_tick_ticks": {}}
+        for (port, _), n in self.unaccepted.items():
+            if n == self.ticks:
+                out["through_every_tick"][port] = out["through_every_tick"].get(port, 0) + 1
+            out["at_last_tick"][port] = out["at_last_tick"].get(port, 0) + 1
+            # ticks those still queued at the last tick spent queued: no request of theirs was served in the window
+            out["at_last_tick_ticks"][port] = out["at_last_tick_ticks"].get(port, 0) + n
         return out
 
     def _segments(self, segs: dict, ino: int, n: int) -> None:
@@ -170,11 +168,7 @@ class Tally:
 
     def summary(self) -> dict:
         return {"ticks": self.ticks, "accept_queued_sum": self.accept,
-                "unaccepted": {"through_every_tick": {p: len(f) for p, f in (self.unaccepted_through or {}).items()},
-                               "at_last_tick": {p: len(f) for p, f in self.unaccepted_now.items()},
-                               # ticks those still queued at the last tick spent queued: no request of theirs
-                               # was served in the window
-                               "at_last_tick_ticks": self._queued_ticks()},
+                "unaccepted": self._unaccepted_summary(),
                 "client_unread_sum": self.client_unread,
                 "client_unread_per_tick": self.client_unread_ticks[:MAX_TICKS_KEPT],
                 "origins": self.origins, "awaiting_in_one_jiffy": self.ties, "clients": self.client_segments(),
