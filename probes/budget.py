@@ -153,7 +153,7 @@ def starved(ev: dict) -> dict[str, dict]:
             for port, n in (seen.get("through_every_tick") or {}).items() if n > 0}
 
 
-def _starved_part(stuck: dict, queued: dict, ticks: int, rate: float | None, w: float) -> dict:
+def _starved_part(stuck: dict, ticks: int, rate: float | None, w: float) -> dict:
     """The budget's note on connections never accepted (empty when none)."""
     if not stuck:
         return {}
@@ -176,7 +176,7 @@ def accept_queue(ev: dict, req: dict) -> dict:
     queued = flight.get("accept_queued_sum") or {}
     stuck = starved(ev)
     w = ev.get("window_s") or 0
-    more = _starved_part(stuck, queued, ticks, rate, w)
+    more = _starved_part(stuck, ticks, rate, w)
     if not rate:          # nothing served: a stalled proxy's clients can still be waiting, never accepted
         return {**unmeasurable("no request rate (no request counted in the window)"), **more}
     # the connections that waited through every tick were in the queue at each: their part of the sums

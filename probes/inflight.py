@@ -126,7 +126,7 @@ class Tally:
         proxy's listeners takes (its own, or a wildcard). Tracked by 4-tuple, so a stalled worker's queue is
         told from a busy one's on the same port (reuseport) and another server's on the same port apart."""
         takes = {(_host(flow), port) for state, _, _, port, ino, flow in rows if state == "LISTEN" and ino in owner}
-        wild = {port for address, port in takes if address in ("0.0.0.0", "::", "*")}
+        wild = {port for address, port in takes if address in ("0.0.0.0", "::")}
         now: dict[str, set[str]] = {}
         for state, _, _, port, ino, flow in rows:
             if state == "ESTAB" and ino is None and port in listening and (port in wild or (_host(flow), port) in takes):

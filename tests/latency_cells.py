@@ -39,7 +39,6 @@ SETTLE_S = 1.5                     # the load's start to the first look: the que
 # 33 requests/s at 480 ms there, 40/s at 401 ms in the next looks), and a per-origin queue that has not grown
 # its tail yet (its first 2 s averaged 167 ms, every later 2 s 280-380 ms). Its cells wait the flush
 # interval, and a queue's 2 s, longer.
-CLOCK_LAG_S = {"trafficserver": 6.0}
 QUEUE_TAIL_S = 2.0
 ORIGIN_TOLERANCE = 0.25            # the measured origin wait against the origin's real delay
 CLIENT_TOLERANCE = 0.30            # the budget's total against wrk's mean latency
@@ -59,6 +58,15 @@ QUEUE_DIRECTIVE = {"haproxy": r"maxconn {cap}", "varnish": r"thread_pool_max {ca
 QUEUE_FINDING = {"varnish": "varnish-thread-pool"}
 
 
+def clock_lag_s(proxy: str) -> float:
+    """How far back the proxy's own clock reads: Traffic Server's log, one flush interval (its module's
+    flush_lag, for the generated records.config's default max_secs_per_buffer)."""
+    if proxy != "trafficserver":
+        return 0.0
+    from proxytune.proxies.trafficserver import flush_lag
+    return float(flush_lag({}))
+
+
 @dataclass(frozen=True)
 class Cell:
     name: str
@@ -75,7 +83,7 @@ class Cell:
 
     @property
     def settle_s(self) -> float:
-        lag = CLOCK_LAG_S.get(self.proxy, 0.0)          # a clock that reads back: also past the queue's growth
+        lag = clock_lag_s(self.proxy)                   # a clock that reads back: also past the queue's growth
         return SETTLE_S + lag + (QUEUE_TAIL_S if lag and self.shape == "queue" else 0.0)
 
     @property
