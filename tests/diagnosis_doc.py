@@ -13,6 +13,9 @@ existing docs/DIAGNOSIS.md replaced in place, and its evidence kept for tests/te
 
     .venv/bin/python tests/diagnosis_doc.py --latency /tmp/l.jsonl --latency-evidence DIR [docs/DIAGNOSIS.md]
 
+Without --latency, the latency section already in the destination is kept as it is (it comes from
+the full latency matrix, PROXYTUNE_LATENCY_FULL=1, which CI does not run).
+
 With --evidence DIR (the live run's PROXYTUNE_EVIDENCE_DIR) it also keeps one representative run
 per cell as tests/evidence/owncap/CELL.json for the replay test: a run that shows its cell's
 condition, with the outcome most of the cell's runs had.
@@ -259,6 +262,13 @@ def splice(text: str, section: list[str]) -> str:
     return head + body + "\n" + mark + how
 
 
+def kept_latency(text: str) -> list[str]:
+    """The latency section of an existing document, as lines, for splice()."""
+    rest = text[text.index(LATENCY_HEAD):]
+    nxt = rest.find("\n## ", 1)
+    return (rest[:nxt + 1] if nxt >= 0 else rest).split("\n")
+
+
 def representative(runs: list[dict]) -> dict:
     """The run to keep: its load reached the condition, and it had the cell's majority outcome."""
     shown = [r for r in runs if not any(p.startswith("harness") for p in r["problems"])] or runs
@@ -317,6 +327,8 @@ def main(argv: list[str]) -> int:
         text = head + "\n".join(generic_md(rows)) + "\n## How a rule is added" + how
     if lat:
         text = splice(text, latency_md(lat))
+    elif dest.exists() and LATENCY_HEAD in dest.read_text():
+        text = splice(text, kept_latency(dest.read_text()))
     dest.write_text(text)
     if evidence:
         keep_evidence(lines, evidence)

@@ -3,6 +3,7 @@ sit in a listener's accept queue and notice when they are closed, the
 verdict and condition checks fail where they must, the cells cover what the
 matrix promises, and the page renders results as Markdown text."""
 
+import json
 import socket
 import time
 
@@ -171,3 +172,18 @@ def test_the_kept_run_shows_the_condition_and_the_majority_outcome():
     assert diagnosis_doc.representative(runs)["run"] == 1
     runs[1]["passed"], runs[1]["problems"] = True, []
     assert diagnosis_doc.representative(runs)["run"] == 1
+
+
+def test_regenerating_the_own_cap_page_keeps_its_latency_section(tmp_path):
+    """CI runs only the lean latency cells: the full matrix's section stays when no --latency is given."""
+    line = {"cell": "haproxy-busy-global50-stats", "run": 0, "passed": True, "problems": [], "ids": ["x"],
+            "fix": "f", "proxy": "haproxy"}
+    results = tmp_path / "r.jsonl"
+    results.write_text(json.dumps(line) + "\n")
+    dest = tmp_path / "D.md"
+    section = f"{diagnosis_doc.LATENCY_HEAD}\n\n| cell |\n\n### Budgets as printed\n\n`kept` look 1\n"
+    dest.write_text("# old\n\n" + section + "\n## How a rule is added\n\nold how\n")
+    assert diagnosis_doc.main([str(results), str(dest)]) == 0
+    text = dest.read_text()
+    assert text.count(diagnosis_doc.LATENCY_HEAD) == 1 and "`kept` look 1" in text
+    assert text.index("`kept` look 1") < text.index("## How a rule is added") and "# old" not in text
