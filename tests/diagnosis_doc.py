@@ -266,7 +266,7 @@ def kept_latency(text: str) -> list[str]:
     """The latency section of an existing document, as lines, for splice()."""
     rest = text[text.index(LATENCY_HEAD):]
     nxt = rest.find("\n## ", 1)
-    return (rest[:nxt + 1] if nxt >= 0 else rest).split("\n")
+    return (rest[:nxt] if nxt >= 0 else rest).rstrip("\n").split("\n") + [""]
 
 
 def representative(runs: list[dict]) -> dict:
