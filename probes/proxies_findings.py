@@ -38,6 +38,11 @@ def fd_fix(p: dict) -> str | None:
     return kind.fd_fix(p) if kind else None
 
 
+# generic finding -> the proxy spec's hook that words its fix in the proxy's own terms (proxies/base.py)
+OWN_FIX = {"accept-queue-overflow": "backlog_fix", "syn-backlog-overflow": "backlog_fix",
+           "file-per-object-churn": "churn_fix", "blocking-disk-io": "disk_fix"}
+
+
 def kind_fix(p: dict, name: str | None) -> str | None:
     kind = kinds.by_kind(p["kind"])
     return getattr(kind, name)(p) if kind and name else None
@@ -63,10 +68,9 @@ def refine(found: list[Finding], ev: dict) -> list[Finding]:
             f.fix = fix + (" (the system-wide fs.file-max is the limit here)" if "ENFILE" in str(f.evidence) else "")
         if f.id == "ephemeral-port-exhaustion" and (fix := port_fix(p)):
             f.fix = f"{fix}; or widen net.ipv4.ip_local_port_range (now {ev.get('port_range')})"
-        own_fix = kind_fix(p, {"accept-queue-overflow": "backlog_fix", "syn-backlog-overflow": "backlog_fix",
-                               "file-per-object-churn": "churn_fix"}.get(f.id))
+        own_fix = kind_fix(p, OWN_FIX.get(f.id))
         if own_fix:
-            f.fix = own_fix + ("" if f.id == "file-per-object-churn" else "; keep net.ipv4.tcp_syncookies = 1")
+            f.fix = own_fix + ("; keep net.ipv4.tcp_syncookies = 1" if OWN_FIX[f.id] == "backlog_fix" else "")
         out.append(f)
     return out
 

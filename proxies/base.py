@@ -265,6 +265,11 @@ class Spec:
         return None
 
     @staticmethod
+    def disk_fix(p: dict) -> str | None:
+        """How this proxy takes its disk waits off its event loop (blocking-disk-io)."""
+        return None
+
+    @staticmethod
     def port_fix(p: dict) -> str | None:
         return None
 

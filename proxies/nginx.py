@@ -162,6 +162,16 @@ class Nginx(Spec, process=RunningNginx):
                 "cross-directory rename), and a larger `inactive=` evicts less; or put its cache on tmpfs")
 
     @staticmethod
+    def disk_fix(p: dict) -> str:
+        # ngx_http_core_module: `aio threads` reads files on a thread pool (--with-threads, as Debian builds it);
+        # `aio_write on` (1.9.13) writes the temporary files of proxied responses there too; opening and renaming
+        # a proxy_cache file stay in the worker
+        return ("take the disk off nginx's workers: `aio threads;` and `aio_write on;` in the http or location "
+                "block (reads, and the temporary files of proxied responses, on a thread pool); `use_temp_path=off` "
+                "on proxy_cache_path writes each object once, in place; the opens and renames stay in the worker, "
+                "so a cache on a slow or sync-mounted disk wants a faster one (or tmpfs)")
+
+    @staticmethod
     def port_fix(p: dict) -> str:
         return ("reuse upstream connections: `keepalive 64;` in the upstream block, with "
                 "`proxy_http_version 1.1;` and `proxy_set_header Connection \"\";` in the location; "

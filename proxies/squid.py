@@ -148,6 +148,16 @@ class Squid(Spec, process=RunningSquid):
                 "ufs/aufs/diskd, with the disker process taking the I/O off the event loop")
 
     @staticmethod
+    def disk_fix(p: dict) -> str:
+        # ufs does its opens, reads, writes and unlinks in the main loop (src/DiskIO/Blocking); aufs hands them
+        # to threads (src/DiskIO/DiskThreads), rock to disker processes (src/DiskIO/IpcIo)
+        d, conf = p["directives"], p.get("config")
+        now = ((d.get("cache_dir") or {}).get("value") or "ufs").split()[0]
+        return (f"take the disk off squid's main loop: `cache_dir aufs` (its I/O on threads) or `cache_dir rock` "
+                f"(disker processes) instead of `cache_dir {now}` "
+                f"({where(d, 'cache_dir', conf)}); a ufs store waits for the device in the loop")
+
+    @staticmethod
     def port_fix(p: dict) -> str:
         d, conf = p["directives"], p.get("config")
         v = d.get("server_persistent_connections", {}).get("value", "on (default)")

@@ -50,8 +50,9 @@ EXPECT = {
                       {"ephemeral-port-exhaustion": "http-reuse"}),
     "ports-squid": ("squid", {"ephemeral-ports": ("ephemeral-port-exhaustion", True)},
                     {"ephemeral-port-exhaustion": "server_persistent_connections"}),
-    "disk-squid": ("squid", {"blocking-disk-io": ("blocking-disk-io", False)}, {}),
-    "disk-nginx": ("nginx", {"blocking-disk-io": ("blocking-disk-io", False)}, {}),
+    "disk-squid": ("squid", {"blocking-disk-io": ("blocking-disk-io", False)},
+                   {"blocking-disk-io": "instead of `cache_dir ufs`"}),
+    "disk-nginx": ("nginx", {"blocking-disk-io": ("blocking-disk-io", False)}, {"blocking-disk-io": "aio_write on"}),
     "store-squid": ("squid", STORE, {"file-per-object-churn": "cache_dir rock"}),
     "store-nginx": ("nginx", STORE, {"file-per-object-churn": "proxy_cache_min_uses"}),
     # issue 28: TcpExt counts every listener of the namespace; a healthy proxy next to a listener that
