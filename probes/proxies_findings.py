@@ -48,11 +48,6 @@ def kind_fix(p: dict, name: str | None) -> str | None:
     return getattr(kind, name)(p) if kind and name else None
 
 
-def port_fix(p: dict) -> str | None:
-    kind = kinds.by_kind(p["kind"])
-    return kind.port_fix(p) if kind else None
-
-
 def refine(found: list[Finding], ev: dict) -> list[Finding]:
     """The generic findings with the proxy's own cap first, and fixes in the proxy's terms."""
     p = ev.get("proxy")
@@ -66,7 +61,7 @@ def refine(found: list[Finding], ev: dict) -> list[Finding]:
             continue                      # it is the evidence of the proxy's own cap now
         if f.id in ("fd-exhaustion", "low-nofile-limit") and (fix := fd_fix(p)):
             f.fix = fix + (" (the system-wide fs.file-max is the limit here)" if "ENFILE" in str(f.evidence) else "")
-        if f.id == "ephemeral-port-exhaustion" and (fix := port_fix(p)):
+        if f.id == "ephemeral-port-exhaustion" and (fix := kind_fix(p, "port_fix")):
             f.fix = f"{fix}; or widen net.ipv4.ip_local_port_range (now {ev.get('port_range')})"
         own_fix = kind_fix(p, OWN_FIX.get(f.id))
         if own_fix:
