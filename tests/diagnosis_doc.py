@@ -327,8 +327,8 @@ def main(argv: list[str]) -> int:
         text = head + "\n".join(generic_md(rows)) + "\n## How a rule is added" + how
     if lat:
         text = splice(text, latency_md(lat))
-    elif dest.exists() and LATENCY_HEAD in dest.read_text():
-        text = splice(text, kept_latency(dest.read_text()))
+    elif LATENCY_HEAD in (old := dest.read_text() if dest.exists() else ""):
+        text = splice(text, kept_latency(old))
     dest.write_text(text)
     if evidence:
         keep_evidence(lines, evidence)
