@@ -61,7 +61,7 @@ class PerfWatch:
             return
         pids = proc.resolve(pid, None)
         with procgroup.Children() as kids:
-            rec = perf.Record(kids, callgraph=False)
+            rec = perf.Record(kids, callgraph=False, bpf=False)     # no probes of ours run beside it
             time.sleep(0.3)                              # perf has opened its events
             t0 = time.monotonic()
             yield
