@@ -62,7 +62,7 @@ class PerfWatch:
         pids = proc.resolve(pid, None)
         with procgroup.Children() as kids:
             rec = perf.Record(kids, callgraph=False, bpf=False)     # no probes of ours run beside it
-            time.sleep(0.3)                              # perf has opened its events
+            rec.wait_started()                           # perf has opened its events
             t0 = time.monotonic()
             yield
             out["window_s"] = time.monotonic() - t0
@@ -77,10 +77,12 @@ class PerfWatch:
 
 
 class BudgetWatch:
-    """The doctor itself (bpftrace and perf) on a proxy a benchmark loads, for one steady phase of
-    `seconds`: its time budget (where the load's latency went: reports/latency.py) and its CPU split.
-    It costs a compile and attach of a few seconds before the load starts, so a report takes it on
-    one run only (microbench.hostsettings: the warm-up run, a before side and no pair's)."""
+    """The doctor's probes (bpftrace, not perf) on a proxy a benchmark loads, for one steady phase of
+    `seconds`: its time budget (where the load's latency went: reports/latency.py). No perf: the
+    budget is made of the probes' clocks alone (probes/budget.py), and the window's CPU split is not
+    used (a doctor-watched window gives none: microbench.proxysides); perf's exit and script cost
+    1-2 s. The compile and attach cost a few seconds before the load starts, so a report takes it on
+    one window only (microbench.hostsettings: the warm-up window, a before side's and no pair's)."""
 
     def __init__(self, seconds: float):
         self.seconds = seconds
@@ -91,7 +93,7 @@ class BudgetWatch:
         alone watches, as PerfWatch does, and why the budget is missing is kept."""
         with contextlib.ExitStack() as stack:
             try:
-                box = stack.enter_context(overhead.attached("doctor", proc.resolve(pid, None), self.seconds,
+                box = stack.enter_context(overhead.attached("bpftrace", proc.resolve(pid, None), self.seconds,
                                                             stacks=False))
             except ProxytuneError as e:
                 out["budget_unavailable"] = e.message
