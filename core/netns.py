@@ -35,7 +35,8 @@ def _interrupt_once(signum, frame):
 
 
 def _enter_private_netns() -> None:
-    signal.signal(signal.SIGINT, _interrupt_once)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:     # ignored (a script's background job): so here too
+        signal.signal(signal.SIGINT, _interrupt_once)
     procgroup.die_with_parent()
     libc = _libc()
     if libc.unshare(CLONE_NEWNET) != 0:
@@ -157,3 +158,26 @@ def run_in(pid: int, fn):
     if "error" in got:
         raise got["error"]
     return got["result"]
+
+
+def current() -> int:
+    """A descriptor of the calling thread's network namespace (close it when done): enter() goes back."""
+    return os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+
+
+def another() -> int:
+    """A new private namespace with only loopback up, which the calling thread is moved into; a
+    descriptor of it. For a process already in a private namespace (call()) that keeps two: the
+    before and after sides of a comparison, each with its own net.* values (microbench/proxysides.py)."""
+    if _libc().unshare(CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), f"unshare(CLONE_NEWNET): {os.strerror(ctypes.get_errno())}")
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True, capture_output=True, timeout=10)
+    return current()
+
+
+def enter(fd: int) -> None:
+    """Move the calling thread into the namespace of fd (setns(2)): what it opens or starts from then
+    on (sockets, /proc/sys/net files, child processes, threads) belongs to that namespace."""
+    if _libc().setns(fd, CLONE_NEWNET) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"setns into a network namespace: {os.strerror(e)}")

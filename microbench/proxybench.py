@@ -449,35 +449,6 @@ def run_plan(plan: dict, stores: list[str] | None = None, nofile: tuple[int, int
     return result
 
 
-def run_series(plan: dict, runs: list[dict], quiet: bool = False) -> dict:
-    """Squid (ufs) once per entry of `runs`, in order, behind one origin and docroot: each entry's
-    "nofile" and "cpus" start its Squid, its "before" (a callable) runs first (the host settings of
-    that side; what it returns, the values it read back, goes on the run as "set_up"), its "watch"
-    watches its steady load. The stores in the order they ran; "watched": each perf-watched run's
-    view, in order, with its run's label (a run the doctor watched keeps its budget on its store and
-    gives no view here: its probes take CPU from the proxy they watch)."""
-    result = {"bench": "proxy", "quick": True, "plan": plan, "repeat": REPEAT, "stores": []}
-    with _bed(plan, quiet, len(runs), result) as (root, og, bar, task):
-        for i, r in enumerate(runs):
-            set_up = r.get("before", lambda: None)()
-            step = lambda desc, i=i: bar.update(task, description=f"{r.get('label', '')} #{i + 1}: {desc}")
-            s = run_store("ufs", plan, og.port, root, r.get("nofile"), progress=step, watch=r.get("watch"),
-                          cpus=r.get("cpus"))
-            result["stores"].append({**s, "label": r.get("label", ""), **({"set_up": set_up} if set_up else {})})
-            bar.update(task, completed=i + 1)
-    result["watched"] = []
-    for s in result["stores"]:
-        if "watched" in s:
-            w = s.pop("watched")
-            if "budget" in w:                       # the doctor watched it (probes.selfload.BudgetWatch)
-                s["budget"] = w.pop("budget")
-                if w.get("budget_unavailable"):     # why not, said in the run's latency note
-                    s["budget_unavailable"] = w["budget_unavailable"]
-            else:
-                result["watched"].append({**w, "label": s["label"]})
-    return result
-
-
 def run_proxy(proxy: str, store: str, plan: dict, origin_port: int, workdir, nofile=None, progress=None) -> dict:
     """One proxy other than Squid with one store under the plan's load; hits from its own counters."""
     with proxyruns.start(proxy, store, plan, origin_port, nofile) as s:

@@ -187,8 +187,10 @@ def proxy_section(r: dict) -> Section:
                   "raw_syscalls:sys_enter) and device writes (/proc/PID/io write_bytes) of the proxy's processes "
                   "per request served during steady. "
                   + (f"Before and after in {len(r['rounds'])} alternating rounds (the seed row's pairs)"
-                     + (", after a warm-up run not counted" if any(s.get("label") == hostsettings.WARM_UP
-                                                                     for s in r["stores"]) else "") + "; "
+                     + (", each side one Squid kept running (one fill, its idle clients held) with a steady window "
+                        "a round, its cache on a new filesystem" if any("window" in s for s in r["stores"]) else "")
+                     + (", after a warm-up window not counted" if any(s.get("label") == hostsettings.WARM_UP
+                                                                      for s in r["stores"]) else "") + "; "
                      if r.get("rounds") else "One run per store: req/s carries no repetition spread "
                      "(compare rows of one result, not across results); ")
                   + "p50/p99 give the latency spread.")
@@ -230,7 +232,7 @@ def _interval(x: dict) -> str:
     if not x.get("interval"):
         return "-"
     lo, hi = x["interval"]
-    return f"x{lo:,.2f} to x{hi:,.2f} ({x.get('reps', 0)} pairs)"
+    return f"x{lo:,.2f} to x{hi:,.2f} ({x.get('reps', 0)} {x.get('unit', 'pairs')})"
 
 
 def seeds_section(r: dict) -> Section:
