@@ -28,7 +28,7 @@ def row(seed, claim, original, today, measured, original_ratio, reason, cells: s
     return {"seed": seed, "claim": claim, "original": original, "today": today,
             "ratio": None if not m else round(m["median"], 3),
             "interval": None if not m else [round(x, 3) for x in m["interval"]],
-            "reps": m.get("reps", 0), "cells": cells, "verdict": v,
+            "reps": m.get("reps", 0), "unit": m.get("unit", "pairs"), "cells": cells, "verdict": v,
             "reason": f"{why}; {reason}" if reason else why}
 
 
@@ -243,10 +243,28 @@ def cpu_split(doc: dict | None) -> dict:
     med = min(zip(windows, ratios), key=lambda wr: abs(wr[1] - mid))[0]        # the window nearest the median
     today = ", ".join(f"{k} {v:.0%}" for k, v in sorted(med.items(), key=lambda kv: -kv[1]))
     today = f"{doc['proxy']}: {today}" if doc.get("proxy") else today
+    measured = verdicts.paired(ratios, "windows")
     return row(seed, claim, original, today + (" (the median window)" if len(windows) > 1 else ""),
-               verdicts.paired(ratios, "windows"), 0.645 / 0.15,
+               measured, 0.645 / 0.15,
                "kernel cycles over the proxy's own, against the paper's midpoints 64.5% / 15%" + _by_side(views, ratios),
-               f"{len(windows)} perf window(s) on the proxy" + (", one per run of the pairs" if len(windows) > 1 else ""))
+               f"{len(windows)} perf window(s) on the proxy" + (", one per run of the pairs" if len(windows) > 1 else ""),
+               forced=_sides_disagree(views, ratios, measured, 0.645 / 0.15))
+
+
+def _sides_disagree(views: list[dict], ratios: list[float], measured: dict | None, original: float):
+    """(inconclusive, why) when each side's windows all lie in one verdict's range and the sides'
+    ranges differ: the split then follows the side (a Squid at its descriptor limit or not), and
+    more windows would narrow each side, not join them; else None (verdicts.decide() judges)."""
+    sides: dict[str, set[str]] = {}
+    for v, r in zip(views, ratios):
+        if v.get("label"):
+            sides.setdefault(v["label"], set()).add(verdicts.range_of(r, original))
+    if len(sides) < 2 or any(len(v) != 1 for v in sides.values()) or len({min(v) for v in sides.values()}) < 2:
+        return None
+    said = ", ".join(f"{side}: {min(v)}" for side, v in sides.items())
+    return verdicts.INCONCLUSIVE, (f"x{measured['median']:.2f} ({verdicts.interval_text(measured)}): the sides "
+                                   f"disagree, each window of a side in one range ({said}); more windows would "
+                                   "not join them")
 
 
 def _by_side(views: list[dict], ratios: list[float]) -> str:

@@ -102,7 +102,7 @@ def decide(m: dict | None, original: float, against: str = "then") -> tuple[str,
     if m is None:
         return "not measurable here", "no measurement in this run"
     lo, hi = m["interval"]
-    spread = f"x{m['median']:.2f} ({_interval(m)})"
+    spread = f"x{m['median']:.2f} ({interval_text(m)})"
     if m["reps"] < MIN_REPS:
         return INCONCLUSIVE, f"{spread}: a verdict takes {MIN_REPS} at least; {SETTLE}"
     low, high = range_of(lo, original), range_of(hi, original)
@@ -111,7 +111,7 @@ def decide(m: dict | None, original: float, against: str = "then") -> tuple[str,
     return low, f"{spread} today against x{original:.2f} {against}"
 
 
-def _interval(m: dict) -> str:
+def interval_text(m: dict) -> str:
     lo, hi = m["interval"]
     cover = f", {m['coverage']:.0%} interval" if m.get("coverage") else ""
     unit = m.get("unit", "pairs")

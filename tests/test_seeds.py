@@ -325,6 +325,23 @@ def test_the_cpu_split_of_each_run_of_the_pairs_is_a_window():
     assert seeds.cpu_split({**doc, "repeats": doc["repeats"][:3]})["verdict"] == "inconclusive here"
 
 
+def test_a_cpu_split_whose_sides_sit_in_different_ranges_says_so_instead_of_asking_for_more_windows():
+    """Shrank below x4.3 ** 0.5 = x2.07, holds above: a side wholly on each side of that edge."""
+    view = lambda k, p, side: {"label": side, "evidence": {"loop": {"cpu_split": {"kernel": k, "proxy": p}}}}
+    before = [view(0.7, 0.26, "before"), view(0.69, 0.27, "before"), view(0.71, 0.26, "before")]   # x2.6-2.7
+    after = [view(0.5, 0.45, "after"), view(0.55, 0.42, "after"), view(0.5, 0.38, "after")]      # x1.1-1.3
+    row = seeds.cpu_split({"proxy": "squid", "repeats": [before[0], after[0], after[1], before[1], before[2], after[2]]})
+    assert row["verdict"] == "inconclusive here" and "(before: holds, after: shrank)" in row["reason"], row
+    assert "more windows would not join them" in row["reason"] and "over 6 windows" in row["reason"], row
+    # one side straddling the edge (x2.0 and x2.7): no such claim, the interval's own rule speaks
+    mixed = [view(0.6, 0.3, "before")] + before[1:]
+    row = seeds.cpu_split({"proxy": "squid", "repeats": [mixed[0], after[0], after[1], mixed[1], mixed[2], after[2]]})
+    assert row["verdict"] == "inconclusive here" and "spans shrank to holds" in row["reason"], row
+    # both sides in one range: a verdict
+    row = seeds.cpu_split({"proxy": "squid", "repeats": before + [view(0.7, 0.25, "after")] * 3})
+    assert row["verdict"] == "holds", row
+
+
 def test_a_storage_result_from_before_the_seed_rounds_says_so():
     r = seeds.largefile(MEASURED["storage"])                     # a saved result (--from) with no seed_pairs
     assert r["verdict"] == "not measurable here" and "predates the seed rounds" in r["reason"]
