@@ -13,6 +13,7 @@ before the filesystems are benched, so a refusal comes first.
 
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -73,7 +74,8 @@ def _run_phase(exe, store, engine, phase, path, state, cap, requests, count: boo
             "--capacity-mb", str(cap), "--requests", str(requests), "--verify"]
     if state:
         argv += ["--state", str(state)]
-    cmd = (["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter"] if count else []) + argv
+    cmd = ["taskset", "-c", str(objbench_cpu())] + (["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter"]
+                                                   if count else []) + argv
     p = devices.run_child(cmd, timeout=1800)
     try:
         doc = json.loads(p.stdout)
@@ -87,6 +89,17 @@ def _run_phase(exe, store, engine, phase, path, state, cap, requests, count: boo
         doc["syscalls"] = uint(line.split(",")[0])
         doc["syscalls_per_object"] = doc["syscalls"] / doc["requests"] if doc["syscalls"] else None
     return doc
+
+
+def objbench_cpu() -> int:
+    """The one CPU every objbench phase runs on, its threads included: the last we may use. Unpinned,
+    a phase's speed followed where the scheduler put its threads on this 2-core VM, and a seed pair's
+    ratio with it (2026-11-28, 8 alternating pairs of the large-file row's steady phases each:
+    unpinned x1.98-2.55, file per object 34,010-46,744 objects/s; on CPU 0 x2.16-2.68, one large-file
+    phase 17 % slow; on CPU 1 x2.56-2.63, 36,042-37,374 and 93,112-95,582). The last, not the first:
+    the one that was steadier here (why CPU 0 had the slow phase was not found), and not the CPU
+    the Cooper section gives Squid."""
+    return max(os.sched_getaffinity(0))
 
 
 def filesystems(listed: str | None) -> list[str] | None:
