@@ -240,9 +240,11 @@ def seeds_section(r: dict) -> Section:
                   "Each headline of the reference papers against this run's own measurements, A and B alternating in "
                   "pairs; the ratio is the pairs' median, with their interval. Effects compare on a log scale: holds "
                   "(within x2 of the original effect), grew / shrank (beyond x2), reversed (the advice costs over 10%). "
-                  f"A verdict only when the whole interval lies in its range and comes from {verdicts.MIN_REPS} pairs at "
-                  f"least (their range holds the median in {verdicts.order_coverage(verdicts.MIN_REPS):.0%} of runs, 3 "
-                  "pairs' in 75%); else inconclusive here (docs/BENCHMARKS.md \"The verdict rule\").")
+                  f"A verdict only when the whole interval lies in its range, {verdicts.EDGE_MARGIN:.0%} clear of its "
+                  "edges (a row's median moves about that much from one report to the next), and comes from "
+                  f"{verdicts.MIN_REPS} pairs at least (their range holds the median in "
+                  f"{verdicts.order_coverage(verdicts.MIN_REPS):.0%} of runs, 3 pairs' in 75%); else inconclusive here "
+                  "(docs/BENCHMARKS.md \"The verdict rule\").")
     sec.tables.append(Table("Seeds", ["seed", "claim", "original", "today", "ratio", "interval", "verdict", "reason",
                                       "computed from"],
                             [[x["seed"], x["claim"], x["original"], x["today"],

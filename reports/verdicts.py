@@ -18,19 +18,28 @@ s = ln(ratio) / ln(original):
 - holds:    0.5 <= s <= 2;
 - grew:     s > 2.
 
-A verdict is printed only when the whole interval lies inside one range. Otherwise the row is
+A verdict is printed only when the whole interval lies inside one range, EDGE_MARGIN clear of its
+edges: the interval's ends, each moved 10 % outward, still lie in that range. Otherwise the row is
 "inconclusive here", with its interval and what would settle it; so is a row of fewer than
 MIN_REPS = 5 pairs (windows, or repetitions of each side). One run is an anecdote, and 3 are not
 enough either: their range holds the median in 75 % of runs, so a row whose median sits on an
 edge is decided, on one side of it or the other, about one run in four, and the verdict follows the run
 (2026-11-28: four tables of three reports, every row that moved had 3 pairs and an edge inside
 them; docs/BENCHMARKS.md "Verdicts run after run"). The range of 5 holds it in 94 %.
+The margin: a report's pairs are taken within seconds, in one phase of the host; its next report's
+can sit in another, and a row's median moved by about that much from report to report (the large
+file row, x2.06-2.35 over 9 reports on 2-core VMs, +-6.5 %; the noatime and reversed edges' own 10 %
+is the same size). An interval within it of an edge was decided on one side of the edge in one
+report and inconclusive in the next (2026-11-28, large file x2.09 [1.96, 2.25] shrank between two
+reports at x2.15 [2.07, 2.64] and x2.32 [2.10, 2.77], against the edge at x2.43): with the margin
+such a row is inconclusive in all of them; more pairs would not move it off the edge.
 """
 
 import math
 import statistics
 
 EQUIVALENT = 0.10          # a ratio within 10 % below 1 counts as no effect, not as the advice reversed
+EDGE_MARGIN = 0.10         # how far clear of an edge an interval must lie for a verdict: the host's drift
 MIN_REPS = 5
 SHRANK_BELOW, GREW_ABOVE = 0.5, 2.0
 INCONCLUSIVE = "inconclusive here"
@@ -108,7 +117,19 @@ def decide(m: dict | None, original: float, against: str = "then") -> tuple[str,
     low, high = range_of(lo, original), range_of(hi, original)
     if low != high:
         return INCONCLUSIVE, f"{spread} spans {low} to {high}; {SETTLE}"
+    near = _edge_within_margin(lo, hi, original)
+    if near:
+        return INCONCLUSIVE, (f"{spread} lies within {EDGE_MARGIN:.0%} of the {near[0]} edge (x{near[1]:.2f}), "
+                              "less than a row moves from one report to the next; more pairs would not settle it")
     return low, f"{spread} today against x{original:.2f} {against}"
+
+
+def _edge_within_margin(lo: float, hi: float, original: float) -> tuple[str, float] | None:
+    """(edge's name, ratio) of an edge within EDGE_MARGIN of an interval lying in one range; else None."""
+    for name, at in edges(original).items():
+        if lo / (1 + EDGE_MARGIN) < at <= hi * (1 + EDGE_MARGIN):
+            return name.replace("|", " and "), at
+    return None
 
 
 def interval_text(m: dict) -> str:

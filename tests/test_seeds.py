@@ -111,10 +111,10 @@ def test_noatime_is_judged_by_the_device_work_it_saves_not_by_a_cpu_bound_hits_p
     three = _rounds(MEASURED["storage"], rounds=(1.0, 1.0, 1.0))
     assert seeds.noatime(_with_work(three, (1.05, 1.04, 1.03)))["verdict"] == "inconclusive here"
     # the larger of operations and sectors, pair by pair: sectors here
-    r = seeds.noatime(_with_work(st, (1.01,) * 5, sectors=(1.3, 1.35, 1.3, 1.4, 1.3)))
-    assert r["verdict"] == "holds" and r["ratio"] == pytest.approx(1.3, rel=1e-3), r
-    r = seeds.noatime(_with_work(st, (1.3, 1.35, 1.3, 1.4, 1.3), sectors=(1.01,) * 5))
-    assert r["verdict"] == "holds" and r["ratio"] == pytest.approx(1.3, rel=1e-3), r
+    r = seeds.noatime(_with_work(st, (1.01,) * 5, sectors=(1.4, 1.45, 1.4, 1.5, 1.4)))
+    assert r["verdict"] == "holds" and r["ratio"] == pytest.approx(1.4, rel=1e-3), r
+    r = seeds.noatime(_with_work(st, (1.4, 1.45, 1.4, 1.5, 1.4), sectors=(1.01,) * 5))
+    assert r["verdict"] == "holds" and r["ratio"] == pytest.approx(1.4, rel=1e-3), r
 
 
 def test_noatime_pairs_only_the_rounds_with_counts_and_no_count_is_no_ratio():

@@ -76,3 +76,19 @@ def test_a_ratio_of_two_medians_carries_the_ratio_of_their_intervals():
     assert verdicts.decide(q, 100.0)[0] == "holds"
     assert verdicts.quotient(verdicts.of_summary(a), None) is None
     assert verdicts.of_summary({"median": 0.0}) is None
+
+
+def test_an_interval_inside_one_range_but_within_the_margin_of_an_edge_is_inconclusive():
+    """The edge between shrank and holds for x5.9 is x2.43: pairs at x2.45-2.55 lie in holds, but a
+    row's median moves ~6 % from report to report, so the next report could put them below it."""
+    edge = verdicts.edges(5.9)["shrank|holds"]
+    v, why = verdicts.decide(verdicts.paired([2.45, 2.5, 2.55, 2.48, 2.52]), 5.9)
+    assert v == "inconclusive here" and f"within 10% of the shrank and holds edge (x{edge:.2f})" in why, why
+    v, why = verdicts.decide(verdicts.paired([2.05, 2.1, 2.15, 2.2, 2.25]), 5.9)     # below it, 2.25 x 1.1 > 2.43
+    assert v == "inconclusive here" and "within 10%" in why
+    # clear of every edge by more than the margin, on either side: a verdict
+    assert verdicts.decide(verdicts.paired([r * 1.101 for r in (edge,) * 5]), 5.9)[0] == "holds"
+    assert verdicts.decide(verdicts.paired([edge / 1.101] * 5), 5.9)[0] == "shrank"
+    # the reversed edge (x0.91) has the margin too: x0.95-1.0 is no longer "shrank" for sure
+    assert verdicts.decide(verdicts.paired([0.95, 0.97, 1.0, 0.96, 0.98]), 2.0)[0] == "inconclusive here"
+    assert verdicts.decide(verdicts.paired([1.01, 1.02, 1.03, 1.02, 1.01]), 2.0)[0] == "shrank"
