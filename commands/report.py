@@ -26,15 +26,17 @@ def report(ctx, out_dir, profile_ref, no_bench, with_proxy, from_files, full):
     """Audit this host, run the quick benchmarks, write the report.
 
     \b
-    The main job, about 2 minutes here (--full: the same sections, longer
-    and more precise). Sections: the host audit against the profile (with
-    the running proxy's limits, backlogs and cache-directory mounts; its
-    summary is printed first), the event mechanisms (bench events), Mogul's
-    comm_select study (bench fdscan), the object stores (bench storage, as
-    root) and, as root, Cooper's host settings: a Squid the report starts in
-    a private network namespace, before and after the profile's fd limit
-    and net.* settings, watched by the doctor for its CPU split. Nothing of
-    the host changes. Writes report.html (self-contained: figures embedded,
+    The main job, under a minute on a 2-core VM (--full: the same sections,
+    longer and more precise). Sections: the host audit against the profile
+    (with the running proxy's limits, backlogs and cache-directory mounts;
+    its summary is printed first), the event mechanisms (bench events),
+    Mogul's comm_select study (bench fdscan), the object stores (bench
+    storage, as root) and, as root, Cooper's host settings: two Squids the
+    report starts, each in a private network namespace, one with the fd
+    limit and net.* settings Squid's service has, one with the profile's,
+    loaded in turn and watched by perf for the CPU split (the doctor's
+    probes say where the first one's latency went). Nothing of the host
+    changes. Writes report.html (self-contained: figures embedded,
     nothing fetched), report.md with its PNG figures, and report.json.
 
     \b
